@@ -1,0 +1,1 @@
+"""Olympia: a storage-only data catalog in the Olympia format."""

@@ -1,0 +1,96 @@
+"""The error hierarchy of Olympia: every error the library raises derives from OlympiaError."""
+
+from __future__ import annotations
+
+
+class OlympiaError(Exception):
+    """Base class of every Olympia error."""
+
+
+# --- storage -------------------------------------------------------------------------
+
+
+class StorageError(OlympiaError):
+    """A storage operation failed; ``path`` names the file (full URI) it was about."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(f"{message}: {path}" if path else message)
+        self.path = path
+
+
+class FileNotFound(StorageError):
+    """The file does not exist."""
+
+
+class FileAlreadyExists(StorageError):
+    """An exclusive create lost: the file already exists."""
+
+
+class TransientStorageError(StorageError):
+    """A failure that may go away on retry (throttling, timeouts, connection resets)."""
+
+
+# --- format --------------------------------------------------------------------------
+
+
+class CorruptFileError(OlympiaError):
+    """A node, definition or version file does not follow the format."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"corrupt file {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# --- catalog -------------------------------------------------------------------------
+
+
+class CatalogError(OlympiaError):
+    """A catalog operation was refused."""
+
+
+class InvalidNameError(CatalogError, ValueError):
+    """An object name breaks the format's naming rules."""
+
+
+class InvalidArgumentError(CatalogError, ValueError):
+    """An argument is malformed (bad type spelling, bad option value, ...)."""
+
+
+class NotFoundError(CatalogError, KeyError):
+    """The catalog, namespace, table, view, version or export does not exist."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class AlreadyExistsError(CatalogError):
+    """The object already exists."""
+
+
+class NamespaceNotEmptyError(CatalogError):
+    """A namespace still holds tables or views and cascade was not requested."""
+
+
+class ProtectedObjectError(CatalogError):
+    """The object is marked protected and cannot be dropped."""
+
+
+class ReadOnlyError(CatalogError):
+    """A write was attempted on a read-only (time-travel) view of the catalog."""
+
+
+class CommitConflict(CatalogError):
+    """A concurrent commit changed what this transaction depends on.
+
+    ``object_name`` is the conflicting object and ``version`` the version that won.
+    """
+
+    def __init__(self, message: str, object_name: str = "", version: int | None = None) -> None:
+        super().__init__(message)
+        self.object_name = object_name
+        self.version = version
+
+
+class TransactionExpiredError(CatalogError):
+    """A distributed transaction is past its expiry time."""

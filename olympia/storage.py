@@ -1,0 +1,441 @@
+"""Storage: the files of one catalog prefix on local disk, in memory, or on S3 (fsspec/s3fs).
+
+Every path given to :class:`Storage` is relative to the catalog prefix (``vn/latest``,
+``node/<uuid>.arrow``). The one operation that makes commits safe is
+:meth:`Storage.create_exclusive`: atomic (no reader ever sees a partial file) and exclusive
+(of N racing writers exactly one wins; the others get :class:`FileAlreadyExists`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+from olympia.exceptions import (
+    FileAlreadyExists,
+    FileNotFound,
+    StorageError,
+    TransientStorageError,
+)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_CONCURRENCY = 16
+TRANSIENT_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A listed file: path relative to the prefix, size in bytes, modification epoch seconds."""
+
+    path: str
+    size: int
+    modified: float
+
+
+@dataclass
+class StorageStats:
+    """Counts of storage operations; stable where timings are not (used by benchmarks)."""
+
+    reads: int = 0
+    writes: int = 0
+    exists: int = 0
+    lists: int = 0
+    deletes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def snapshot(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+    def reset(self) -> None:
+        with self._lock:
+            for f in fields(self):
+                if not f.name.startswith("_"):
+                    setattr(self, f.name, 0)
+
+
+class Backend(Protocol):
+    """What a storage system must offer; paths here are full backend paths."""
+
+    def read(self, path: str) -> bytes: ...
+    def write(self, path: str, data: bytes) -> None: ...
+    def create_exclusive(self, path: str, data: bytes) -> None: ...
+    def exists(self, path: str) -> bool: ...
+    def list(self, prefix: str) -> list[FileInfo]: ...
+    def delete(self, path: str) -> None: ...
+    def delete_many(self, paths: Sequence[str]) -> None: ...
+
+
+class LocalBackend:
+    """Local disk. Publishes every file by rename/link of a fully written temp file."""
+
+    def __init__(self, fsync: bool = True) -> None:
+        self.fsync = fsync
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def _temp(self, path: str, data: bytes) -> str:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        return tmp
+
+    def write(self, path: str, data: bytes) -> None:
+        tmp = self._temp(path, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        tmp = self._temp(path, data)
+        try:
+            os.link(tmp, path)  # fails with EEXIST if another writer published first
+        finally:
+            _unlink_quietly(tmp)
+
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        out: list[FileInfo] = []
+        root = prefix if os.path.isdir(prefix) else os.path.dirname(prefix)
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                if name.startswith(".tmp-") or not full.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                out.append(FileInfo(full, st.st_size, st.st_mtime))
+        return out
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            self.delete(path)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class MemoryBackend:
+    """An in-process store, shared by every Storage opened on the same ``memory://name``."""
+
+    _stores: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, name: str) -> None:
+        with self._registry_lock:
+            self.files = self._stores.setdefault(name, {})
+        self.lock = threading.Lock()
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self.files[path][0]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+
+    def write(self, path: str, data: bytes) -> None:
+        self.files[path] = (bytes(data), time.time())
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        with self.lock:
+            if path in self.files:
+                raise FileExistsError(path)
+            self.files[path] = (bytes(data), time.time())
+
+    def exists(self, path: str) -> bool:
+        return path in self.files
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        items = list(self.files.items())
+        return [FileInfo(p, len(d), m) for p, (d, m) in items if p.startswith(prefix)]
+
+    def delete(self, path: str) -> None:
+        self.files.pop(path, None)
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            self.delete(path)
+
+
+class FsspecBackend:
+    """Any fsspec filesystem whose ``pipe_file(mode="create")`` is exclusive (S3 via s3fs)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    def read(self, path: str) -> bytes:
+        data: bytes = self.fs.cat_file(path)
+        return data
+
+    def write(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(path, data)
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(path, data, mode="create")
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        base = prefix.rstrip("/")
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return []
+        out = []
+        for path, info in found.items():
+            if not path.startswith(prefix):
+                continue
+            modified = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+            if hasattr(modified, "timestamp"):
+                modified = modified.timestamp()
+            out.append(FileInfo(path, int(info.get("size") or 0), float(modified)))
+        return out
+
+    def delete(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        if paths:
+            try:
+                self.fs.rm(list(paths))
+            except FileNotFoundError:
+                pass
+
+
+def _s3_filesystem(options: Mapping[str, Any]) -> Any:
+    import s3fs
+
+    opts = dict(options)
+    client_kwargs = dict(opts.pop("client_kwargs", {}) or {})
+    for short, long in (("endpoint_url", "endpoint_url"), ("region", "region_name")):
+        if short in opts:
+            client_kwargs[long] = opts.pop(short)
+    for short, long in (("access_key_id", "key"), ("secret_access_key", "secret")):
+        if short in opts:
+            opts[long] = opts.pop(short)
+    opts.setdefault("use_listings_cache", False)
+    opts.setdefault("skip_instance_cache", True)
+    return s3fs.S3FileSystem(client_kwargs=client_kwargs, **opts)
+
+
+def _is_precondition_failure(exc: BaseException) -> bool:
+    text = str(exc)
+    return (
+        isinstance(exc, FileExistsError)
+        or "PreconditionFailed" in text
+        or "pre-conditions you specified did not hold" in text
+        or "412" in text.split(":", 1)[0]
+    )
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    text = str(exc)
+    return any(
+        marker in text
+        for marker in ("SlowDown", "Throttl", "RequestTimeout", "ServiceUnavailable",
+                       "InternalError", "Connection reset", "503", "500 ")
+    )
+
+
+class Storage:
+    """The files of one catalog, addressed by paths relative to its prefix."""
+
+    def __init__(self, uri: str, options: Mapping[str, Any] | None = None) -> None:
+        options = dict(options or {})
+        self.concurrency = int(options.pop("max_concurrency", DEFAULT_CONCURRENCY))
+        self.uri = uri.rstrip("/")
+        self.stats = StorageStats()
+        parts = urlsplit(uri)
+        scheme = parts.scheme if len(parts.scheme) > 1 else ""  # "C:" is not a scheme
+        self.backend: Backend
+        if scheme in ("", "file", "local"):
+            local = parts.path if scheme else uri
+            self.root = os.path.abspath(os.path.expanduser(local)).rstrip("/") + "/"
+            self.backend = LocalBackend(fsync=bool(options.pop("fsync", True)))
+            self.uri = "file://" + self.root.rstrip("/")
+        elif scheme == "memory":
+            name = (parts.netloc + parts.path).strip("/")
+            self.root = "/"
+            self.backend = MemoryBackend(name)
+        elif scheme in ("s3", "s3a"):
+            self.root = (parts.netloc + parts.path).strip("/") + "/"
+            self.backend = FsspecBackend(_s3_filesystem(options))
+        else:
+            raise StorageError(
+                f"unsupported storage scheme {scheme!r} (use a local path, file://, memory:// "
+                "or s3://)", uri)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __repr__(self) -> str:
+        return f"Storage({self.uri!r})"
+
+    def full(self, path: str) -> str:
+        """The backend path of a catalog-relative path."""
+        return self.root + path.lstrip("/")
+
+    def display(self, path: str) -> str:
+        """A user-facing name for a file: the catalog URI joined with the relative path."""
+        return f"{self.uri}/{path.lstrip('/')}"
+
+    def child(self, path: str) -> Storage:
+        """A Storage for a sub-prefix sharing this one's backend and counters."""
+        sub = object.__new__(Storage)
+        sub.__dict__.update(self.__dict__)
+        sub.root = self.full(path).rstrip("/") + "/"
+        sub.uri = self.display(path).rstrip("/")
+        sub._pool = None
+        return sub
+
+    # --- single-file operations ---------------------------------------------------
+
+    def _call(self, op: str, path: str, fn: Callable[[], T], retry: bool = True) -> T:
+        attempts = TRANSIENT_ATTEMPTS if retry else 1
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except StorageError:
+                raise
+            except FileNotFoundError:
+                raise FileNotFound("file not found", self.display(path)) from None
+            except Exception as exc:
+                if _is_transient(exc) and attempt + 1 < attempts:
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                if _is_transient(exc):
+                    raise TransientStorageError(f"{op} failed ({exc})", self.display(path)) from exc
+                raise StorageError(f"{op} failed ({exc})", self.display(path)) from exc
+        raise AssertionError("unreachable")
+
+    def read(self, path: str) -> bytes:
+        data = self._call("read", path, lambda: self.backend.read(self.full(path)))
+        self.stats.add(reads=1, bytes_read=len(data))
+        return data
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write (or replace) a file; readers see the old or the new content, never a mix."""
+        self._call("write", path, lambda: self.backend.write(self.full(path), data))
+        self.stats.add(writes=1, bytes_written=len(data))
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        """Create a file only if it does not exist; raise FileAlreadyExists otherwise."""
+        full = self.full(path)
+        self.stats.add(writes=1, bytes_written=len(data))
+        uncertain = False
+        for attempt in range(TRANSIENT_ATTEMPTS):
+            try:
+                self.backend.create_exclusive(full, data)
+                return
+            except Exception as exc:
+                if _is_precondition_failure(exc) or (
+                    isinstance(exc, OSError) and exc.errno == errno.EEXIST
+                ):
+                    # After a transient failure our own first attempt may have landed.
+                    if uncertain and self._read_or_none(path) == data:
+                        return
+                    raise FileAlreadyExists("file already exists", self.display(path)) from None
+                if _is_transient(exc) and attempt + 1 < TRANSIENT_ATTEMPTS:
+                    uncertain = True
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                raise StorageError(f"exclusive create failed ({exc})", self.display(path)) from exc
+
+    def _read_or_none(self, path: str) -> bytes | None:
+        try:
+            return self.read(path)
+        except FileNotFound:
+            return None
+
+    def exists(self, path: str) -> bool:
+        self.stats.add(exists=1)
+        return self._call("exists", path, lambda: self.backend.exists(self.full(path)))
+
+    def list(self, prefix: str = "") -> list[FileInfo]:
+        """Every file whose relative path starts with ``prefix``, sorted by path."""
+        self.stats.add(lists=1)
+        found = self._call("list", prefix, lambda: self.backend.list(self.full(prefix)))
+        cut = len(self.root)
+        return sorted(
+            (FileInfo(f.path[cut:], f.size, f.modified) for f in found), key=lambda f: f.path
+        )
+
+    def delete(self, path: str) -> None:
+        """Delete a file; a missing file counts as deleted."""
+        self.stats.add(deletes=1)
+        self._call("delete", path, lambda: self.backend.delete(self.full(path)))
+
+    # --- batched operations ---------------------------------------------------------
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """Run ``fn`` over ``items`` with bounded concurrency, results in input order."""
+        items = list(items)
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="olympia-io")
+        return list(self._pool.map(fn, items))
+
+    def read_many(self, paths: Iterable[str]) -> list[bytes]:
+        return self.map(self.read, paths)
+
+    def write_many(self, files: Mapping[str, bytes]) -> None:
+        self.map(lambda item: self.write(*item), files.items())
+
+    def delete_many(self, paths: Iterable[str], batch: int = 1000) -> None:
+        paths = list(paths)
+        chunks = [paths[i : i + batch] for i in range(0, len(paths), batch)]
+
+        def run(chunk: list[str]) -> None:
+            self.stats.add(deletes=len(chunk))
+            full = [self.full(p) for p in chunk]
+            self._call("delete", chunk[0], lambda: self.backend.delete_many(full))
+
+        self.map(run, chunks)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None

@@ -1,0 +1,378 @@
+"""A copy-on-write B-tree of order N over immutable node files.
+
+Reads walk immutable :class:`Node` objects fetched through a :class:`NodeStore` (a bounded
+cache keyed by node file path: files never change, so a cached node is always right).
+Writes go through a :class:`TreeWriter`: nodes on changed paths are copied into mutable
+working nodes, split/borrowed/merged as a textbook B-tree, and :meth:`TreeWriter.flush`
+gives new files only for those nodes; untouched subtrees keep their paths and are shared
+with the previous version.
+
+Invariants kept (spec "B-Tree"): all leaves at one depth; every node has at most N
+children (N - 1 keys); every non-root node at least ceil(N/2) children (ceil(N/2) - 1 keys,
+leaves included); an internal root has at least 2 children.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from olympia.exceptions import CorruptFileError
+from olympia.storage import Storage
+from olympia.tree.node import Node, decode_node, encode_node
+
+
+def min_keys(order: int) -> int:
+    """Fewest keys a non-root node may hold: ceil(order / 2) - 1."""
+    return (order + 1) // 2 - 1
+
+
+def new_node_path() -> str:
+    return f"node/{uuid.uuid4()}.arrow"
+
+
+class NodeStore:
+    """Loads node files of one catalog through a bounded LRU cache of parsed nodes."""
+
+    def __init__(self, storage: Storage, order: int, cache_size: int = 8192) -> None:
+        self.storage = storage
+        self.order = order
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, Node] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _cached(self, path: str) -> Node | None:
+        with self._lock:
+            node = self._cache.get(path)
+            if node is not None:
+                self._cache.move_to_end(path)
+            return node
+
+    def remember(self, path: str, node: Node) -> None:
+        with self._lock:
+            self._cache[path] = node
+            self._cache.move_to_end(path)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    def load(self, path: str) -> Node:
+        node = self._cached(path)
+        if node is None:
+            node = decode_node(self.storage.read(path), self.storage.display(path), self.order)
+            self.remember(path, node)
+        return node
+
+    def load_many(self, paths: list[str]) -> list[Node]:
+        """Load several nodes, fetching the uncached ones concurrently."""
+        missing = [p for p in dict.fromkeys(paths) if self._cached(p) is None]
+        self.storage.map(self.load, missing)
+        return [self.load(p) for p in paths]
+
+
+# --- reads over immutable nodes ---------------------------------------------------------
+
+
+def get(store: NodeStore, root: Node, key: str) -> str | None:
+    """The value stored under ``key``, or None."""
+    node = root
+    while True:
+        i = bisect_left(node.keys, key)
+        if i < len(node.keys) and node.keys[i] == key:
+            return node.values[i]
+        if node.children is None:
+            return None
+        node = store.load(node.children[i])
+
+
+def scan(
+    store: NodeStore, root: Node, lo: str = "", hi: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """Entries with ``lo <= key < hi`` in key order, reading only overlapping subtrees."""
+
+    def below(key: str) -> bool:
+        return hi is None or key < hi
+
+    def walk(node: Node) -> Iterator[tuple[str, str]]:
+        first = bisect_left(node.keys, lo)
+        if node.children is None:
+            for i in range(first, len(node.keys)):
+                if not below(node.keys[i]):
+                    return
+                yield node.keys[i], node.values[i]
+            return
+        last = len(node.keys) if hi is None else bisect_left(node.keys, hi)
+        children = store.load_many(list(node.children[first : last + 1]))
+        for offset, child in enumerate(children):
+            yield from walk(child)
+            i = first + offset
+            if i < last:
+                yield node.keys[i], node.values[i]
+
+    yield from walk(root)
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (None: unbounded)."""
+    trimmed = prefix.rstrip("\U0010ffff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + chr(ord(trimmed[-1]) + 1)
+
+
+def scan_prefix(store: NodeStore, root: Node, prefix: str) -> Iterator[tuple[str, str]]:
+    return scan(store, root, prefix, prefix_end(prefix))
+
+
+def depth(store: NodeStore, root: Node) -> int:
+    """Number of levels, root included."""
+    levels, node = 1, root
+    while node.children is not None:
+        node = store.load(node.children[0])
+        levels += 1
+    return levels
+
+
+def node_paths(store: NodeStore, root: Node) -> Iterator[str]:
+    """Paths of every non-root node file reachable from ``root``, level by level."""
+    level = list(root.children or ())
+    while level:
+        yield from level
+        nodes = store.load_many(level)
+        level = [c for n in nodes for c in (n.children or ())]
+
+
+def validate(store: NodeStore, root: Node, order: int) -> int:
+    """Check every B-tree invariant below ``root``; return the number of entries.
+
+    Raises CorruptFileError naming the offending node.
+    """
+    low = min_keys(order)
+    leaf_depths: set[int] = set()
+
+    def check(node: Node, name: str, level: int, lo: str | None, hi: str | None) -> int:
+        n = len(node.keys)
+        if n > order - 1:
+            raise CorruptFileError(name, f"{n} keys exceed order {order}")
+        if level > 0 and n < low:
+            raise CorruptFileError(name, f"{n} keys, fewer than the minimum {low}")
+        if level == 0 and node.children is not None and n < 1:
+            raise CorruptFileError(name, "internal root with fewer than 2 children")
+        if list(node.keys) != sorted(set(node.keys)):
+            raise CorruptFileError(name, "keys not strictly increasing")
+        if node.keys and ((lo is not None and node.keys[0] <= lo)
+                          or (hi is not None and node.keys[-1] >= hi)):
+            raise CorruptFileError(name, "key outside the range its parent allows")
+        if node.children is None:
+            leaf_depths.add(level)
+            if len(leaf_depths) > 1:
+                raise CorruptFileError(name, "leaves at different depths")
+            return n
+        bounds = [lo, *node.keys, hi]
+        total = n
+        for i, path in enumerate(node.children):
+            total += check(store.load(path), store.storage.display(path), level + 1,
+                           bounds[i], bounds[i + 1])
+        return total
+
+    return check(root, "root", 0, None, None)
+
+
+# --- copy-on-write writes ----------------------------------------------------------------
+
+
+class _Work:
+    """A mutable node in a writer's working tree; ``path`` None means changed (dirty)."""
+
+    __slots__ = ("children", "keys", "path", "values")
+
+    def __init__(
+        self,
+        keys: list[str],
+        values: list[str],
+        children: list[_Work | str] | None,
+        path: str | None,
+    ) -> None:
+        self.keys = keys
+        self.values = values
+        self.children = children
+        self.path = path
+
+    @classmethod
+    def of(cls, node: Node, path: str | None) -> _Work:
+        children = None if node.children is None else list[_Work | str](node.children)
+        return cls(list(node.keys), list(node.values), children, path)
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """Outcome of :meth:`TreeWriter.flush`: the new root's pivot table and new node files."""
+
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    children: tuple[str, ...] | None
+    files: dict[str, Node]
+
+
+class TreeWriter:
+    """Applies puts and deletes to a tree copy-on-write."""
+
+    def __init__(self, store: NodeStore, root: Node) -> None:
+        self.store = store
+        self.order = store.order
+        self.min_keys = min_keys(self.order)
+        self.root = _Work.of(root, None)
+
+    def _child(self, node: _Work, i: int) -> _Work:
+        assert node.children is not None
+        child = node.children[i]
+        if isinstance(child, str):
+            child = _Work.of(self.store.load(child), child)
+            node.children[i] = child
+        return child
+
+    @staticmethod
+    def _dirty(*nodes: _Work) -> None:
+        for node in nodes:
+            node.path = None
+
+    def put(self, key: str, value: str) -> None:
+        """Insert or replace ``key``."""
+        stack: list[tuple[_Work, int]] = []
+        node = self.root
+        while True:
+            i = bisect_left(node.keys, key)
+            if i < len(node.keys) and node.keys[i] == key:
+                node.values[i] = value
+                self._dirty(node, *(n for n, _ in stack))
+                return
+            if node.children is None:
+                node.keys.insert(i, key)
+                node.values.insert(i, value)
+                break
+            stack.append((node, i))
+            node = self._child(node, i)
+        self._dirty(node, *(n for n, _ in stack))
+        while len(node.keys) > self.order - 1:
+            mid = (len(node.keys) - 1) // 2
+            right = _Work(
+                node.keys[mid + 1 :],
+                node.values[mid + 1 :],
+                None if node.children is None else node.children[mid + 1 :],
+                None,
+            )
+            up_key, up_value = node.keys[mid], node.values[mid]
+            del node.keys[mid:], node.values[mid:]
+            if node.children is not None:
+                del node.children[mid + 1 :]
+            if stack:
+                parent, i = stack.pop()
+                parent.keys.insert(i, up_key)
+                parent.values.insert(i, up_value)
+                assert parent.children is not None
+                parent.children.insert(i + 1, right)
+                node = parent
+            else:
+                self.root = _Work([up_key], [up_value], [node, right], None)
+                return
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; return False if it was not there."""
+        stack: list[tuple[_Work, int]] = []
+        node = self.root
+        while True:
+            i = bisect_left(node.keys, key)
+            if i < len(node.keys) and node.keys[i] == key:
+                break
+            if node.children is None:
+                return False
+            stack.append((node, i))
+            node = self._child(node, i)
+        if node.children is None:
+            del node.keys[i], node.values[i]
+        else:  # replace with the predecessor, then remove that from its leaf
+            target, ti = node, i
+            stack.append((node, i))
+            node = self._child(node, i)
+            while node.children is not None:
+                last = len(node.children) - 1
+                stack.append((node, last))
+                node = self._child(node, last)
+            target.keys[ti], target.values[ti] = node.keys.pop(), node.values.pop()
+        self._dirty(node, *(n for n, _ in stack))
+        while stack and len(node.keys) < self.min_keys:
+            parent, i = stack.pop()
+            self._rebalance(parent, i, node)
+            node = parent
+        if self.root.children is not None and not self.root.keys:
+            self.root = self._child(self.root, 0)
+        return True
+
+    def _rebalance(self, parent: _Work, i: int, node: _Work) -> None:
+        """Fix an underfull child ``i`` of ``parent`` by borrowing or merging."""
+        assert parent.children is not None
+        if i > 0:
+            left = self._child(parent, i - 1)
+            if len(left.keys) > self.min_keys:
+                node.keys.insert(0, parent.keys[i - 1])
+                node.values.insert(0, parent.values[i - 1])
+                parent.keys[i - 1], parent.values[i - 1] = left.keys.pop(), left.values.pop()
+                if node.children is not None:
+                    assert left.children is not None
+                    node.children.insert(0, left.children.pop())
+                self._dirty(left)
+                return
+        if i < len(parent.children) - 1:
+            right = self._child(parent, i + 1)
+            if len(right.keys) > self.min_keys:
+                node.keys.append(parent.keys[i])
+                node.values.append(parent.values[i])
+                parent.keys[i], parent.values[i] = right.keys.pop(0), right.values.pop(0)
+                if node.children is not None:
+                    assert right.children is not None
+                    node.children.append(right.children.pop(0))
+                self._dirty(right)
+                return
+        if i > 0:  # merge node into its left sibling
+            i -= 1
+            left, right = self._child(parent, i), node
+        else:  # merge the right sibling into node
+            left, right = node, self._child(parent, i + 1)
+        left.keys += [parent.keys[i], *right.keys]
+        left.values += [parent.values[i], *right.values]
+        if left.children is not None:
+            assert right.children is not None
+            left.children += right.children
+        del parent.keys[i], parent.values[i], parent.children[i + 1]
+        self._dirty(left)
+
+    def flush(
+        self, created_at_millis: int, new_path: Callable[[], str] = new_node_path
+    ) -> FlushResult:
+        """Assign new paths to changed non-root nodes; return the root and the new files."""
+        files: dict[str, Node] = {}
+
+        def settle(node: _Work | str) -> str:
+            if isinstance(node, str):
+                return node
+            if node.path is not None:  # unchanged: every descendant is unchanged too
+                return node.path
+            built = self._build(node, settle, created_at_millis)
+            node.path = new_path()
+            files[node.path] = built
+            return node.path
+
+        root = self._build(self.root, settle, created_at_millis)
+        return FlushResult(root.keys, root.values, root.children, files)
+
+    @staticmethod
+    def _build(node: _Work, settle: Callable[[_Work | str], str], created: int) -> Node:
+        children = None if node.children is None else tuple(settle(c) for c in node.children)
+        return Node(tuple(node.keys), tuple(node.values), children, created)
+
+
+def encode_files(files: dict[str, Node], order: int) -> dict[str, bytes]:
+    return {path: encode_node(node, order) for path, node in files.items()}

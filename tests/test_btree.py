@@ -1,0 +1,87 @@
+"""Property-based B-tree tests against a dict model, across orders and reopen from storage."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from olympia.storage import Storage
+from olympia.tree import btree
+from olympia.tree.node import Node, decode_node, encode_node
+
+_counter = itertools.count()
+
+keys = st.text(alphabet="abcdefgh", min_size=1, max_size=3)
+ops = st.lists(
+    st.tuples(st.sampled_from(["put", "put", "delete"]), keys, st.integers(0, 99)),
+    max_size=120,
+)
+
+
+def commit(store: btree.NodeStore, root: Node, ops_: list[tuple[str, str, int]]) -> Node:
+    """Apply ops through a TreeWriter, write the new files, return the new root node."""
+    writer = btree.TreeWriter(store, root)
+    for op, key, value in ops_:
+        if op == "put":
+            writer.put(key, str(value))
+        else:
+            writer.delete(key)
+    result = writer.flush(created_at_millis=1)
+    store.storage.write_many(btree.encode_files(result.files, store.order))
+    root = Node(result.keys, result.values, result.children, 1, catalog_def="def/c")
+    # the root goes through the codec too, as it would on disk
+    return decode_node(encode_node(root, store.order), "root", store.order, root=True)
+
+
+@pytest.mark.parametrize("order", [3, 4, 5, 6, 7, 8])
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(ops, min_size=1, max_size=4))
+def test_matches_dict_model(order: int, batches: list[list[tuple[str, str, int]]]) -> None:
+    storage = Storage(f"memory://btree-{next(_counter)}")
+    store = btree.NodeStore(storage, order)
+    root = Node((), (), None, 0, catalog_def="def/c")
+    model: dict[str, str] = {}
+    for batch in batches:
+        root = commit(store, root, batch)
+        for op, key, value in batch:
+            if op == "put":
+                model[key] = str(value)
+            else:
+                model.pop(key, None)
+        # a cold store reads everything back from storage
+        cold = btree.NodeStore(storage, order)
+        assert btree.validate(cold, root, order) == len(model)
+        assert dict(btree.scan(cold, root)) == model
+        assert list(btree.scan(cold, root)) == sorted(model.items())
+        for key in ["a", "b", "ab", "hhh", "zz"]:
+            assert btree.get(cold, root, key) == model.get(key)
+        lo, hi = "b", "d"
+        assert list(btree.scan(cold, root, lo, hi)) == sorted(
+            (k, v) for k, v in model.items() if lo <= k < hi
+        )
+        assert list(btree.scan_prefix(cold, root, "a")) == sorted(
+            (k, v) for k, v in model.items() if k.startswith("a")
+        )
+
+
+def test_copy_on_write_writes_one_path() -> None:
+    order = 4
+    storage = Storage("memory://btree-cow")
+    store = btree.NodeStore(storage, order)
+    root = commit(store, Node((), (), None, 0), [("put", f"k{i:04d}", i) for i in range(500)])
+    depth = btree.depth(store, root)
+    assert depth >= 4
+    before = set(btree.node_paths(store, root))
+    writer = btree.TreeWriter(store, root)
+    writer.put("k0250", "changed")
+    result = writer.flush(2)
+    assert len(result.files) == depth - 1  # one new node per level below the root
+    store.storage.write_many(btree.encode_files(result.files, order))
+    new_root = Node(result.keys, result.values, result.children, 2)
+    after = set(btree.node_paths(store, new_root))
+    assert len(after - before) == depth - 1
+    assert btree.get(store, new_root, "k0250") == "changed"
+    assert btree.get(store, root, "k0250") == "250"  # the old version is untouched
