@@ -1,0 +1,1 @@
+"""Catalog layer: objects, keys, actions, snapshots, transactions and the Catalog itself."""

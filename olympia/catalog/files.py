@@ -1,0 +1,184 @@
+"""Reading a catalog's files: roots, definitions, version hints, latest-version discovery."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TypeVar
+
+from google.protobuf.message import DecodeError, Message
+
+from olympia._proto import objects_pb2 as pb
+from olympia.catalog.keys import KeyCodec, NameLimits, version_path
+from olympia.exceptions import CorruptFileError, FileNotFound, NotFoundError
+from olympia.storage import Storage
+from olympia.tree.btree import NodeStore
+from olympia.tree.node import Node, parse_node_file
+
+M = TypeVar("M", bound=Message)
+
+LATEST = "vn/latest"
+OLDEST = "vn/oldest"
+
+
+@dataclass(frozen=True)
+class Root:
+    """One version's root node with its catalog definition."""
+
+    version: int
+    path: str
+    node: Node
+    catalog_def: pb.CatalogDef
+
+    @property
+    def created_at_millis(self) -> int:
+        return self.node.created_at_millis
+
+
+class CatalogFiles:
+    """Typed, cached access to the files of one catalog prefix.
+
+    Node, definition and root files are immutable, so parsed copies are cached by path.
+    """
+
+    def __init__(self, storage: Storage, def_cache_size: int = 65536) -> None:
+        self.storage = storage
+        self._nodes: NodeStore | None = None
+        self._defs: OrderedDict[str, Message] = OrderedDict()
+        self._roots: OrderedDict[str, Root] = OrderedDict()
+        self._cache_size = def_cache_size
+        self._lock = threading.Lock()
+
+    # --- definitions -------------------------------------------------------------------
+
+    def read_def(self, path: str, cls: type[M]) -> M:
+        with self._lock:
+            cached = self._defs.get(path)
+            if cached is not None:
+                self._defs.move_to_end(path)
+        if cached is None:
+            data = self.storage.read(path)
+            cached = cls()
+            try:
+                cached.ParseFromString(data)
+            except DecodeError as exc:
+                raise CorruptFileError(self.storage.display(path),
+                                       f"not a {cls.__name__} ({exc})") from None
+            self.remember_def(path, cached)
+        if not isinstance(cached, cls):
+            raise CorruptFileError(self.storage.display(path), f"is not a {cls.__name__}")
+        return cached
+
+    def read_defs(self, paths: list[str], cls: type[M]) -> list[M]:
+        """Read many definition files, the uncached ones concurrently."""
+        with self._lock:
+            missing = [p for p in dict.fromkeys(paths) if p not in self._defs]
+        self.storage.map(lambda p: self.read_def(p, cls), missing)
+        return [self.read_def(p, cls) for p in paths]
+
+    def remember_def(self, path: str, message: Message) -> None:
+        with self._lock:
+            self._defs[path] = message
+            while len(self._defs) > self._cache_size:
+                self._defs.popitem(last=False)
+
+    # --- nodes and roots ---------------------------------------------------------------
+
+    def nodes(self, order: int) -> NodeStore:
+        if self._nodes is None or self._nodes.order != order:
+            self._nodes = NodeStore(self.storage, order)
+        return self._nodes
+
+    def read_root(self, version: int) -> Root:
+        """The root of ``version``; NotFoundError if that version does not exist."""
+        path = version_path(version)
+        with self._lock:
+            cached = self._roots.get(path)
+        if cached is not None:
+            return cached
+        try:
+            data = self.storage.read(path)
+        except FileNotFound:
+            raise NotFoundError(
+                f"version {version} does not exist in {self.storage.uri} ({path})"
+            ) from None
+        root = self._decode_root(version, path, data)
+        self.remember_root(root)
+        return root
+
+    def _decode_root(self, version: int, path: str, data: bytes) -> Root:
+        where = self.storage.display(path)
+        raw = parse_node_file(data, where)
+        system = raw.system_rows()
+        if "catalog_def" not in system:
+            raise CorruptFileError(where, "root node without a catalog_def row")
+        catalog_def = self.read_def(system["catalog_def"], pb.CatalogDef)
+        if catalog_def.order < 3:
+            raise CorruptFileError(self.storage.display(system["catalog_def"]),
+                                   f"order {catalog_def.order} is below 3")
+        node = raw.to_node(catalog_def.order, root=True)
+        return Root(version, path, node, catalog_def)
+
+    def remember_root(self, root: Root) -> None:
+        with self._lock:
+            self._roots[root.path] = root
+            while len(self._roots) > 256:
+                self._roots.popitem(last=False)
+
+    # --- version hints and discovery ---------------------------------------------------
+
+    def read_hint(self, path: str) -> int | None:
+        """The number in vn/latest or vn/oldest (None if absent); surrounding space is fine."""
+        try:
+            text = self.storage.read(path).decode("ascii", errors="replace").strip()
+        except FileNotFound:
+            return None
+        if not text.isdigit():
+            if path == LATEST:  # only a hint: an unreadable one is ignored
+                return None
+            raise CorruptFileError(self.storage.display(path), f"not a version number: {text!r}")
+        return int(text)
+
+    def write_hint(self, path: str, version: int) -> None:
+        self.storage.write(path, f"{version}\n".encode("ascii"))
+
+    def oldest_version(self) -> int:
+        return self.read_hint(OLDEST) or 0
+
+    def discover_latest(self) -> Root:
+        """The latest root, found as the spec's procedure finds it (ruling 11).
+
+        Start at vn/latest when it is above vn/oldest, else at vn/oldest (or 0), and return
+        the version before the first missing one. Probing doubles its step and then
+        bisects, which gives the same answer because versions above vn/oldest are
+        contiguous; it never probes below the start.
+        """
+        latest, oldest = self.read_hint(LATEST), self.read_hint(OLDEST)
+        start = latest if latest is not None and (oldest is None or latest > oldest) else (
+            oldest or 0
+        )
+        try:
+            root = self.read_root(start)
+        except NotFoundError:
+            if start == 0:
+                raise NotFoundError(f"no Olympia catalog at {self.storage.uri}") from None
+            root = self.read_root(start - 1)
+            return root
+        low, step = start, 1
+        while self.storage.exists(version_path(low + step)):
+            low += step
+            step *= 2
+        high = low + step
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self.storage.exists(version_path(mid)):
+                low = mid
+            else:
+                high = mid
+        return root if low == start else self.read_root(low)
+
+    def codec(self, catalog_def: pb.CatalogDef) -> KeyCodec:
+        return KeyCodec(NameLimits(catalog_def.namespace_name_max_size_bytes,
+                                   catalog_def.table_name_max_size_bytes,
+                                   catalog_def.view_name_max_size_bytes))

@@ -1,0 +1,153 @@
+"""The catalog read API (pyiceberg names), over a version's tree or a transaction's view."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+from olympia._proto import actions_pb2 as apb
+from olympia._proto import objects_pb2 as pb
+from olympia.catalog import actions
+from olympia.catalog.files import CatalogFiles, Root
+from olympia.catalog.keys import PREFIX, KeyCodec, ObjectRef, ObjectType
+from olympia.catalog.objects import Namespace, Table, View, as_identifier
+from olympia.exceptions import NotFoundError
+from olympia.tree import btree
+
+Identifier = str | tuple[str, str]
+
+
+class CatalogReader(ABC):
+    """Reads of one consistent state of a catalog."""
+
+    files: CatalogFiles
+    codec: KeyCodec
+
+    @abstractmethod
+    def _get(self, ref: ObjectRef) -> str | None:
+        """Definition file path of an object, or None."""
+
+    @abstractmethod
+    def _scan(self, kind: ObjectType, namespace: str | None) -> Iterator[tuple[str, str]]:
+        """(key, def path) of every object of ``kind`` (in ``namespace``), in key order."""
+
+    # --- namespaces ----------------------------------------------------------------------
+
+    def list_namespaces(self) -> list[str]:
+        return [self.codec.decode(k).namespace for k, _ in self._scan(ObjectType.NAMESPACE, None)]
+
+    def namespace_exists(self, namespace: str) -> bool:
+        return self._get(ObjectRef(ObjectType.NAMESPACE, namespace)) is not None
+
+    def load_namespace(self, namespace: str) -> Namespace:
+        ref = ObjectRef(ObjectType.NAMESPACE, namespace)
+        return Namespace.from_proto(self._require(ref, pb.NamespaceDef))
+
+    def load_namespace_properties(self, namespace: str) -> dict[str, str]:
+        return dict(self.load_namespace(namespace).properties)
+
+    # --- tables and views ---------------------------------------------------------------
+
+    def list_tables(self, namespace: str) -> list[str]:
+        return self._list_children(ObjectType.TABLE, namespace)
+
+    def table_exists(self, identifier: Identifier, name: str | None = None) -> bool:
+        return self._get(_ref(ObjectType.TABLE, identifier, name)) is not None
+
+    def load_table(self, identifier: Identifier, name: str | None = None) -> Table:
+        ref = _ref(ObjectType.TABLE, identifier, name)
+        return Table.from_proto(self._require(ref, pb.TableDef), ref.namespace, ref.name)
+
+    def list_views(self, namespace: str) -> list[str]:
+        return self._list_children(ObjectType.VIEW, namespace)
+
+    def view_exists(self, identifier: Identifier, name: str | None = None) -> bool:
+        return self._get(_ref(ObjectType.VIEW, identifier, name)) is not None
+
+    def load_view(self, identifier: Identifier, name: str | None = None) -> View:
+        ref = _ref(ObjectType.VIEW, identifier, name)
+        return View.from_proto(self._require(ref, pb.ViewDef), ref.namespace, ref.name)
+
+    # --- whole-catalog reads ---------------------------------------------------------------
+
+    def objects(self) -> Iterator[tuple[ObjectRef, str]]:
+        """Every object with its definition file path, namespaces then tables then views."""
+        for kind in (ObjectType.NAMESPACE, ObjectType.TABLE, ObjectType.VIEW):
+            for key, path in self._scan(kind, None):
+                yield self.codec.decode(key), path
+
+    def load_all(self) -> tuple[list[Namespace], list[Table], list[View]]:
+        """Every object, with definition files read concurrently."""
+        refs = list(self.objects())
+        out: tuple[list[Namespace], list[Table], list[View]] = ([], [], [])
+        for kind, cls in ((ObjectType.NAMESPACE, pb.NamespaceDef), (ObjectType.TABLE, pb.TableDef),
+                          (ObjectType.VIEW, pb.ViewDef)):
+            group = [(r, p) for r, p in refs if r.type == kind]
+            defs = self.files.read_defs([p for _, p in group], cls)  # type: ignore[arg-type]
+            for (ref, _), msg in zip(group, defs, strict=True):
+                if kind == ObjectType.NAMESPACE:
+                    out[0].append(Namespace.from_proto(msg))  # type: ignore[arg-type]
+                elif kind == ObjectType.TABLE:
+                    out[1].append(Table.from_proto(msg, ref.namespace, ref.name))  # type: ignore[arg-type]
+                else:
+                    out[2].append(View.from_proto(msg, ref.namespace, ref.name))  # type: ignore[arg-type]
+        return out
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _list_children(self, kind: ObjectType, namespace: str) -> list[str]:
+        if not self.namespace_exists(namespace):
+            raise NotFoundError(f"namespace {namespace} does not exist")
+        return [self.codec.decode(k).name for k, _ in self._scan(kind, namespace)]
+
+    def _require(self, ref: ObjectRef, cls: type[pb.NamespaceDef] | type[pb.TableDef]
+                 | type[pb.ViewDef]) -> object:
+        path = self._get(ref)
+        if path is None:
+            raise NotFoundError(f"{ref.label} does not exist")
+        return self.files.read_def(path, cls)
+
+    def _prefix(self, kind: ObjectType, namespace: str | None) -> str:
+        return PREFIX[kind] if namespace is None else self.codec.children_prefix(kind, namespace)
+
+
+def _ref(kind: ObjectType, identifier: Identifier, name: str | None) -> ObjectRef:
+    namespace, obj = as_identifier(identifier, name)
+    return ObjectRef(kind, namespace, obj)
+
+
+class Snapshot(CatalogReader):
+    """A read-only view of one catalog version."""
+
+    def __init__(self, files: CatalogFiles, root: Root) -> None:
+        self.files = files
+        self.root = root
+        self.codec = files.codec(root.catalog_def)
+        self.nodes = files.nodes(root.catalog_def.order)
+
+    @property
+    def version(self) -> int:
+        return self.root.version
+
+    @property
+    def catalog_def(self) -> pb.CatalogDef:
+        return self.root.catalog_def
+
+    @property
+    def created_at_millis(self) -> int:
+        return self.root.created_at_millis
+
+    def _get(self, ref: ObjectRef) -> str | None:
+        return btree.get(self.nodes, self.root.node, self.codec.key(ref))
+
+    def _scan(self, kind: ObjectType, namespace: str | None) -> Iterator[tuple[str, str]]:
+        return btree.scan_prefix(self.nodes, self.root.node, self._prefix(kind, namespace))
+
+    def actions(self) -> list[apb.ActionDef]:
+        """The actions of the transaction that produced this version."""
+        where = self.files.storage.display(self.root.path)
+        return [actions.decode_row(value, where) for _, value in self.root.node.actions]
+
+    def depth(self) -> int:
+        return btree.depth(self.nodes, self.root.node)
+
