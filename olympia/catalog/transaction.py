@@ -210,15 +210,16 @@ class Transaction(CatalogReader):
         if self.namespace_exists(new_name):
             raise AlreadyExistsError(f"namespace {new_name} already exists")
         old_ref, new_ref = ObjectRef(NS, namespace), ObjectRef(NS, new_name)
+        tables, views = self.list_tables(namespace), self.list_views(namespace)
         moved = replace(ns, name=new_name)
         self._delete(old_ref)
         self._record(A.NAMESPACE_RENAME, old_ref, self._put(new_ref, moved.to_proto()),
                      rename=apb.RenameDef(from_name=namespace, to_name=new_name))
-        for table in self.list_tables(namespace):
+        for table in tables:
             t = self.load_table(namespace, table)
             self._move(TABLE, namespace, table, replace(t, namespace=new_name).to_proto(),
                        new_name)
-        for view in self.list_views(namespace):
+        for view in views:
             v = self.load_view(namespace, view)
             self._move(VIEW, namespace, view, replace(v, namespace=new_name).to_proto(), new_name)
         return moved

@@ -1,0 +1,57 @@
+"""Shared fixtures: catalog locations on memory, local disk and a real S3 server."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+
+
+@dataclass
+class Location:
+    """Where a test catalog lives: a URI plus the storage options to reach it."""
+
+    uri: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    kind: str = "memory"
+
+    def sub(self, name: str) -> Location:
+        return Location(f"{self.uri}/{name}", self.storage_options, self.kind)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    from s3server import SeaweedS3Server  # tests/ is on sys.path
+
+    with SeaweedS3Server() as server:
+        yield server
+
+
+def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Location:
+    unique = uuid.uuid4().hex[:12]
+    if kind == "memory":
+        return Location(f"memory://{unique}", {}, kind)
+    if kind == "local":
+        return Location(str(tmp_path / "warehouse"), {}, kind)
+    server = request.getfixturevalue("s3_server")
+    return Location(f"s3://{server.bucket}/{unique}", dict(server.storage_options), kind)
+
+
+@pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    """A fresh, empty catalog location on each storage kind."""
+    return _location(request.param, tmp_path, request)
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def shared_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    """A location several OS processes can reach (no memory storage)."""
+    return _location(request.param, tmp_path, request)

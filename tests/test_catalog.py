@@ -1,0 +1,344 @@
+"""The catalog suite: runs on memory, local disk and the real S3 server."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Location
+
+from olympia import Catalog, Column
+from olympia.catalog.files import LATEST, OLDEST
+from olympia.catalog.keys import KeyCodec, NameLimits, ObjectRef, ObjectType, version_path
+from olympia.exceptions import (
+    AlreadyExistsError,
+    CommitConflict,
+    CorruptFileError,
+    InvalidArgumentError,
+    InvalidNameError,
+    NamespaceNotEmptyError,
+    NotFoundError,
+    ProtectedObjectError,
+)
+from olympia.tree import btree
+from olympia.tree.node import SCHEMA, parse_node_file
+
+ORDERS = [
+    {"name": "id", "type": "bigint", "nullable": False, "comment": "order id"},
+    {"name": "customer", "type": "struct", "fields": [
+        {"name": "name", "type": "string"},
+        {"name": "tags", "type": "list", "element": {"type": "varchar(20)"}},
+    ]},
+    {"name": "amounts", "type": "map", "key": {"type": "string"},
+     "value": {"type": "decimal(12,2)", "nullable": False}},
+    {"name": "placed_at", "type": "timestamptz"},
+]
+
+
+def new_catalog(location: Location, **options: object) -> Catalog:
+    return Catalog.create(location.uri, location.storage_options, **options)  # type: ignore[arg-type]
+
+
+def test_create_writes_version_zero(location: Location) -> None:
+    catalog = new_catalog(location, order=4)
+    assert catalog.version == 0
+    files = [f.path for f in catalog.storage.list()]
+    assert version_path(0) in files and LATEST in files
+    assert version_path(0) == "vn/" + "0" * 32
+    assert [p for p in files if p.startswith("def/catalog/")]
+    raw = parse_node_file(catalog.storage.read(version_path(0)), "v0")
+    assert raw.system_rows().keys() == {"created_at_millis", "n_keys", "catalog_def"}
+    # system rows, exactly `order` pivot rows, one action row (catalog creation)
+    assert len(raw.keys) == 3 + 4 + 1
+    with pytest.raises(AlreadyExistsError):
+        new_catalog(location)
+    reopened = Catalog.open(location.uri, location.storage_options)
+    assert reopened.version == 0 and reopened.catalog_def.order == 4
+    assert reopened.catalog_def.txn_ttl_millis == 3 * 24 * 3600 * 1000
+
+
+def test_open_missing_catalog(location: Location) -> None:
+    with pytest.raises(NotFoundError, match="no Olympia catalog"):
+        Catalog.open(location.uri, location.storage_options)
+
+
+def test_namespace_lifecycle(location: Location) -> None:
+    catalog = new_catalog(location, order=3)
+    catalog.create_namespace("sales", {"owner": "team-a", "tier": "1"}, comment="Sales data")
+    assert catalog.namespace_exists("sales") and not catalog.namespace_exists("hr")
+    assert catalog.load_namespace_properties("sales") == {"owner": "team-a", "tier": "1"}
+    catalog.alter_namespace("sales", set_properties={"tier": "2"}, unset_properties=["owner"])
+    assert catalog.load_namespace("sales").properties == {"tier": "2"}
+    with pytest.raises(AlreadyExistsError):
+        catalog.create_namespace("sales")
+    catalog.create_table("sales", "orders", columns=ORDERS)
+    with pytest.raises(NamespaceNotEmptyError, match="sales.orders"):
+        catalog.drop_namespace("sales")
+    catalog.drop_namespace("sales", cascade=True)
+    assert catalog.list_namespaces() == []
+    with pytest.raises(NotFoundError):
+        catalog.load_namespace("sales")
+
+
+def test_tables_with_nested_types(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("sales")
+    created = catalog.create_table(("sales", "orders"), columns=ORDERS, properties={"a": "1"},
+                                   location="s3://lake/sales/orders/metadata/v1.json")
+    loaded = Catalog.open(location.uri, location.storage_options).load_table("sales.orders")
+    assert loaded == created
+    assert [c.name for c in loaded.columns] == ["id", "customer", "amounts", "placed_at"]
+    assert loaded.columns[0].type == "int8" and not loaded.columns[0].nullable
+    assert loaded.columns[1].fields[1].element is not None
+    assert loaded.columns[1].fields[1].element.type == "varchar(20)"
+    assert loaded.columns[2].value is not None and loaded.columns[2].value.type == "decimal(12,2)"
+    assert loaded.columns[3].type == "timestamptz6"
+    ids = [c.id for col in loaded.columns for c in col.walk()]
+    assert len(ids) == len(set(ids)) and min(ids) == 1
+    assert loaded.location.endswith("v1.json")
+
+
+def test_alter_table(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("sales")
+    catalog.create_table("sales", "orders", columns=ORDERS)
+    table = catalog.alter_table(
+        "sales.orders", set_properties={"owner": "x"}, remove_columns=["placed_at"],
+        rename_columns={"id": "order_id"}, add_columns=[Column("note", "string")],
+        update_columns={"amounts": {"type": "map", "key": {"type": "string"},
+                                    "value": {"type": "float8"}}},
+    )
+    assert [c.name for c in table.columns] == ["order_id", "customer", "amounts", "note"]
+    assert table.columns[0].id == 1  # renames keep the column id
+    reloaded = catalog.load_table("sales", "orders")
+    assert reloaded == table
+    assert reloaded.columns[2].value is not None and reloaded.columns[2].value.type == "float8"
+    described = [a.type for a in catalog.snapshot.actions()]
+    assert len(described) == 5  # set props, remove, rename, update, add
+    reordered = catalog.alter_table("sales.orders", column_order=["note", "order_id", "customer",
+                                                                  "amounts"])
+    assert reordered.columns[0].name == "note"
+    with pytest.raises(NotFoundError, match="column nope"):
+        catalog.alter_table("sales.orders", remove_columns=["nope"])
+    version = catalog.version
+    assert catalog.alter_table("sales.orders", set_properties={"owner": "x"}) == reordered
+    assert catalog.version == version  # nothing changed, nothing committed
+
+
+def test_views(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("sales")
+    catalog.create_table("sales", "orders", columns=ORDERS)
+    view = catalog.create_view("sales", "big_orders", sql="SELECT * FROM sales.orders",
+                               dialect="spark", columns=[{"name": "id", "type": "int8"}],
+                               referenced_objects=[("sales", "orders")])
+    assert catalog.load_view("sales.big_orders") == view
+    assert catalog.list_views("sales") == ["big_orders"]
+    with pytest.raises(NotFoundError, match="sales.missing"):
+        catalog.create_view("sales", "v2", sql="SELECT 1", referenced_objects=["sales.missing"])
+    with pytest.raises(AlreadyExistsError):
+        catalog.create_table("sales", "big_orders", columns=ORDERS)
+    replaced = catalog.replace_view("sales.big_orders", sql="SELECT id FROM sales.orders")
+    assert catalog.load_view("sales.big_orders") == replaced
+    catalog.rename_view("sales.big_orders", "orders_v")
+    assert catalog.list_views("sales") == ["orders_v"]
+    catalog.drop_view("sales.orders_v")
+    assert not catalog.view_exists("sales.orders_v")
+
+
+def test_rename_namespace_moves_children(location: Location) -> None:
+    catalog = new_catalog(location, order=3)
+    catalog.create_namespace("old", {"k": "v"})
+    for i in range(5):
+        catalog.create_table("old", f"t{i}", columns=[{"name": "x", "type": "int4"}])
+    catalog.create_view("old", "v", sql="SELECT 1", referenced_objects=["old.t0"])
+    catalog.rename_namespace("old", "new")
+    assert catalog.list_namespaces() == ["new"]
+    assert catalog.list_tables("new") == [f"t{i}" for i in range(5)]
+    assert catalog.load_table("new.t3").namespace == "new"
+    assert catalog.list_views("new") == ["v"]
+
+
+def test_protected_objects_cannot_be_dropped(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("core", protected=True)
+    catalog.create_table("core", "ledger", columns=ORDERS, protected=True)
+    with pytest.raises(ProtectedObjectError, match="core.ledger"):
+        catalog.drop_table("core.ledger")
+    with pytest.raises(ProtectedObjectError, match="namespace core"):
+        catalog.drop_namespace("core", cascade=True)
+    catalog.alter_table("core.ledger", protected=False)
+    catalog.drop_table("core.ledger")
+
+
+@pytest.mark.parametrize("name", ["", "has space", "tab\there", "del\x7f", "x" * 101, "nul\x00"])
+def test_invalid_names_write_nothing(location: Location, name: str) -> None:
+    catalog = new_catalog(location)
+    before = [f.path for f in catalog.storage.list()]
+    with pytest.raises(InvalidNameError):
+        catalog.create_namespace(name)
+    catalog.create_namespace("ok")
+    with pytest.raises(InvalidNameError):
+        catalog.create_table("ok", name, columns=ORDERS)
+    after = [f.path for f in catalog.storage.list()]
+    assert len(after) == len(before) + 2  # only the namespace commit: its root and def file
+    assert catalog.version == 1
+
+
+def test_names_with_slashes_and_unicode(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("../etc")
+    catalog.create_table("../etc", "ünïcødé/x", columns=[{"name": "a", "type": "int4"}])
+    assert catalog.list_tables("../etc") == ["ünïcødé/x"]
+    defs = [f.path for f in catalog.storage.list("def/table/")]
+    assert len(defs) == 1 and "/" not in defs[0].removeprefix("def/table/")
+
+
+def test_unknown_type_is_a_clear_error(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("s")
+    with pytest.raises(InvalidArgumentError, match="unknown type 'bigintt'"):
+        catalog.create_table("s", "t", columns=[{"name": "a", "type": "bigintt"}])
+
+
+def test_transaction_atomic_and_read_your_writes(location: Location) -> None:
+    catalog = new_catalog(location, order=3)
+    with catalog.transaction() as txn:
+        txn.create_namespace("a")
+        txn.create_table("a", "t1", columns=ORDERS)
+        assert txn.list_tables("a") == ["t1"]
+        assert txn.load_table("a.t1").columns[0].name == "id"
+        txn.drop_table("a.t1")
+        txn.create_table("a", "t2", columns=ORDERS)
+    assert catalog.version == 1
+    assert catalog.list_tables("a") == ["t2"]
+    files_before = {f.path for f in catalog.storage.list()}
+    with pytest.raises(RuntimeError), catalog.transaction() as txn:
+        txn.create_namespace("b")
+        txn.create_table("b", "t", columns=ORDERS)
+        raise RuntimeError("boom")
+    assert {f.path for f in catalog.storage.list()} == files_before
+    assert Catalog.open(location.uri, location.storage_options).version == 1
+
+
+def test_created_at_strictly_increases(location: Location) -> None:
+    catalog = new_catalog(location)
+    for i in range(5):
+        catalog.create_namespace(f"n{i}")
+    stamps = [catalog.at_version(v).created_at_millis for v in range(6)]
+    assert stamps == sorted(set(stamps))
+    assert catalog.at_version(3).root.node.previous_root == version_path(2)
+
+
+def test_concurrent_disjoint_transactions_both_commit(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("s")
+    other = Catalog.open(location.uri, location.storage_options)
+    t1, t2 = catalog.transaction(), other.transaction()
+    t1.create_table("s", "a", columns=ORDERS)
+    t2.create_table("s", "b", columns=ORDERS)
+    assert t1.commit() == 2
+    assert t2.commit() == 3  # rebased over version 2
+    fresh = Catalog.open(location.uri, location.storage_options)
+    assert fresh.list_tables("s") == ["a", "b"]
+    assert fresh.at_version(3).root.node.previous_root == version_path(2)
+
+
+@pytest.mark.parametrize("second", ["same table", "drop namespace"])
+def test_conflicting_transactions(location: Location, second: str) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("s")
+    other = Catalog.open(location.uri, location.storage_options)
+    t1, t2 = catalog.transaction(), other.transaction()
+    t1.create_table("s", "a", columns=ORDERS)
+    if second == "same table":
+        t2.create_table("s", "a", columns=[{"name": "x", "type": "int4"}])
+    else:
+        t2.drop_namespace("s")
+    t1.commit()
+    with pytest.raises(CommitConflict) as err:
+        t2.commit()
+    assert err.value.version == 2
+    assert "version 2" in str(err.value)
+    assert ("s.a" if second == "same table" else "namespace s") in str(err.value)
+    assert Catalog.open(location.uri, location.storage_options).version == 2
+
+
+def test_serializable_detects_read_write_conflict(location: Location) -> None:
+    catalog = new_catalog(location)
+    catalog.create_namespace("s")
+    catalog.create_namespace("t")
+    other = Catalog.open(location.uri, location.storage_options)
+    snap, ser = catalog.transaction(), other.transaction(isolation="SERIALIZABLE")
+    ser.list_tables("s")  # decides based on what s holds
+    ser.create_namespace("u")
+    snap.create_table("s", "new", columns=ORDERS)
+    snap.commit()
+    with pytest.raises(CommitConflict, match="s.new"):
+        ser.commit()
+    relaxed = Catalog.open(location.uri, location.storage_options).transaction()
+    relaxed.list_tables("s")
+    relaxed.create_namespace("u")
+    catalog.create_table("s", "other", columns=ORDERS)
+    relaxed.commit()  # SNAPSHOT: reads do not conflict
+
+
+def test_discovery_ignores_stale_or_missing_hint(location: Location) -> None:
+    catalog = new_catalog(location)
+    for i in range(9):
+        catalog.create_namespace(f"n{i}")
+    catalog.storage.write(LATEST, b" 3 \n")
+    assert Catalog.open(location.uri, location.storage_options).version == 9
+    catalog.storage.delete(LATEST)
+    assert Catalog.open(location.uri, location.storage_options).version == 9
+    catalog.storage.write(OLDEST, b"5")
+    catalog.storage.write(LATEST, b"2")
+    assert Catalog.open(location.uri, location.storage_options).version == 9
+    with pytest.raises(NotFoundError, match="expired"):
+        catalog.at_version(4)
+
+
+def test_corrupt_node_file_is_named(location: Location) -> None:
+    catalog = new_catalog(location, order=3)
+    catalog.create_namespace("s")
+    for i in range(10):
+        catalog.create_table("s", f"t{i}", columns=[{"name": "x", "type": "int4"}])
+    node_path = next(f.path for f in catalog.storage.list("node/"))
+    catalog.storage.write(node_path, b"not arrow")
+    fresh = Catalog.open(location.uri, location.storage_options)
+    with pytest.raises(CorruptFileError, match=node_path):
+        btree.validate(fresh.snapshot.nodes, fresh.snapshot.root.node, 3)
+
+
+def test_key_encoding_matches_spec() -> None:
+    codec = KeyCodec(NameLimits(namespace=8, table=8, view=9))
+    assert codec.key(ObjectRef(ObjectType.NAMESPACE, "default")) == "B===default "
+    assert codec.key(ObjectRef(ObjectType.TABLE, "default", "table")) == "C===default table   "
+    assert codec.key(ObjectRef(ObjectType.VIEW, "default", "view")) == "D===default view     "
+    assert codec.decode("C===default table   ") == ObjectRef(ObjectType.TABLE, "default", "table")
+    assert version_path(100) == "vn/00100110000000000000000000000000"
+
+
+def test_cold_load_table_reads_one_node_per_level(location: Location) -> None:
+    catalog = new_catalog(location, order=4)
+    with catalog.transaction() as txn:
+        txn.create_namespace("s")
+        for i in range(200):
+            txn.create_table("s", f"t{i:03d}", columns=[{"name": "x", "type": "int4"}])
+    cold = Catalog.open(location.uri, location.storage_options)
+    depth = cold.snapshot.depth()
+    assert depth >= 3
+    cold = Catalog.open(location.uri, location.storage_options)
+    cold.storage.stats.reset()
+    cold.load_table("s.t123")
+    # non-root levels plus the table's definition file
+    assert cold.storage.stats.reads == (depth - 1) + 1
+    cold.storage.stats.reset()
+    cold.load_table("s.t123")
+    assert cold.storage.stats.reads == 0  # nodes and defs are immutable: cached
+
+
+def test_node_files_follow_the_schema(location: Location) -> None:
+    catalog = new_catalog(location, order=5)
+    catalog.create_namespace("s")
+    for f in catalog.storage.list("node/") + catalog.storage.list("vn/0"):
+        raw = parse_node_file(catalog.storage.read(f.path), f.path)
+        assert raw and SCHEMA.names == ["key", "value", "pnode"]
