@@ -94,3 +94,22 @@ class CommitConflict(CatalogError):
 
 class TransactionExpiredError(CatalogError):
     """A distributed transaction is past its expiry time."""
+
+
+# --- catalog-as-code -----------------------------------------------------------------
+
+
+class SpecError(OlympiaError):
+    """One or more spec documents are invalid; ``problems`` lists each as file:line:col."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class StalePlanError(CatalogError):
+    """A saved plan no longer matches the catalog it was computed against."""
+
+
+class DestructiveChangeError(CatalogError):
+    """A plan holds destructive actions and they were not explicitly allowed."""

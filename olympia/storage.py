@@ -8,6 +8,8 @@ Every path given to :class:`Storage` is relative to the catalog prefix (``vn/lat
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import errno
 import os
 import threading
@@ -137,10 +139,8 @@ class LocalBackend:
         return out
 
     def delete(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
     def delete_many(self, paths: Sequence[str]) -> None:
         for path in paths:
@@ -148,10 +148,8 @@ class LocalBackend:
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class MemoryBackend:
@@ -231,17 +229,13 @@ class FsspecBackend:
         return out
 
     def delete(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
 
     def delete_many(self, paths: Sequence[str]) -> None:
         if paths:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(list(paths))
-            except FileNotFoundError:
-                pass
 
 
 def _s3_filesystem(options: Mapping[str, Any]) -> Any:
@@ -393,7 +387,7 @@ class Storage:
         self.stats.add(exists=1)
         return self._call("exists", path, lambda: self.backend.exists(self.full(path)))
 
-    def list(self, prefix: str = "") -> list[FileInfo]:
+    def list(self, prefix: str = "") -> builtins.list[FileInfo]:
         """Every file whose relative path starts with ``prefix``, sorted by path."""
         self.stats.add(lists=1)
         found = self._call("list", prefix, lambda: self.backend.list(self.full(prefix)))
@@ -409,26 +403,26 @@ class Storage:
 
     # --- batched operations ---------------------------------------------------------
 
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
         """Run ``fn`` over ``items`` with bounded concurrency, results in input order."""
-        items = list(items)
+        items = builtins.list(items)
         if len(items) <= 1:
             return [fn(i) for i in items]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="olympia-io")
-        return list(self._pool.map(fn, items))
+        return builtins.list(self._pool.map(fn, items))
 
-    def read_many(self, paths: Iterable[str]) -> list[bytes]:
+    def read_many(self, paths: Iterable[str]) -> builtins.list[bytes]:
         return self.map(self.read, paths)
 
     def write_many(self, files: Mapping[str, bytes]) -> None:
         self.map(lambda item: self.write(*item), files.items())
 
     def delete_many(self, paths: Iterable[str], batch: int = 1000) -> None:
-        paths = list(paths)
+        paths = builtins.list(paths)
         chunks = [paths[i : i + batch] for i in range(0, len(paths), batch)]
 
-        def run(chunk: list[str]) -> None:
+        def run(chunk: builtins.list[str]) -> None:
             self.stats.add(deletes=len(chunk))
             full = [self.full(p) for p in chunk]
             self._call("delete", chunk[0], lambda: self.backend.delete_many(full))

@@ -301,7 +301,8 @@ def test_corrupt_node_file_is_named(location: Location) -> None:
     catalog.create_namespace("s")
     for i in range(10):
         catalog.create_table("s", f"t{i}", columns=[{"name": "x", "type": "int4"}])
-    node_path = next(f.path for f in catalog.storage.list("node/"))
+    snap = catalog.snapshot
+    node_path = list(btree.node_paths(snap.nodes, snap.root.node))[-1]
     catalog.storage.write(node_path, b"not arrow")
     fresh = Catalog.open(location.uri, location.storage_options)
     with pytest.raises(CorruptFileError, match=node_path):

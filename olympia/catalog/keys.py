@@ -133,10 +133,8 @@ class KeyCodec:
 
     def decode(self, key: str) -> ObjectRef:
         """The object a key names; raises CorruptFileError on a malformed key."""
-        for kind, prefix in PREFIX.items():
-            if key.startswith(prefix):
-                break
-        else:
+        kind = next((k for k, prefix in PREFIX.items() if key.startswith(prefix)), None)
+        if kind is None:
             raise CorruptFileError("object key", f"unknown key prefix in {key!r}")
         raw = key[4:].encode("utf-8")
         ns_size = self.limits.namespace

@@ -25,7 +25,9 @@ _ALIASES = {
     "bytes": "binary", "varbinary": "binary", "time": "time6", "timetz": "timetz6",
     "timestamp": "timestamp6", "timestamptz": "timestamptz6", "array": "list",
 }
-_PARAM = re.compile(r"^(decimal|numeric|char|varchar|fixed)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
+_PARAM = re.compile(
+    r"^(decimal|numeric|char|varchar|fixed)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$"
+)
 NESTED = ("struct", "list", "map")
 TYPE_NAMES = sorted({*_SIMPLE, "decimal(P,S)", "char(N)", "varchar", "varchar(N)", "fixed(N)"})
 
@@ -167,8 +169,8 @@ class Column:
         msg = pb.Column(id=self.id, name=self.name, nullable=self.nullable,
                         comment=self.comment, properties=dict(self.properties))
         base = self.type.split("(", 1)[0]
-        msg.type = pb.DECIMAL if base == "decimal" else (
-            _SIMPLE.get(base) if base in _SIMPLE else getattr(pb, base.upper())
+        msg.type = (
+            pb.DECIMAL if base == "decimal" else _SIMPLE.get(base, getattr(pb, base.upper(), 0))
         )
         params = [int(p) for p in re.findall(r"\d+", self.type.split("(", 1)[1])] if (
             "(" in self.type) else []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from typing import TypeVar
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -15,6 +16,7 @@ from olympia.exceptions import NotFoundError
 from olympia.tree import btree
 
 Identifier = str | tuple[str, str]
+M = TypeVar("M", pb.NamespaceDef, pb.TableDef, pb.ViewDef)
 
 
 class CatalogReader(ABC):
@@ -79,19 +81,19 @@ class CatalogReader(ABC):
     def load_all(self) -> tuple[list[Namespace], list[Table], list[View]]:
         """Every object, with definition files read concurrently."""
         refs = list(self.objects())
-        out: tuple[list[Namespace], list[Table], list[View]] = ([], [], [])
-        for kind, cls in ((ObjectType.NAMESPACE, pb.NamespaceDef), (ObjectType.TABLE, pb.TableDef),
-                          (ObjectType.VIEW, pb.ViewDef)):
-            group = [(r, p) for r, p in refs if r.type == kind]
-            defs = self.files.read_defs([p for _, p in group], cls)  # type: ignore[arg-type]
-            for (ref, _), msg in zip(group, defs, strict=True):
-                if kind == ObjectType.NAMESPACE:
-                    out[0].append(Namespace.from_proto(msg))  # type: ignore[arg-type]
-                elif kind == ObjectType.TABLE:
-                    out[1].append(Table.from_proto(msg, ref.namespace, ref.name))  # type: ignore[arg-type]
-                else:
-                    out[2].append(View.from_proto(msg, ref.namespace, ref.name))  # type: ignore[arg-type]
-        return out
+
+        def group(kind: ObjectType, cls: type[M]) -> list[tuple[ObjectRef, M]]:
+            chosen = [(r, p) for r, p in refs if r.type == kind]
+            defs = self.files.read_defs([p for _, p in chosen], cls)
+            return [(r, d) for (r, _), d in zip(chosen, defs, strict=True)]
+
+        return (
+            [Namespace.from_proto(d) for _, d in group(ObjectType.NAMESPACE, pb.NamespaceDef)],
+            [Table.from_proto(d, r.namespace, r.name) for r, d in group(ObjectType.TABLE,
+                                                                         pb.TableDef)],
+            [View.from_proto(d, r.namespace, r.name) for r, d in group(ObjectType.VIEW,
+                                                                        pb.ViewDef)],
+        )
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -100,8 +102,7 @@ class CatalogReader(ABC):
             raise NotFoundError(f"namespace {namespace} does not exist")
         return [self.codec.decode(k).name for k, _ in self._scan(kind, namespace)]
 
-    def _require(self, ref: ObjectRef, cls: type[pb.NamespaceDef] | type[pb.TableDef]
-                 | type[pb.ViewDef]) -> object:
+    def _require(self, ref: ObjectRef, cls: type[M]) -> M:
         path = self._get(ref)
         if path is None:
             raise NotFoundError(f"{ref.label} does not exist")

@@ -284,15 +284,15 @@ class Transaction(CatalogReader):
         props, prop_changes = _alter_properties(table.properties, set_properties, unset_properties)
         cols = list(table.columns)
         by_name = {c.name: c for c in cols}
-        for col in remove_columns:
-            _require_column(table, by_name, col)
-            del by_name[col]
+        for removed in remove_columns:
+            _require_column(table, by_name, removed)
+            del by_name[removed]
         cols = [c for c in cols if c.name in by_name]
         renames = dict(rename_columns or {})
-        for old, new in renames.items():
-            _require_column(table, by_name, old)
-            if new in by_name and new not in renames:
-                raise AlreadyExistsError(f"column {new} already exists in table {ref}")
+        for old_name, new_name in renames.items():
+            _require_column(table, by_name, old_name)
+            if new_name in by_name and new_name not in renames:
+                raise AlreadyExistsError(f"column {new_name} already exists in table {ref}")
         cols = [replace(c, name=renames.get(c.name, c.name)) for c in cols]
         next_id = max_column_id(table.columns) + 1
         updates = {k: Column.coerce(v, k) for k, v in (update_columns or {}).items()}
@@ -344,7 +344,7 @@ class Transaction(CatalogReader):
                              columns=apb.ColumnNamesDef(column_names=names_))
         if [c.name for c in new.columns] != unordered:
             self._record(A.TABLE_ALTER_REORDER_COLUMNS, ref, path,
-                         columns=apb.ColumnNamesDef(column_names=list(column_order)))
+                         columns=apb.ColumnNamesDef(column_names=[c.name for c in new.columns]))
         others = (new.comment, new.location, dict(new.format_properties), new.protected)
         if others != (table.comment, table.location, dict(table.format_properties),
                       table.protected):

@@ -109,13 +109,15 @@ class NodeFile:
             raise CorruptFileError(self.path, "child pointers must be all set or all NULL")
         for i in range(start + 1 + n_keys, end):
             if (self.keys[i], self.values[i], self.pnodes[i]) != (None, None, None):
-                raise CorruptFileError(self.path, f"pivot row {i - start} beyond n_keys is not NULL")
-        actions = []
+                raise CorruptFileError(
+                    self.path, f"pivot row {i - start} beyond n_keys is not NULL"
+                )
+        actions: list[tuple[str, str]] = []
         for i in range(end, len(self.keys)):
-            key, value, pnode = self.keys[i], self.values[i], self.pnodes[i]
-            if not root or key is None or value is None or pnode is not None:
+            row_key, row_value, pnode = self.keys[i], self.values[i], self.pnodes[i]
+            if not root or row_key is None or row_value is None or pnode is not None:
                 raise CorruptFileError(self.path, f"unexpected row {i} after the pivot table")
-            actions.append((key, value))
+            actions.append((row_key, row_value))
         return Node(
             keys=tuple(keys),  # type: ignore[arg-type]
             values=tuple(values),  # type: ignore[arg-type]

@@ -1,0 +1,43 @@
+# Olympia developer commands. `make demo` and `make test` work on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+WAREHOUSE ?= $(CURDIR)/warehouse
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint typecheck proto proto-check lock bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements/constraints.txt pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(UV) pip install --quiet --python $(PY) -r requirements/constraints.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	touch $@
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+typecheck: lint
+
+proto: install
+	$(PY) olympia/_proto/generate.py
+
+proto-check: install
+	$(PY) olympia/_proto/generate.py --check
+
+# Re-resolve the pinned dependency set after editing requirements/requirements.in.
+lock: install
+	$(UV) pip compile --quiet --python-version 3.11 --no-header \
+		requirements/requirements.in -o requirements/constraints.txt
+
+bench: install
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
