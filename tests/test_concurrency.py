@@ -1,0 +1,170 @@
+"""Several OS processes committing to one catalog at once, exclusive-create races, crashes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from conftest import Location
+
+from olympia import Catalog
+from olympia.catalog.keys import version_path
+from olympia.exceptions import CommitConflict, FileAlreadyExists
+from olympia.storage import Storage
+from olympia.tree import btree
+
+SPAWN = mp.get_context("spawn")
+
+
+def _writer(uri: str, options: dict[str, Any], worker: int, count: int) -> None:
+    catalog = Catalog.open(uri, options)
+    for i in range(count):
+        catalog.create_table("shared", f"w{worker}_t{i}", columns=[{"name": "id", "type": "int8"}])
+
+
+def _race_writer(uri: str, options: dict[str, Any], barrier: Any, name: str,
+                 columns: list[dict[str, str]]) -> str:
+    catalog = Catalog.open(uri, options)
+    txn = catalog.transaction()
+    txn.create_table("shared", name, columns=columns)
+    barrier.wait()
+    try:
+        return f"committed {txn.commit()}"
+    except CommitConflict as exc:
+        return f"conflict {exc}"
+
+
+def _create_exclusive(uri: str, options: dict[str, Any], barrier: Any, worker: int) -> bool:
+    storage = Storage(uri, options)
+    barrier.wait()
+    try:
+        storage.create_exclusive("race/file", f"writer {worker}".encode())
+        return True
+    except FileAlreadyExists:
+        return False
+
+
+def test_disjoint_writers_in_processes_all_land(shared_location: Location) -> None:
+    catalog = Catalog.create(shared_location.uri, shared_location.storage_options, order=8)
+    catalog.create_namespace("shared")
+    workers, per_worker = 4, 6
+    with SPAWN.Pool(workers) as pool:
+        pool.starmap(_writer, [(shared_location.uri, shared_location.storage_options, w,
+                                per_worker) for w in range(workers)])
+    final = Catalog.open(shared_location.uri, shared_location.storage_options)
+    expected = sorted(f"w{w}_t{i}" for w in range(workers) for i in range(per_worker))
+    assert final.list_tables("shared") == expected
+    assert final.version == 1 + workers * per_worker  # contiguous: one version per commit
+    for v in range(1, final.version + 1):  # every root links to the one before it
+        root = final.at_version(v).root.node
+        assert root.previous_root == version_path(v - 1)
+    snap = final.snapshot
+    assert btree.validate(snap.nodes, snap.root.node, 8) == 1 + len(expected)
+
+
+def test_same_object_in_processes_one_wins(shared_location: Location) -> None:
+    catalog = Catalog.create(shared_location.uri, shared_location.storage_options)
+    catalog.create_namespace("shared")
+    barrier = SPAWN.Manager().Barrier(2)
+    with SPAWN.Pool(2) as pool:
+        results = pool.starmap(_race_writer, [
+            (shared_location.uri, shared_location.storage_options, barrier, "orders",
+             [{"name": "a", "type": "int4"}]),
+            (shared_location.uri, shared_location.storage_options, barrier, "orders",
+             [{"name": "b", "type": "varchar"}]),
+        ])
+    assert sorted(r.split()[0] for r in results) == ["committed", "conflict"]
+    loser = next(r for r in results if r.startswith("conflict"))
+    assert "shared.orders" in loser and "version 2" in loser
+    final = Catalog.open(shared_location.uri, shared_location.storage_options)
+    assert final.version == 2
+    winner_column = final.load_table("shared.orders").columns[0].name
+    assert winner_column in ("a", "b")
+
+
+@pytest.mark.parametrize("writers", [16])
+def test_exclusive_create_race(shared_location: Location, writers: int) -> None:
+    barrier = SPAWN.Manager().Barrier(writers)
+    with SPAWN.Pool(writers) as pool:
+        wins = pool.starmap(_create_exclusive, [
+            (shared_location.uri, shared_location.storage_options, barrier, w)
+            for w in range(writers)])
+    assert wins.count(True) == 1
+    winner = wins.index(True)
+    body = Storage(shared_location.uri, shared_location.storage_options).read("race/file")
+    assert body == f"writer {winner}".encode()
+
+
+def test_exclusive_create_threads_memory() -> None:
+    import threading
+
+    storage = Storage("memory://race-threads")
+    results: list[bool] = []
+    start = threading.Barrier(32)
+
+    def go(i: int) -> None:
+        start.wait()
+        try:
+            storage.create_exclusive("x", str(i).encode())
+            results.append(True)
+        except FileAlreadyExists:
+            results.append(False)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 1
+
+
+CRASHING_WRITER = textwrap.dedent("""
+    import os, sys, json
+    from olympia import Catalog
+    from olympia.storage import Storage
+
+    uri, options = sys.argv[1], json.loads(sys.argv[2])
+    real = Storage.create_exclusive
+
+    def crash(self, path, data):
+        if path.startswith("vn/"):
+            os._exit(17)  # killed after node and def files, before the root
+        return real(self, path, data)
+
+    Storage.create_exclusive = crash
+    catalog = Catalog.open(uri, options)
+    with catalog.transaction() as txn:
+        for i in range(50):
+            txn.create_table("s", f"lost{i}", columns=[{"name": "x", "type": "int4"}])
+""")
+
+
+def test_writer_killed_before_root_leaves_previous_version(shared_location: Location) -> None:
+    import json
+
+    catalog = Catalog.create(shared_location.uri, shared_location.storage_options, order=4)
+    with catalog.transaction() as txn:
+        txn.create_namespace("s")
+        for i in range(30):
+            txn.create_table("s", f"kept{i:02d}", columns=[{"name": "x", "type": "int4"}])
+    files_before = {f.path for f in catalog.storage.list()}
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASHING_WRITER, shared_location.uri,
+         json.dumps(shared_location.storage_options)],
+        capture_output=True, text=True, timeout=120, env=os.environ.copy(),
+    )
+    assert proc.returncode == 17, proc.stderr
+    files_after = {f.path for f in catalog.storage.list()}
+    assert any(p.startswith("node/") for p in files_after - files_before)  # it did write nodes
+    reopened = Catalog.open(shared_location.uri, shared_location.storage_options)
+    assert reopened.version == 1
+    assert reopened.list_tables("s") == [f"kept{i:02d}" for i in range(30)]
+    snap = reopened.snapshot
+    assert btree.validate(snap.nodes, snap.root.node, 4) == 31
+    reopened.create_table("s", "after_crash", columns=[{"name": "x", "type": "int4"}])
+    assert reopened.version == 2
