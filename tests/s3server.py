@@ -83,6 +83,8 @@ class SeaweedS3Server:
             "-s3", f"-s3.port={self.s3_port}", f"-master.port={self.master_port}",
             f"-volume.port={self.volume_port}", "-filer", f"-filer.port={self.filer_port}",
             "-master.volumeSizeLimitMB=64", "-volume.max=50",
+            # no fixed-port side services (two servers may run at once), no telemetry
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
         ]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
