@@ -279,7 +279,8 @@ class Storage:
     """The files of one catalog, addressed by paths relative to its prefix."""
 
     def __init__(self, uri: str, options: Mapping[str, Any] | None = None) -> None:
-        options = dict(options or {})
+        self.options: dict[str, Any] = dict(options or {})
+        options = dict(self.options)
         self.concurrency = int(options.pop("max_concurrency", DEFAULT_CONCURRENCY))
         self.uri = uri.rstrip("/")
         self.stats = StorageStats()

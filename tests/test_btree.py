@@ -85,3 +85,32 @@ def test_copy_on_write_writes_one_path() -> None:
     assert len(after - before) == depth - 1
     assert btree.get(store, new_root, "k0250") == "changed"
     assert btree.get(store, root, "k0250") == "250"  # the old version is untouched
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=ops, second=ops, order=st.integers(3, 6))
+def test_diff_matches_dict_model(first: list[tuple[str, str, int]],
+                                 second: list[tuple[str, str, int]], order: int) -> None:
+    storage = Storage(f"memory://diff-{next(_counter)}")
+    store = btree.NodeStore(storage, order)
+    a = commit(store, Node((), (), None, 0, catalog_def="def/c"), first)
+    b = commit(store, a, second)
+    old, new = dict(btree.scan(store, a)), dict(btree.scan(store, b))
+    expected = [(k, old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys())
+                if old.get(k) != new.get(k)]
+    assert list(btree.diff(store, a, b)) == expected
+    assert [(k, n, o) for k, o, n in expected] == list(btree.diff(store, b, a))
+
+
+def test_diff_reads_only_changed_paths() -> None:
+    order = 4
+    storage = Storage("memory://diff-cost")
+    store = btree.NodeStore(storage, order)
+    a = commit(store, Node((), (), None, 0), [("put", f"k{i:05d}", i) for i in range(3000)])
+    b = commit(store, a, [("put", "k01500", 7)])
+    levels = btree.depth(store, a)
+    cold = btree.NodeStore(storage, order)
+    storage.stats.reset()
+    assert list(btree.diff(cold, a, b)) == [("k01500", "1500", "7")]
+    # the two changed paths plus the leftmost paths read to learn each tree's height
+    assert storage.stats.reads <= 4 * levels

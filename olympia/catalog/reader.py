@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -12,7 +12,7 @@ from olympia.catalog import actions
 from olympia.catalog.files import CatalogFiles, Root
 from olympia.catalog.keys import PREFIX, KeyCodec, ObjectRef, ObjectType
 from olympia.catalog.objects import Namespace, Table, View, as_identifier
-from olympia.exceptions import NotFoundError
+from olympia.exceptions import NotFoundError, ReadOnlyError
 from olympia.tree import btree
 
 Identifier = str | tuple[str, str]
@@ -151,4 +151,9 @@ class Snapshot(CatalogReader):
 
     def depth(self) -> int:
         return btree.depth(self.nodes, self.root.node)
+
+    def transaction(self, *args: object, **kwargs: object) -> NoReturn:
+        """Snapshots are read-only: writes go through the latest catalog."""
+        raise ReadOnlyError(
+            f"version {self.version} is a read-only view of the catalog; open it to write")
 

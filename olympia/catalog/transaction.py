@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,8 @@ class Transaction(CatalogReader):
         self._tree_from: Root | None = None
         self._rollback_from: str | None = None
         self._state = "open"
+        self.before_commit: list[Callable[[Transaction], None]] = []
+        self.after_end: list[Callable[[Transaction], None]] = []
 
     def __enter__(self) -> Transaction:
         return self
@@ -480,6 +482,38 @@ class Transaction(CatalogReader):
         """Discard the transaction; nothing has been written."""
         if self._state == "open":
             self._state = "aborted"
+            self._ended()
+
+    def _fail(self) -> None:
+        self._state = "aborted"
+        self._ended()
+
+    def _ended(self) -> None:
+        for hook in self.after_end:
+            hook(self)
+
+    @property
+    def state(self) -> str:
+        """``open``, ``committed``, ``aborted`` or ``saved`` (handed to another process)."""
+        return self._state
+
+    def staged(self) -> tuple[dict[str, str | None], list[apb.ActionDef], dict[str, bytes]]:
+        """The staged changes: key -> def path (None: deleted), actions, new def files."""
+        return dict(self._pending), list(self._actions), dict(self._new_defs)
+
+    def restore_staged(self, pending: Mapping[str, str | None],
+                       recorded: Sequence[apb.ActionDef]) -> None:
+        """Stage changes saved by another process (their def files already exist)."""
+        self._check_open()
+        if self._actions:
+            raise CatalogError("restore_staged needs a transaction with nothing staged")
+        self._pending.update(pending)
+        self._actions.extend(recorded)
+
+    def mark_saved(self) -> None:
+        """This process hands the transaction over; it can no longer be used here."""
+        self._check_open()
+        self._state = "saved"
 
     def _rows(self) -> tuple[tuple[str, str], ...]:
         recorded = list(self._actions)
@@ -490,9 +524,12 @@ class Transaction(CatalogReader):
     def commit(self) -> int:
         """Commit as one new version and return it (the base version if nothing changed)."""
         self._check_open()
+        for hook in self.before_commit:
+            hook(self)
         if not self._actions:
             self._state = "committed"
             self.version = self.base.version
+            self._ended()
             return self.version
         storage = self.files.storage
         base = self.base
@@ -537,8 +574,9 @@ class Transaction(CatalogReader):
             self._state = "committed"
             self.version = version
             self.catalog._advance(committed)
+            self._ended()
             return version
-        self._state = "aborted"
+        self._fail()
         raise CommitConflict(
             f"commit gave up after {attempts} attempts: other writers kept winning "
             f"(latest seen: version {base.version})", version=base.version)
@@ -549,7 +587,7 @@ class Transaction(CatalogReader):
             return
         for path, data in files.items():
             if (path == "root" or path.startswith("node/")) and len(data) > limit:
-                self._state = "aborted"
+                self._fail()
                 raise CatalogError(
                     f"node file {path} would be {len(data)} bytes, above the catalog's "
                     f"node_file_max_size_bytes={limit}")
@@ -561,7 +599,7 @@ class Transaction(CatalogReader):
             theirs = Snapshot(self.files, self.files.read_root(version)).actions()
             found = actions.find_conflict(self._actions, theirs, self._reads)
             if found is not None:
-                self._state = "aborted"
+                self._fail()
                 ours, their, obj = found
                 mine = f"{actions.describe(ours)} " if ours is not None else "what it read: "
                 raise CommitConflict(

@@ -20,6 +20,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from olympia.exceptions import CorruptFileError
 from olympia.storage import Storage
@@ -376,3 +377,59 @@ class TreeWriter:
 
 def encode_files(files: dict[str, Node], order: int) -> dict[str, bytes]:
     return {path: encode_node(node, order) for path, node in files.items()}
+
+
+def diff(store: NodeStore, old: Node, new: Node) -> Iterator[tuple[str, str | None, str | None]]:
+    """Entries that differ between two trees, in key order: (key, old value, new value).
+
+    Both trees are expanded lazily into key-ordered streams of entries and unexpanded
+    subtrees; a subtree whose node file path appears at the same point of both streams is
+    identical and skipped unread, so the cost follows the size of the change.
+    """
+    # stream items: ("entry", key, value) or ("tree", path, height); roots are expanded first
+    def expand(node: Node, height: int) -> list[tuple[str, str, Any]]:
+        items: list[tuple[str, str, Any]] = []
+        for i, key in enumerate(node.keys):
+            if node.children is not None:
+                items.append(("tree", node.children[i], height - 1))
+            items.append(("entry", key, node.values[i]))
+        if node.children is not None:
+            items.append(("tree", node.children[-1], height - 1))
+        return items
+
+    a = expand(old, depth(store, old))
+    b = expand(new, depth(store, new))
+    a.reverse()
+    b.reverse()  # pop() from the end = take from the front of the stream
+    while a or b:
+        x = a[-1] if a else None
+        y = b[-1] if b else None
+        if x is not None and y is not None and x[0] == y[0] == "tree" and x[1] == y[1]:
+            a.pop()
+            b.pop()
+            continue
+        # expand the higher subtree at the front (both when equally high)
+        x_tree = x is not None and x[0] == "tree"
+        y_tree = y is not None and y[0] == "tree"
+        if x_tree or y_tree:
+            hx = x[2] if x_tree and x is not None else -1
+            hy = y[2] if y_tree and y is not None else -1
+            if x_tree and x is not None and hx >= hy:
+                a.pop()
+                a.extend(reversed(expand(store.load(x[1]), hx)))
+            if y_tree and y is not None and hy >= hx:
+                b.pop()
+                b.extend(reversed(expand(store.load(y[1]), hy)))
+            continue
+        if y is None or (x is not None and x[1] < y[1]):
+            assert x is not None
+            a.pop()
+            yield x[1], x[2], None
+        elif x is None or y[1] < x[1]:
+            b.pop()
+            yield y[1], None, y[2]
+        else:
+            a.pop()
+            b.pop()
+            if x[2] != y[2]:
+                yield x[1], x[2], y[2]

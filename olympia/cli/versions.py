@@ -1,0 +1,183 @@
+"""Version commands: log, show, diff, rollback, export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from olympia import versions
+from olympia.catalog.objects import Column
+from olympia.catalog.reader import Snapshot
+from olympia.cli.common import (
+    catalog_options,
+    echo_json,
+    handle_errors,
+    open_catalog,
+    parse_storage_options,
+)
+from olympia.versions.timetravel import format_millis
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.command("log")
+@catalog_options
+@click.option("--limit", "-n", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--before", type=int, help="Show versions below this one (pagination).")
+@json_option
+@handle_errors
+def log(catalog_uri: str, storage_option: tuple[str, ...], limit: int, before: int | None,
+        as_json: bool) -> None:
+    """Versions, newest first, with the actions each one recorded."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    entries = versions.history(catalog, limit=limit, before=before)
+    if as_json:
+        echo_json([e.to_dict() for e in entries])
+        return
+    for entry in entries:
+        data = entry.to_dict()
+        head = f"version {entry.version}  {data['created_at']}"
+        if entry.rollback:
+            head += f"  (rollback of {entry.rollback[0]} to {entry.rollback[1]})"
+        click.echo(click.style(head, bold=True))
+        for key, value in sorted(entry.info.items()):
+            click.echo(f"    {key}: {value}")
+        for action in data["actions"]:
+            click.echo(f"    {action['description']}")
+    if entries and entries[-1].version > catalog.files.oldest_version():
+        click.echo(f"(more: --before {entries[-1].version})")
+
+
+def _column_text(col: Column) -> str:
+    text = f"{col.name} {col.type}"
+    if col.fields:
+        text += "<" + ", ".join(_column_text(f) for f in col.fields) + ">"
+    if col.element is not None:
+        text += "<" + _column_text(col.element).split(" ", 1)[1] + ">"
+    if col.key is not None and col.value is not None:
+        text += ("<" + _column_text(col.key).split(" ", 1)[1] + ", "
+                 + _column_text(col.value).split(" ", 1)[1] + ">")
+    return text + ("" if col.nullable else " not null")
+
+
+def _describe(snapshot: Snapshot) -> dict[str, Any]:
+    namespaces, tables, views = snapshot.load_all()
+    return {
+        "version": snapshot.version,
+        "created_at": format_millis(snapshot.created_at_millis),
+        "namespaces": [{"name": n.name, "properties": dict(n.properties)} for n in namespaces],
+        "tables": [{"name": f"{t.namespace}.{t.name}", "format": t.format,
+                    "location": t.location, "columns": [c.to_dict() for c in t.columns],
+                    "properties": dict(t.properties)} for t in tables],
+        "views": [{"name": f"{v.namespace}.{v.name}", "dialect": v.dialect, "sql": v.sql,
+                   "columns": [c.to_dict() for c in v.columns]} for v in views],
+    }
+
+
+@click.command("show")
+@catalog_options
+@click.option("--version", "version", type=int, help="A version number.")
+@click.option("--as-of", help="The version latest at this instant (ISO-8601 or epoch ms).")
+@click.option("--export", "export_name", help="The version recorded by an export.")
+@json_option
+@handle_errors
+def show(catalog_uri: str, storage_option: tuple[str, ...], version: int | None,
+         as_of: str | None, export_name: str | None, as_json: bool) -> None:
+    """Everything in the catalog at one version (default: the latest)."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    snapshot = versions.resolve(catalog, version=version, as_of=as_of, export=export_name)
+    if as_json:
+        echo_json(_describe(snapshot))
+        return
+    namespaces, tables, views = snapshot.load_all()
+    click.echo(f"version {snapshot.version}  {format_millis(snapshot.created_at_millis)}")
+    for ns in namespaces:
+        props = ", ".join(f"{k}={v}" for k, v in sorted(ns.properties.items()))
+        click.echo(click.style(f"namespace {ns.name}", bold=True) + (f"  ({props})" if props
+                                                                    else ""))
+        for t in (t for t in tables if t.namespace == ns.name):
+            click.echo(f"  table {t.name} [{t.format}]")
+            for col in t.columns:
+                click.echo(f"    {_column_text(col)}")
+        for v in (v for v in views if v.namespace == ns.name):
+            click.echo(f"  view {v.name} [{v.dialect}]: {' '.join(v.sql.split())}")
+
+
+@click.command("diff")
+@catalog_options
+@click.argument("from_version", type=int)
+@click.argument("to_version", type=int)
+@json_option
+@handle_errors
+def diff(catalog_uri: str, storage_option: tuple[str, ...], from_version: int,
+         to_version: int, as_json: bool) -> None:
+    """Objects added, removed and changed from FROM_VERSION to TO_VERSION."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    result = versions.diff(catalog, from_version, to_version)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    for sign, refs in (("+", result.added), ("-", result.removed), ("~", result.changed)):
+        for ref in refs:
+            click.echo(f"{sign} {ref.label}")
+    if result.catalog_def_changed:
+        click.echo("~ catalog definition")
+    if result.empty:
+        click.echo("no differences")
+
+
+@click.command("rollback")
+@catalog_options
+@click.option("--to", "to_version", required=True, help="A version number, or 'previous'.")
+@json_option
+@handle_errors
+def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
+             as_json: bool) -> None:
+    """Roll back by committing a new version with an older version's contents."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    before = catalog.version
+    new = versions.rollback(catalog, to_version)
+    if as_json:
+        echo_json({"version": new, "rolled_back_from": before, "to": to_version})
+    else:
+        click.echo(f"Rolled back to {to_version}: version {new} (was {before})")
+
+
+@click.command("export")
+@catalog_options
+@click.argument("name")
+@click.option("--target", required=True, help="Target URI of the export.")
+@click.option("--mode", type=click.Choice(["full", "minimal", "partial"]), default="full",
+              show_default=True)
+@click.option("--version", "version", type=int, help="Version to export (default: latest).")
+@click.option("--depth", type=click.IntRange(0), help="Partial: tree levels to copy.")
+@click.option("--copy-defs", is_flag=True, help="Partial: copy definition files too.")
+@click.option("--target-option", multiple=True, metavar="KEY=VALUE",
+              help="Storage option for the target; repeatable.")
+@json_option
+@handle_errors
+def export(catalog_uri: str, storage_option: tuple[str, ...], name: str, target: str, mode: str,
+           version: int | None, depth: int | None, copy_defs: bool,
+           target_option: tuple[str, ...], as_json: bool) -> None:
+    """Export a version as NAME to another location and record it in the catalog."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    target_options = parse_storage_options(target_option) if target_option else (
+        catalog.storage.options)
+
+    def progress(done: int, total: int) -> None:
+        if not as_json and (done == total or done % 500 == 0):
+            click.echo(f"  copied {done}/{total} files", err=True)
+
+    result = versions.export(catalog, name, target, mode, target_storage_options=target_options,
+                             version=version, depth=depth, copy_defs=copy_defs,
+                             progress=progress)
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo(f"Exported version {result.version} as {name!r} ({mode}) to {result.target}: "
+                   f"{result.files_copied} files copied, {result.files_skipped} already there; "
+                   f"recorded in version {result.committed_version}")
+
+
+COMMANDS = [log, show, diff, rollback, export]

@@ -1,0 +1,131 @@
+"""History of versions (newest first, paginated) and object-level diffs between versions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from olympia._proto import actions_pb2 as apb
+from olympia.catalog import actions
+from olympia.catalog.actions import A
+from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import ObjectRef
+from olympia.catalog.reader import Snapshot
+from olympia.exceptions import InvalidArgumentError
+from olympia.tree import btree
+from olympia.versions.timetravel import format_millis
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One version as ``olympia log`` shows it."""
+
+    version: int
+    created_at_millis: int
+    actions: tuple[apb.ActionDef, ...]
+    rollback_from_root: str | None = None
+
+    @property
+    def is_rollback(self) -> bool:
+        return self.rollback_from_root is not None
+
+    @property
+    def rollback(self) -> tuple[int, int] | None:
+        """(from version, to version) when this version was written by a rollback."""
+        for action in self.actions:
+            if action.type == A.CATALOG_ROLLBACK:
+                return action.rollback.from_version, action.rollback.to_version
+        return None
+
+    @property
+    def info(self) -> dict[str, str]:
+        """Transaction metadata (spec digest, git commit, ...)."""
+        merged: dict[str, str] = {}
+        for action in self.actions:
+            if action.type == A.TRANSACTION_INFO:
+                merged.update(action.info)
+        return merged
+
+    def changes(self) -> list[apb.ActionDef]:
+        return [a for a in self.actions if a.type != A.TRANSACTION_INFO]
+
+    def to_dict(self) -> dict[str, Any]:
+        rollback = self.rollback
+        return {
+            "version": self.version,
+            "created_at_millis": self.created_at_millis,
+            "created_at": format_millis(self.created_at_millis),
+            "is_rollback": self.is_rollback,
+            "rollback": None if rollback is None else {"from": rollback[0], "to": rollback[1]},
+            "info": self.info,
+            "actions": [
+                {"type": actions.type_name(a), "object": str(r) if (r := actions.ref_of(a))
+                 else None, "description": actions.describe(a)}
+                for a in self.changes()
+            ],
+        }
+
+
+def version_info(snapshot: Snapshot) -> VersionInfo:
+    node = snapshot.root.node
+    return VersionInfo(snapshot.version, node.created_at_millis, tuple(snapshot.actions()),
+                       node.rollback_from_root)
+
+
+def history(catalog: Catalog, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
+    """Up to ``limit`` versions below ``before`` (default: all up to the latest), newest first.
+
+    Reads one root per listed version, never the whole history.
+    """
+    if limit < 1:
+        raise InvalidArgumentError("limit must be at least 1")
+    latest = catalog.refresh()
+    top = latest if before is None else min(before - 1, latest)
+    oldest = catalog.files.oldest_version()
+    return [version_info(catalog.at_version(v))
+            for v in range(top, max(oldest, top - limit + 1) - 1, -1)]
+
+
+@dataclass
+class Diff:
+    """Objects added, removed and changed between two versions."""
+
+    from_version: int
+    to_version: int
+    added: list[ObjectRef] = field(default_factory=list)
+    removed: list[ObjectRef] = field(default_factory=list)
+    changed: list[ObjectRef] = field(default_factory=list)
+    catalog_def_changed: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed or self.catalog_def_changed)
+
+    def to_dict(self) -> dict[str, Any]:
+        def refs(items: list[ObjectRef]) -> list[dict[str, str]]:
+            return [{"type": r.type.label, "name": str(r)} for r in items]
+
+        return {"from_version": self.from_version, "to_version": self.to_version,
+                "added": refs(self.added), "removed": refs(self.removed),
+                "changed": refs(self.changed), "catalog_def_changed": self.catalog_def_changed}
+
+
+def diff(catalog: Catalog, from_version: int, to_version: int) -> Diff:
+    """What differs between two versions, walking both trees and skipping shared subtrees."""
+    old, new = catalog.at_version(from_version), catalog.at_version(to_version)
+    result = Diff(from_version, to_version,
+                  catalog_def_changed=old.catalog_def != new.catalog_def)
+    for ref, before, after in _changes(old, new):
+        if before is None:
+            result.added.append(ref)
+        elif after is None:
+            result.removed.append(ref)
+        else:
+            result.changed.append(ref)
+    return result
+
+
+def _changes(old: Snapshot, new: Snapshot) -> Iterator[tuple[ObjectRef, str | None, str | None]]:
+    for key, before, after in btree.diff(new.nodes, old.root.node, new.root.node):
+        yield new.codec.decode(key), before, after

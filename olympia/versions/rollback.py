@@ -1,0 +1,40 @@
+"""Rollback by rolling forward: a new version whose tree is an older version's tree."""
+
+from __future__ import annotations
+
+from olympia._proto import actions_pb2 as apb
+from olympia.catalog import actions
+from olympia.catalog.actions import A
+from olympia.catalog.catalog import Catalog
+from olympia.exceptions import InvalidArgumentError, NotFoundError
+
+
+def rollback(catalog: Catalog, to_version: int | str) -> int:
+    """Commit version v+1 with the pivot table of ``to_version`` ("previous": v-1).
+
+    The new root records ``previous_root`` and ``rollback_from_root`` = root v and a
+    CATALOG_ROLLBACK action; the current catalog definition (exports, settings) is kept. It
+    goes through the normal commit protocol, so a concurrent commit makes it fail with
+    CommitConflict rather than be silently undone. Returns the new version.
+    """
+    txn = catalog.transaction()
+    latest = txn.base.version
+    if to_version == "previous":
+        target = latest - 1
+    elif isinstance(to_version, int) or str(to_version).isdigit():
+        target = int(to_version)
+    else:
+        raise InvalidArgumentError(f"rollback target must be a version or 'previous', "
+                                   f"got {to_version!r}")
+    oldest = catalog.files.oldest_version()
+    if target < oldest:
+        raise NotFoundError(f"cannot roll back to version {target}: the oldest kept version "
+                            f"is {oldest}")
+    if target >= latest:
+        raise InvalidArgumentError(
+            f"cannot roll back to version {target}: the latest version is {latest}")
+    root = catalog.files.read_root(target)
+    txn.restore_tree(root, actions.make(
+        A.CATALOG_ROLLBACK, None, rollback=apb.RollbackDef(from_version=latest,
+                                                           to_version=target)))
+    return txn.commit()

@@ -1,0 +1,288 @@
+"""Time travel, history, diff, rollback, export and distributed transactions."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from conftest import Location
+
+from olympia import Catalog, versions
+from olympia.catalog.keys import path_version, version_path
+from olympia.catalog.reader import Snapshot
+from olympia.cli import main
+from olympia.exceptions import (
+    AlreadyExistsError,
+    CommitConflict,
+    InvalidArgumentError,
+    NotFoundError,
+    ReadOnlyError,
+    TransactionExpiredError,
+)
+from olympia.tree import btree
+
+COLS = [{"name": "id", "type": "int8"}]
+
+
+def build(location: Location, tables: int = 12, order: int = 4) -> Catalog:
+    catalog = Catalog.create(location.uri, location.storage_options, order=order)
+    catalog.create_namespace("s")
+    for i in range(tables):
+        catalog.create_table("s", f"t{i:02d}", columns=COLS)
+    return catalog
+
+
+def listing(snapshot: Snapshot | Catalog) -> dict[str, Any]:
+    namespaces, tables, views = snapshot.load_all()
+    return {"ns": namespaces, "tables": tables, "views": views}
+
+
+def walk_previous_root(catalog: Catalog, millis: int) -> int:
+    """The spec's procedure: follow previous_root from the latest until created_at <= millis."""
+    root = catalog.files.discover_latest()
+    while root.created_at_millis > millis:
+        assert root.node.previous_root is not None
+        version = path_version(root.node.previous_root)
+        assert version is not None
+        root = catalog.files.read_root(version)
+    return root.version
+
+
+def test_timestamp_travel_matches_previous_root_walk(location: Location) -> None:
+    catalog = build(location, tables=6)
+    versions.rollback(catalog, 3)
+    catalog.create_table("s", "after", columns=COLS)
+    versions.rollback(catalog, "previous")
+    stamps = [catalog.at_version(v).created_at_millis for v in range(catalog.version + 1)]
+    probes = sorted({s + d for s in stamps for d in (-1, 0, 1)} - {stamps[0] - 1})
+    for millis in probes:
+        assert versions.at_timestamp(catalog, millis).version == walk_previous_root(catalog,
+                                                                                    millis)
+    with pytest.raises(NotFoundError, match="no version was latest"):
+        versions.at_timestamp(catalog, stamps[0] - 1)
+
+
+def test_timestamp_travel_reads_log_roots(location: Location) -> None:
+    catalog = Catalog.create(location.uri, location.storage_options)
+    for i in range(64):
+        catalog.create_namespace(f"n{i}")
+    target = catalog.at_version(40).created_at_millis
+    cold = Catalog.open(location.uri, location.storage_options)
+    cold.storage.stats.reset()
+    assert versions.at_timestamp(cold, target).version == 40
+    # discovery (hints + probe) plus ~log2(65) roots
+    assert cold.storage.stats.reads + cold.storage.stats.exists <= 4 + 2 * 7
+
+
+def test_version_views_are_read_only_and_bounded(location: Location) -> None:
+    catalog = build(location, tables=3)
+    view = versions.resolve(catalog, version=2)
+    assert view.list_tables("s") == ["t00"]
+    with pytest.raises(ReadOnlyError):
+        view.transaction()
+    with pytest.raises(NotFoundError, match="does not exist"):
+        versions.at_version(catalog, 99)
+    with pytest.raises(NotFoundError, match="unknown export 'nope'"):
+        versions.resolve(catalog, version="nope")
+
+
+def test_history_is_paginated_newest_first(location: Location) -> None:
+    catalog = build(location, tables=5)
+    with catalog.transaction() as txn:
+        txn.annotate(spec_digest="abc123", git_commit="deadbeef")
+        txn.drop_table("s.t00")
+    page = versions.history(catalog, limit=3)
+    assert [v.version for v in page] == [7, 6, 5]
+    assert page[0].info == {"spec_digest": "abc123", "git_commit": "deadbeef"}
+    assert [a.type for a in page[0].changes()] != []
+    catalog.storage.stats.reset()
+    older = versions.history(catalog, limit=3, before=page[-1].version)
+    assert [v.version for v in older] == [4, 3, 2]
+    assert catalog.storage.stats.reads <= 3 + 4  # three roots plus discovery
+    assert versions.history(catalog, limit=10, before=2)[-1].version == 0
+
+
+def test_diff_reports_objects(location: Location) -> None:
+    catalog = build(location, tables=20, order=3)
+    before = catalog.version
+    with catalog.transaction() as txn:
+        txn.drop_table("s.t05")
+        txn.create_table("s", "new", columns=COLS)
+        txn.alter_table("s.t10", set_properties={"k": "v"})
+    result = versions.diff(catalog, before, catalog.version)
+    assert [str(r) for r in result.added] == ["s.new"]
+    assert [str(r) for r in result.removed] == ["s.t05"]
+    assert [str(r) for r in result.changed] == ["s.t10"]
+    assert versions.diff(catalog, catalog.version, catalog.version).empty
+
+
+def test_rollback_restores_the_tree(location: Location) -> None:
+    catalog = build(location, tables=10)
+    target = 5
+    expected = listing(catalog.at_version(target))
+    latest = catalog.version
+    new = versions.rollback(catalog, target)
+    assert new == latest + 1
+    assert listing(catalog) == expected
+    root = catalog.snapshot.root.node
+    old_root = catalog.at_version(target).root.node
+    assert (root.keys, root.values, root.children) == (old_root.keys, old_root.values,
+                                                       old_root.children)
+    assert root.previous_root == root.rollback_from_root == version_path(latest)
+    info = versions.history(catalog, limit=1)[0]
+    assert info.is_rollback and info.rollback == (latest, target)
+    with pytest.raises(InvalidArgumentError):
+        versions.rollback(catalog, catalog.version)
+    catalog.storage.write("vn/oldest", b"3")
+    with pytest.raises(NotFoundError, match="oldest kept version is 3"):
+        versions.rollback(catalog, 2)
+
+
+def test_rollback_racing_a_commit(location: Location) -> None:
+    catalog = build(location, tables=3)
+    other = Catalog.open(location.uri, location.storage_options)
+    txn = other.transaction()
+    txn.create_table("s", "racer", columns=COLS)
+    versions.rollback(catalog, 2)
+    with pytest.raises(CommitConflict, match="rollback"):
+        txn.commit()
+
+
+def test_full_export_is_self_contained(location: Location, tmp_path: Any) -> None:
+    catalog = build(location, tables=15, order=3)
+    catalog.create_view("s", "v", sql="SELECT 1", referenced_objects=["s.t01"])
+    source_version = catalog.version
+    expected = listing(catalog)
+    target = location.sub("exports/full1")
+    result = versions.export(catalog, "full1", target.uri, "full",
+                             target_storage_options=target.storage_options)
+    assert result.version == source_version and result.files_copied > 10
+    catalog.drop_namespace("s", cascade=True)  # modify the source afterwards
+    exported = Catalog.open(target.uri, target.storage_options)
+    assert exported.version == source_version
+    assert listing(exported) == expected
+    snap = exported.snapshot
+    btree.validate(snap.nodes, snap.root.node, 3)
+    assert listing(versions.at_export(catalog, "full1")) == expected
+    record = catalog.catalog_def.exports["full1"]
+    assert catalog.catalog_def.exported_snapshots["full1"] == version_path(source_version)
+    assert record.version == source_version
+    with pytest.raises(AlreadyExistsError):
+        versions.export(catalog, "full1", target.uri)
+    # a rollback keeps the export records
+    versions.rollback(catalog, 2)
+    assert "full1" in catalog.catalog_def.exported_snapshots
+
+
+def test_interrupted_export_resumes(location: Location) -> None:
+    catalog = build(location, tables=30, order=3)
+    target = location.sub("exports/resumed")
+    calls = {"n": 0}
+
+    def flaky(done: int, total: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        versions.export(catalog, "r", target.uri, target_storage_options=target.storage_options,
+                        progress=flaky)
+    assert "r" not in catalog.catalog_def.exported_snapshots
+    result = versions.export(catalog, "r", target.uri,
+                             target_storage_options=target.storage_options)
+    assert result.files_skipped >= 4
+    assert listing(Catalog.open(target.uri, target.storage_options)) == listing(catalog.at_version(
+        result.version))
+
+
+@pytest.mark.parametrize("mode", ["minimal", "partial"])
+def test_minimal_and_partial_exports(location: Location, mode: str) -> None:
+    catalog = build(location, tables=20, order=3)
+    target = location.sub(f"exports/{mode}")
+    result = versions.export(catalog, mode, target.uri, mode,
+                             target_storage_options=target.storage_options,
+                             depth=1 if mode == "partial" else None)
+    copied = {f.path for f in Catalog.open(catalog.uri, catalog.storage.options).storage.list()}
+    assert copied  # source untouched
+    from olympia.storage import Storage
+
+    files = {f.path for f in Storage(target.uri, target.storage_options).list()}
+    assert version_path(result.version) in files
+    if mode == "minimal":
+        assert files == {version_path(result.version)}
+    else:
+        assert any(p.startswith("node/") for p in files)
+        assert not any(p.startswith("def/") for p in files)
+    assert catalog.catalog_def.exports[mode].mode == (1 if mode == "minimal" else 2)
+
+
+def _resume_and_commit(uri: str, options: dict[str, Any], txn_id: str) -> int:
+    catalog = Catalog.open(uri, options)
+    txn = versions.resume_transaction(catalog, txn_id)
+    assert txn.table_exists("s.from_first")
+    txn.create_table("s", "from_second", columns=COLS)
+    return txn.commit()
+
+
+def test_distributed_transaction_across_processes(shared_location: Location) -> None:
+    catalog = build(shared_location, tables=2)
+    txn = catalog.transaction()
+    txn.create_table("s", "from_first", columns=COLS)
+    txn.drop_table("s.t00")
+    txn_id = versions.save_transaction(txn)
+    assert [r.id for r in versions.list_transactions(catalog)] == [txn_id]
+    catalog.create_table("s", "meanwhile", columns=COLS)  # unrelated commit in between
+    with mp.get_context("spawn").Pool(1) as pool:
+        version = pool.apply(_resume_and_commit,
+                             (shared_location.uri, shared_location.storage_options, txn_id))
+    final = Catalog.open(shared_location.uri, shared_location.storage_options)
+    assert final.version == version
+    assert final.list_tables("s") == ["from_first", "from_second", "meanwhile", "t01"]
+    assert versions.list_transactions(final) == []
+    with pytest.raises(NotFoundError):
+        versions.resume_transaction(final, txn_id)
+
+
+def test_expired_distributed_transaction_is_refused(location: Location) -> None:
+    catalog = Catalog.create(location.uri, location.storage_options, txn_ttl_millis=1)
+    catalog.create_namespace("s")
+    txn = catalog.transaction()
+    txn.create_table("s", "x", columns=COLS)
+    txn_id = versions.save_transaction(txn)
+    import time
+
+    time.sleep(0.01)
+    with pytest.raises(TransactionExpiredError):
+        versions.resume_transaction(catalog, txn_id)
+    versions.abort_transaction(catalog, txn_id)
+    assert versions.list_transactions(catalog) == []
+
+
+def test_cli_versions(location: Location, tmp_path: Any) -> None:
+    if location.kind == "memory":
+        pytest.skip("the CLI opens the catalog in a fresh process state; use disk or S3")
+    catalog = build(location, tables=4)
+    env = {"OLYMPIA_CATALOG": location.uri,
+           "OLYMPIA_STORAGE_OPTIONS": json.dumps(location.storage_options)}
+    runner = CliRunner()
+    out = runner.invoke(main, ["log", "--json", "-n", "2"], env=env)
+    assert out.exit_code == 0, out.output
+    assert [v["version"] for v in json.loads(out.output)] == [5, 4]
+    out = runner.invoke(main, ["diff", "1", "5", "--json"], env=env)
+    assert len(json.loads(out.output)["added"]) == 4
+    out = runner.invoke(main, ["rollback", "--to", "previous", "--json"], env=env)
+    assert json.loads(out.output)["version"] == 6
+    out = runner.invoke(main, ["show", "--version", "2", "--json"], env=env)
+    assert [t["name"] for t in json.loads(out.output)["tables"]] == ["s.t00"]
+    target = location.sub("cli-export")
+    out = runner.invoke(main, ["export", "e1", "--target", target.uri, "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["committed_version"] == 7
+    out = runner.invoke(main, ["show", "--export", "e1"], env=env)
+    assert "table t02" in out.output
+    out = runner.invoke(main, ["rollback", "--to", "99"], env=env)
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert catalog.refresh() == 7
