@@ -78,22 +78,41 @@ class CatalogReader(ABC):
             for key, path in self._scan(kind, None):
                 yield self.codec.decode(key), path
 
+    def _defs(self, kind: ObjectType, cls: type[M], namespace: str | None,
+              ) -> list[tuple[ObjectRef, M]]:
+        """Objects of ``kind`` (in ``namespace``) with their definitions, read concurrently."""
+        found = [(self.codec.decode(k), p) for k, p in self._scan(kind, namespace)]
+        defs = self.files.read_defs([p for _, p in found], cls)
+        return [(r, d) for (r, _), d in zip(found, defs, strict=True)]
+
     def load_all(self) -> tuple[list[Namespace], list[Table], list[View]]:
         """Every object, with definition files read concurrently."""
-        refs = list(self.objects())
+        tables, views = self._contents(None)
+        namespaces = self._defs(ObjectType.NAMESPACE, pb.NamespaceDef, None)
+        return [Namespace.from_proto(d) for _, d in namespaces], tables, views
 
-        def group(kind: ObjectType, cls: type[M]) -> list[tuple[ObjectRef, M]]:
-            chosen = [(r, p) for r, p in refs if r.type == kind]
-            defs = self.files.read_defs([p for _, p in chosen], cls)
-            return [(r, d) for (r, _), d in zip(chosen, defs, strict=True)]
+    def load_namespace_contents(self, namespace: str) -> tuple[list[Table], list[View]]:
+        """Every table and view of ``namespace``, definition files read concurrently."""
+        return self._contents(namespace)
 
+    def _contents(self, namespace: str | None) -> tuple[list[Table], list[View]]:
         return (
-            [Namespace.from_proto(d) for _, d in group(ObjectType.NAMESPACE, pb.NamespaceDef)],
-            [Table.from_proto(d, r.namespace, r.name) for r, d in group(ObjectType.TABLE,
-                                                                         pb.TableDef)],
-            [View.from_proto(d, r.namespace, r.name) for r, d in group(ObjectType.VIEW,
-                                                                        pb.ViewDef)],
+            [Table.from_proto(d, r.namespace, r.name)
+             for r, d in self._defs(ObjectType.TABLE, pb.TableDef, namespace)],
+            [View.from_proto(d, r.namespace, r.name)
+             for r, d in self._defs(ObjectType.VIEW, pb.ViewDef, namespace)],
         )
+
+    def object_paths(self, namespace: str) -> list[tuple[str, str]]:
+        """(key, definition path) of a namespace and everything in it: a cheap fingerprint
+        source, since definition paths change whenever an object changes."""
+        rows = []
+        own = self._get(ObjectRef(ObjectType.NAMESPACE, namespace))
+        if own is not None:
+            rows.append((self.codec.namespace_key(namespace), own))
+            for kind in (ObjectType.TABLE, ObjectType.VIEW):
+                rows.extend(self._scan(kind, namespace))
+        return rows
 
     # --- helpers -------------------------------------------------------------------------
 
