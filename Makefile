@@ -16,6 +16,13 @@ $(VENV)/.installed: requirements/constraints.txt pyproject.toml
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
+demo: install
+	$(VENV)/bin/olympia init --catalog $(WAREHOUSE) --if-not-exists
+	$(VENV)/bin/olympia validate examples/catalog --var-file examples/vars.yaml
+	$(VENV)/bin/olympia plan --catalog $(WAREHOUSE) examples/catalog --var-file examples/vars.yaml --out $(WAREHOUSE).plan.json
+	$(VENV)/bin/olympia apply --catalog $(WAREHOUSE) $(WAREHOUSE).plan.json --auto-approve
+	$(VENV)/bin/olympia log --catalog $(WAREHOUSE) --limit 5
+
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
