@@ -23,7 +23,14 @@ from olympia.catalog.keys import ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View, coerce_columns
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
 from olympia.spec.model import NamespaceSpec, Spec, TableSpec, ViewSpec
-from olympia.spec.yamlpos import Document, Path_, YamlProblem, expand_variables, load_documents
+from olympia.spec.yamlpos import (
+    Document,
+    Path_,
+    Position,
+    YamlProblem,
+    expand_variables,
+    load_documents,
+)
 
 SCHEMA_MODELINE = "# yaml-language-server: $schema={}"
 DEFAULT_NAME_LIMIT = 100
@@ -82,7 +89,8 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
         for doc in documents:
             errors = sorted(_validator().iter_errors(doc.data), key=lambda e: list(e.path))
             for error in errors:
-                builder.problem(doc, tuple(error.absolute_path), _schema_message(error))
+                builder.problems.append(f"{_schema_position(doc, error)}: "
+                                        f"{_schema_message(error)}")
             if not errors:
                 builder.add(doc)
     builder.check_references()
@@ -92,6 +100,20 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
     spec.files = [str(f) for f in files]
     spec.digest = digest.hexdigest()
     return spec
+
+
+def _schema_position(doc: Document, error: ValidationError) -> Position:
+    """Where to point: the unexpected key itself, else the offending value."""
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = error.schema.get("properties", {})
+        extra = [k for k in error.instance if k not in allowed]
+        if extra:
+            return doc.at_key((*path, extra[0]))
+    if error.validator == "propertyNames" or (path and error.parent is not None
+                                              and error.parent.validator == "propertyNames"):
+        return doc.at_key(path)
+    return doc.at(path)
 
 
 def _where(path: Path_) -> str:
@@ -135,15 +157,16 @@ class _Builder:
         self.problems: list[str] = []
         self._docs: dict[tuple[str, str], tuple[Document, Path_]] = {}
 
-    def problem(self, doc: Document, path: Path_, message: str) -> None:
-        self.problems.append(f"{doc.at(path)}: {message}")
+    def problem(self, doc: Document, path: Path_, message: str, key: bool = False) -> None:
+        """Record a problem at the value of ``path`` (or at its key)."""
+        self.problems.append(f"{doc.at_key(path) if key else doc.at(path)}: {message}")
 
     def _name(self, doc: Document, path: Path_, kind: ObjectType, name: str) -> bool:
         try:
             validate_name(kind, name, DEFAULT_NAME_LIMIT)
             return True
         except InvalidNameError as exc:
-            self.problem(doc, path, str(exc))
+            self.problem(doc, path, str(exc), key=len(path) > 1)
             return False
 
     def add(self, doc: Document) -> None:
@@ -194,7 +217,8 @@ class _Builder:
         key = (ns, name)
         if key in self._docs:
             other, other_path = self._docs[key]
-            self.problem(doc, path, f"{ns}.{name} is already declared at {other.at(other_path)}")
+            self.problem(doc, path, f"{ns}.{name} is already declared at "
+                         f"{other.at_key(other_path)}", key=True)
             return False
         self._docs[key] = (doc, path)
         return True
@@ -215,7 +239,7 @@ class _Builder:
             _props(body.get("format_properties")), body.get("comment", ""),
             bool(body.get("protected", False)),
         )
-        self.spec.tables[(ns, name)] = TableSpec(table, doc.at(path), body.get("renamed_from"),
+        self.spec.tables[(ns, name)] = TableSpec(table, doc.at_key(path), body.get("renamed_from"),
                                                  renames)
 
     def _view(self, doc: Document, ns: str, name: str, body: dict[str, Any]) -> None:
@@ -233,7 +257,7 @@ class _Builder:
                     references, body.get("default_namespace", ""),
                     _props(body.get("properties")), body.get("comment", ""),
                     bool(body.get("protected", False)))
-        self.spec.views[(ns, name)] = ViewSpec(view, doc.at(path), body.get("renamed_from"))
+        self.spec.views[(ns, name)] = ViewSpec(view, doc.at_key(path), body.get("renamed_from"))
 
     def check_references(self) -> None:
         """A view may only read objects the spec declares (in namespaces it declares)."""

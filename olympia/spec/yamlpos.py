@@ -30,12 +30,17 @@ class Document:
     file: str
     data: Any
     positions: dict[Path_, Position]
+    key_positions: dict[Path_, Position]
 
     def at(self, path: Path_) -> Position:
         """The position of ``path``, or of its nearest ancestor that has one."""
         while path not in self.positions and path:
             path = path[:-1]
         return self.positions.get(path, Position(self.file, 1, 1))
+
+    def at_key(self, path: Path_) -> Position:
+        """The position of the mapping key that ends ``path``."""
+        return self.key_positions.get(path) or self.at(path)
 
 
 class YamlProblem(Exception):
@@ -62,8 +67,9 @@ def load_documents(text: str, file: str,
         if node is None:
             continue
         positions: dict[Path_, Position] = {}
-        data = _convert(node, (), file, positions, substitute, constructor)
-        docs.append(Document(file, data, positions))
+        keys: dict[Path_, Position] = {}
+        data = _convert(node, (), file, (positions, keys), substitute, constructor)
+        docs.append(Document(file, data, positions, keys))
     return docs
 
 
@@ -71,9 +77,11 @@ def _pos(node: yaml.Node, file: str) -> Position:
     return Position(file, node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-def _convert(node: yaml.Node, path: Path_, file: str, positions: dict[Path_, Position],
+def _convert(node: yaml.Node, path: Path_, file: str,
+             marks: tuple[dict[Path_, Position], dict[Path_, Position]],
              substitute: Callable[[str, Position], str] | None,
              constructor: yaml.SafeLoader) -> Any:
+    positions, keys = marks
     positions[path] = _pos(node, file)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
@@ -81,11 +89,11 @@ def _convert(node: yaml.Node, path: Path_, file: str, positions: dict[Path_, Pos
             key = str(constructor.construct_object(key_node, deep=True))
             if key in out:
                 raise YamlProblem(_pos(key_node, file), f"duplicate key {key!r}")
-            out[key] = _convert(value_node, (*path, key), file, positions, substitute,
-                                constructor)
+            keys[(*path, key)] = _pos(key_node, file)
+            out[key] = _convert(value_node, (*path, key), file, marks, substitute, constructor)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), file, positions, substitute, constructor)
+        return [_convert(item, (*path, i), file, marks, substitute, constructor)
                 for i, item in enumerate(node.value)]
     assert isinstance(node, yaml.ScalarNode)
     value = constructor.construct_object(node)
