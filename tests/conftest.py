@@ -55,3 +55,14 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
 def shared_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
     """A location several OS processes can reach (no memory storage)."""
     return _location(request.param, tmp_path, request)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for the whole run (startup takes ~10 s)."""
+    from olympia.expire import local_session
+
+    session = local_session("local[2]")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

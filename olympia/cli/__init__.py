@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from olympia.cli import code, core, versions
+from olympia.cli import code, core, expire, versions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -13,6 +13,6 @@ def main() -> None:
     """Olympia: a storage-only data catalog, managed as code."""
 
 
-for _module in (core, code, versions):
+for _module in (core, code, versions, expire):
     for _command in _module.COMMANDS:
         main.add_command(_command)

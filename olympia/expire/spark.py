@@ -9,6 +9,8 @@ Executors open their own Storage from the catalog URI and storage options.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -34,9 +36,19 @@ from olympia.storage import Storage
 DELETE_BATCH = 1000
 
 
+@functools.lru_cache(maxsize=8)
+def _cached_storage(uri: str, options_json: str) -> Storage:
+    return Storage(uri, json.loads(options_json))
+
+
+def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
+    """One Storage (and S3 client) per executor process, not one per partition."""
+    return _cached_storage(uri, json.dumps(options, sort_keys=True, default=str))
+
+
 def _list(uri: str, options: Mapping[str, Any], prefixes: Iterator[str],
           ) -> Iterator[tuple[str, int, float]]:
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     for prefix in prefixes:
         for f in storage.list(prefix):
             yield f.path, f.size, f.modified
@@ -44,12 +56,12 @@ def _list(uri: str, options: Mapping[str, Any], prefixes: Iterator[str],
 
 def _expand(uri: str, options: Mapping[str, Any], order: int, paths: Iterator[str],
             ) -> Iterator[tuple[str, str]]:
-    yield from expand(Storage(uri, options), order, list(paths))
+    yield from expand(_storage(uri, options), order, list(paths))
 
 
 def _delete(uri: str, options: Mapping[str, Any], rows: Iterator[tuple[str, int]],
             ) -> Iterator[tuple[str, list[int]]]:
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     batch = list(rows)
     chunks = [batch[i:i + DELETE_BATCH] for i in range(0, len(batch), DELETE_BATCH)]
     for stats in storage.map(lambda chunk: delete_batch(storage, chunk), chunks):
@@ -137,7 +149,8 @@ def result_dataframe(spark: Any, result: ExpireResult) -> Any:
 def local_session(master: str = "local[2]", app_name: str = "olympia-expire") -> Any:
     """A SparkSession for running the job in-process (CLI, tests, Airflow operator).
 
-    Executors run this interpreter, so they import the same olympia and dependencies.
+    Executors run this interpreter, so they import the same olympia and dependencies; a
+    local master stays on the loopback interface.
     """
     import os
     import sys
@@ -145,9 +158,12 @@ def local_session(master: str = "local[2]", app_name: str = "olympia-expire") ->
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return (SparkSession.builder.master(master).appName(app_name)
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "8"))
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1") \
+            .config("spark.driver.bindAddress", "127.0.0.1")
+    return builder.getOrCreate()

@@ -30,6 +30,7 @@ from olympia.exceptions import (
     AlreadyExistsError,
     CommitConflict,
     InvalidArgumentError,
+    NotFoundError,
 )
 from olympia.storage import Storage
 
@@ -169,6 +170,8 @@ def _record(catalog: Catalog, record: pb.SnapshotExportDef) -> int:
         _require_new_name(new_def, record.name)
         new_def.exported_snapshots[record.name] = record.root_path
         new_def.exports[record.name].CopyFrom(record)
+        if record.version < catalog.files.oldest_version():
+            raise NotFoundError(f"version {record.version} expired while it was being exported")
         txn.set_catalog_def(new_def, actions.make(
             A.CATALOG_EXPORT, None, export=apb.ExportDef(
                 name=record.name, mode=pb.ExportMode.Name(record.mode).lower(),

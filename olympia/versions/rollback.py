@@ -34,6 +34,12 @@ def rollback(catalog: Catalog, to_version: int | str) -> int:
         raise InvalidArgumentError(
             f"cannot roll back to version {target}: the latest version is {latest}")
     root = catalog.files.read_root(target)
+
+    def target_still_kept(_: object) -> None:  # expiry may have raised vn/oldest meanwhile
+        if target < catalog.files.oldest_version():
+            raise NotFoundError(f"version {target} expired while rolling back to it")
+
+    txn.before_commit.append(target_still_kept)
     txn.restore_tree(root, actions.make(
         A.CATALOG_ROLLBACK, None, rollback=apb.RollbackDef(from_version=latest,
                                                            to_version=target)))
