@@ -70,6 +70,10 @@ class CatalogReader(ABC):
         ref = _ref(ObjectType.VIEW, identifier, name)
         return View.from_proto(self._require(ref, pb.ViewDef), ref.namespace, ref.name)
 
+    def definition_path(self, ref: ObjectRef) -> str | None:
+        """The object's definition file (None if absent); a new path means a new definition."""
+        return self._get(ref)
+
     # --- whole-catalog reads ---------------------------------------------------------------
 
     def objects(self) -> Iterator[tuple[ObjectRef, str]]:

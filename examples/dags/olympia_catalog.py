@@ -1,0 +1,59 @@
+"""Example DAGs: apply the catalog spec, react to new versions, export, expire, roll back.
+
+Connection: ``olympia_default`` (type ``olympia``), e.g.
+``AIRFLOW_CONN_OLYMPIA_DEFAULT='{"conn_type": "olympia", "host": "s3://bucket/catalog",
+"login": "...", "password": "...", "extra": {"storage_options": {"endpoint_url": "..."}}}'``.
+Airflow Variables: ``olympia_spec_dir`` (default: examples/catalog next to this folder),
+``olympia_export_target`` (default: a folder under /tmp).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+from airflow.sdk import DAG
+
+from olympia_provider.operators.olympia import (
+    OlympiaApplyOperator,
+    OlympiaExpireOperator,
+    OlympiaExportOperator,
+    OlympiaRollbackOperator,
+    catalog_asset,
+    changes_alias,
+)
+from olympia_provider.sensors.olympia import OlympiaVersionSensor
+
+EXAMPLES = Path(__file__).resolve().parents[1]
+SPEC_DIR = "{{ var.value.get('olympia_spec_dir', '" + str(EXAMPLES / "catalog") + "') }}"
+VARIABLES = yaml.safe_load((EXAMPLES / "vars.yaml").read_text())
+START = datetime(2026, 1, 1)
+
+with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
+         tags=["olympia"], doc_md="Validate and plan the spec, then apply it as one version."):
+    plan = OlympiaApplyOperator(task_id="plan", spec_path=SPEC_DIR, variables=VARIABLES,
+                                plan_only=True)
+    apply = OlympiaApplyOperator(
+        task_id="apply", plan_path="{{ ti.xcom_pull(task_ids='plan')['plan_path'] }}",
+        outlets=[catalog_asset(), changes_alias()])
+    plan >> apply
+
+with DAG("olympia_maintenance", schedule=[catalog_asset()], start_date=START, catchup=False,
+         tags=["olympia"], doc_md="After each new version: export it, then expire old ones."):
+    new_version = OlympiaVersionSensor(task_id="wait_for_version", after_version=0,
+                                       deferrable=True, poke_interval=5, timeout=600)
+    export = OlympiaExportOperator(
+        task_id="export",
+        export_name="v{{ ti.xcom_pull(task_ids='wait_for_version') }}-{{ ts_nodash }}",
+        target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
+                   "/{{ ts_nodash }}",
+        mode="full", outlets=[catalog_asset()])
+    expire = OlympiaExpireOperator(task_id="expire", keep_last=20, older_than="7d",
+                                   grace="3d")
+    new_version >> export >> expire
+
+with DAG("olympia_rollback", schedule=None, start_date=START, catchup=False,
+         tags=["olympia"], doc_md="Manual: roll the catalog back to the previous version."):
+    OlympiaRollbackOperator(task_id="rollback", to_version="previous",
+                            outlets=[catalog_asset()])

@@ -1,0 +1,222 @@
+"""Operators: apply (or plan) a spec, roll back, export, expire — thin over the library."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException
+
+from olympia import versions
+from olympia.exceptions import OlympiaError
+from olympia.expire import ExpirePolicy, expire_with_spark, local_session, parse_duration
+from olympia.plan import Plan, apply_plan, make_plan
+from olympia.spec import load_spec
+from olympia_provider.hooks.olympia import OlympiaHook
+
+
+def _optional_int(value: Any) -> int | None:
+    """Templated fields arrive as strings; empty means unset."""
+    return None if value is None or value == "" else int(value)
+
+
+def catalog_asset(olympia_conn_id: str = OlympiaHook.default_conn_name) -> Asset:
+    """The Asset updated whenever an operator commits a version through this connection."""
+    return Asset(name=f"olympia-catalog-{olympia_conn_id}",
+                 uri=f"olympia://{olympia_conn_id.replace('_', '-')}/")
+
+
+def object_asset(olympia_conn_id: str, object_name: str) -> Asset:
+    """The Asset of one namespace (``ns``) or table/view (``ns.name``) of the catalog."""
+    return Asset(name=f"olympia-{olympia_conn_id}-{object_name}",
+                 uri=f"olympia://{olympia_conn_id.replace('_', '-')}/{object_name}")
+
+
+def changes_alias(olympia_conn_id: str = OlympiaHook.default_conn_name) -> AssetAlias:
+    """Outlet alias under which apply emits one Asset event per changed object."""
+    return AssetAlias(f"olympia-changes-{olympia_conn_id}")
+
+
+class _OlympiaOperator(BaseOperator):
+    def __init__(self, *, olympia_conn_id: str = OlympiaHook.default_conn_name,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.olympia_conn_id = olympia_conn_id
+
+    @property
+    def hook(self) -> OlympiaHook:
+        return OlympiaHook(self.olympia_conn_id)
+
+    def emit(self, context: Context, extra: dict[str, Any],
+             changed_objects: Sequence[str] = ()) -> None:
+        """Asset events: the catalog's assets get ``extra``; aliases one event per object."""
+        events = context["outlet_events"]
+        for outlet in self.outlets:
+            if isinstance(outlet, AssetAlias):
+                for name in changed_objects:
+                    events[outlet].add(object_asset(self.olympia_conn_id, name), extra=extra)
+            elif isinstance(outlet, Asset):
+                events[outlet].extra = extra
+
+
+class OlympiaApplyOperator(_OlympiaOperator):
+    """Plan ``spec_path`` (or load the saved ``plan_path``) and apply it as one version.
+
+    With ``plan_only`` it saves the plan instead (``plan_out``, default a temp file) and
+    returns ``{"plan_path", "has_changes", "summary"}`` for review DAGs. Otherwise it returns
+    ``{"version", "changes", "changed_objects"}`` and emits Asset events.
+    """
+
+    template_fields: Sequence[str] = ("spec_path", "plan_path", "plan_out", "variables",
+                                      "git_commit", "expected_base_version")
+
+    def __init__(self, *, spec_path: str | None = None, plan_path: str | None = None,
+                 variables: Mapping[str, str] | None = None, allow_destructive: bool = False,
+                 expected_base_version: int | None = None, plan_only: bool = False,
+                 plan_out: str | None = None, git_commit: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if (spec_path is None) == (plan_path is None):
+            raise ValueError("give exactly one of spec_path and plan_path")
+        self.spec_path = spec_path
+        self.plan_path = plan_path
+        self.variables = variables
+        self.allow_destructive = allow_destructive
+        self.expected_base_version = expected_base_version
+        self.plan_only = plan_only
+        self.plan_out = plan_out
+        self.git_commit = git_commit
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        catalog = self.hook.get_catalog()
+        try:
+            if self.plan_path:
+                plan = Plan.load(self.plan_path)
+            else:
+                assert self.spec_path is not None
+                plan = make_plan(catalog, load_spec(self.spec_path, self.variables))
+            self.log.info("%s", plan.render_text(color=False))
+            expected = _optional_int(self.expected_base_version)
+            if expected is not None and plan.base_version != expected:
+                raise AirflowException(
+                    f"the plan's base version is {plan.base_version}, expected "
+                    f"{self.expected_base_version}: the catalog moved, re-plan")
+            if self.plan_only:
+                out = self.plan_out or tempfile.mkstemp(prefix="olympia-plan-",
+                                                        suffix=".json")[1]
+                plan.save(out)
+                return {"plan_path": str(Path(out)), "has_changes": plan.has_changes,
+                        "summary": plan.summary()}
+            info = {"airflow_dag": context["dag"].dag_id, "airflow_run": context["run_id"]}
+            if self.git_commit:
+                info["git_commit"] = self.git_commit
+            result = apply_plan(catalog, plan, allow_destructive=self.allow_destructive,
+                                info=info)
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        if result.changes:
+            self.emit(context, {"version": result.version,
+                                "changed_objects": result.changed_objects},
+                      result.changed_objects)
+            self.log.info("Applied %d changes as version %d", len(result.changes),
+                          result.version)
+        else:
+            self.log.info("No changes: the catalog already matches the spec (version %d)",
+                          result.version)
+        return result.to_dict()
+
+
+class OlympiaRollbackOperator(_OlympiaOperator):
+    """Roll back to ``to_version`` (a number or "previous"); returns the new version."""
+
+    template_fields: Sequence[str] = ("to_version",)
+
+    def __init__(self, *, to_version: int | str = "previous", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.to_version = to_version
+
+    def execute(self, context: Context) -> int:
+        try:
+            version = versions.rollback(self.hook.get_catalog(), self.to_version)
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.emit(context, {"version": version, "rollback_to": str(self.to_version)})
+        return version
+
+
+class OlympiaExportOperator(_OlympiaOperator):
+    """Export the latest (or ``version``) as ``name`` to ``target_uri``; returns the record.
+
+    Target storage options come from ``target_conn_id`` (another olympia connection, whose
+    catalog URI is ignored) or default to this connection's.
+    """
+
+    template_fields: Sequence[str] = ("export_name", "target_uri", "mode", "version")
+
+    def __init__(self, *, export_name: str, target_uri: str, mode: str = "full",
+                 version: int | None = None, depth: int | None = None,
+                 target_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.export_name = export_name
+        self.target_uri = target_uri
+        self.mode = mode
+        self.version = version
+        self.depth = depth
+        self.target_conn_id = target_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        catalog = self.hook.get_catalog()
+        options = (OlympiaHook(self.target_conn_id).settings()[1] if self.target_conn_id
+                   else catalog.storage.options)
+        try:
+            result = versions.export(
+                catalog, self.export_name, self.target_uri, self.mode,
+                target_storage_options=options,
+                version=_optional_int(self.version),
+                depth=self.depth)
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.emit(context, {"version": result.committed_version, "export": result.name})
+        return result.to_dict()
+
+
+class OlympiaExpireOperator(_OlympiaOperator):
+    """Run the PySpark expiry job in-process (``spark_master``, default the connection's
+    ``spark_master`` extra or local[2]); returns the job's result."""
+
+    template_fields: Sequence[str] = ("keep_last", "older_than", "grace")
+
+    def __init__(self, *, keep_last: int | None = None, older_than: str | None = None,
+                 grace: str | None = None, dry_run: bool = False, force: bool = False,
+                 spark_master: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.keep_last = keep_last
+        self.older_than = older_than
+        self.grace = grace
+        self.report_only = dry_run  # BaseOperator has a dry_run() method
+        self.force = force
+        self.spark_master = spark_master
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        hook = self.hook
+        uri, options = hook.settings()
+        try:
+            policy = ExpirePolicy(
+                _optional_int(self.keep_last),
+                parse_duration(self.older_than) if self.older_than else None,
+                parse_duration(self.grace) if self.grace else None, self.force)
+            policy.validate()
+            spark = local_session(self.spark_master or hook.spark_master)
+            result = expire_with_spark(spark, uri, options, policy, self.report_only)
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.info("Expired %d versions, deleted %d files (%d failed)%s",
+                      result.versions_expired, result.files_deleted, result.files_failed,
+                      " [dry run]" if self.report_only else "")
+        if result.files_failed:
+            raise AirflowException(f"{result.files_failed} files could not be deleted; "
+                                   "re-run the job (it is idempotent)")
+        return result.to_dict()

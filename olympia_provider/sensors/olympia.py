@@ -1,0 +1,105 @@
+"""Sensors: wait for a new catalog version, or for one object to be created or changed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+
+from olympia_provider.hooks.olympia import Condition, OlympiaHook
+from olympia_provider.triggers.olympia import OlympiaCatalogTrigger
+
+BASELINE_KEY = "olympia_baseline_version"
+
+
+class _CatalogSensor(BaseSensorOperator):
+    """Shared machinery: baseline version, poke mode, deferral and its completion."""
+
+    def __init__(self, *, olympia_conn_id: str = OlympiaHook.default_conn_name,
+                 after_version: int | None = None, deferrable: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.olympia_conn_id = olympia_conn_id
+        self.after_version = after_version
+        self.deferrable = deferrable
+
+    def condition(self, baseline: int) -> Condition:
+        raise NotImplementedError
+
+    def _baseline(self, context: Context) -> int:
+        """``after_version``, else the latest version seen when the task first ran."""
+        if self.after_version is not None:
+            return int(self.after_version)
+        ti = context["ti"]
+        seen = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_KEY)
+        if seen is None:
+            seen = OlympiaHook(self.olympia_conn_id).get_catalog().version
+            ti.xcom_push(key=BASELINE_KEY, value=seen)
+        return int(seen)
+
+    def execute(self, context: Context) -> Any:
+        baseline = self._baseline(context)
+        self._condition = self.condition(baseline)
+        if not self.deferrable:
+            return super().execute(context)
+        timeout = self.timeout.total_seconds() if isinstance(self.timeout, timedelta) else (
+            self.timeout)
+        interval = self.poke_interval.total_seconds() if isinstance(
+            self.poke_interval, timedelta) else self.poke_interval
+        self.defer(trigger=OlympiaCatalogTrigger(self.olympia_conn_id,
+                                                 self._condition.to_dict(), float(interval),
+                                                 timeout),
+                   method_name="execute_complete")
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        version = OlympiaHook(self.olympia_conn_id).check(self._condition)
+        if version is not None:
+            self.log.info("Catalog condition met at version %s", version)
+        return PokeReturnValue(is_done=version is not None, xcom_value=version)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> int:
+        status = event.get("status")
+        if status == "success":
+            self.log.info("Catalog condition met at version %s", event["version"])
+            return int(event["version"])
+        message = event.get("message", "unknown trigger failure")
+        if status == "timeout" and self.soft_fail:
+            raise AirflowSkipException(message)
+        raise AirflowException(f"Olympia sensor {status}: {message}")
+
+
+class OlympiaVersionSensor(_CatalogSensor):
+    """Waits until the latest version exceeds ``after_version`` (default: the version seen
+    when the task first ran), or reaches ``target_version``. Returns the version (XCom)."""
+
+    template_fields: Sequence[str] = ("after_version", "target_version")
+
+    def __init__(self, *, target_version: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target_version = target_version
+
+    def condition(self, baseline: int) -> Condition:
+        target = None if self.target_version is None else int(self.target_version)
+        return Condition(after_version=baseline, target_version=target)
+
+
+class OlympiaObjectChangedSensor(_CatalogSensor):
+    """Waits until a namespace, table or view is created, or its definition changes, after
+    ``after_version`` (default: the version seen when the task first ran)."""
+
+    template_fields: Sequence[str] = ("namespace", "name", "after_version")
+
+    def __init__(self, *, kind: str, namespace: str, name: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if kind not in ("namespace", "table", "view"):
+            raise ValueError(f"kind must be namespace, table or view, not {kind!r}")
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+
+    def condition(self, baseline: int) -> Condition:
+        return Condition(after_version=baseline, kind=self.kind, namespace=self.namespace,
+                         name=self.name)
