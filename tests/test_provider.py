@@ -10,30 +10,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Location
-
-pytest.importorskip("airflow")
-
-from airflow.sdk import Asset, AssetAlias  # noqa: E402
-from airflow.sdk.exceptions import (  # noqa: E402
+from airflow.sdk import Asset, AssetAlias
+from airflow.sdk.exceptions import (
     AirflowException,
     AirflowSkipException,
     TaskDeferred,
 )
+from conftest import Location
 
-from olympia import Catalog  # noqa: E402
-from olympia_provider import get_provider_info  # noqa: E402
-from olympia_provider.hooks.olympia import Condition, OlympiaHook  # noqa: E402
-from olympia_provider.operators.olympia import (  # noqa: E402
+from olympia import Catalog
+from olympia_provider import get_provider_info
+from olympia_provider.hooks.olympia import Condition, OlympiaHook
+from olympia_provider.operators.olympia import (
     OlympiaApplyOperator,
     OlympiaExportOperator,
     OlympiaRollbackOperator,
 )
-from olympia_provider.sensors.olympia import (  # noqa: E402
+from olympia_provider.sensors.olympia import (
     OlympiaObjectChangedSensor,
     OlympiaVersionSensor,
 )
-from olympia_provider.triggers.olympia import OlympiaCatalogTrigger  # noqa: E402
+from olympia_provider.triggers.olympia import OlympiaCatalogTrigger
 
 pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[1]
