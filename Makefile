@@ -44,7 +44,7 @@ lock: install
 		requirements/requirements.in -o requirements/constraints.txt
 
 bench: install
-	$(PY) -m benchmarks
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

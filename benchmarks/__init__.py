@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks [--quick] [--only NAME]` prints one JSON document."""
