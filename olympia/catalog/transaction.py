@@ -354,14 +354,7 @@ class Transaction(CatalogReader):
         return new
 
     def drop_table(self, identifier: Identifier, name: str | None = None) -> None:
-        self._check_open()
-        table = self.load_table(identifier, name)
-        if table.protected:
-            raise ProtectedObjectError(
-                f"table {table.namespace}.{table.name} is protected and cannot be dropped")
-        ref = ObjectRef(TABLE, table.namespace, table.name)
-        self._delete(ref)
-        self._record(A.TABLE_DROP, ref)
+        self._drop(TABLE, identifier, name)
 
     def rename_table(self, identifier: Identifier, new_name: str) -> Table:
         """Rename a table within its namespace."""
@@ -417,14 +410,17 @@ class Transaction(CatalogReader):
         return view
 
     def drop_view(self, identifier: Identifier, name: str | None = None) -> None:
+        self._drop(VIEW, identifier, name)
+
+    def _drop(self, kind: ObjectType, identifier: Identifier, name: str | None) -> None:
         self._check_open()
-        view = self.load_view(identifier, name)
-        if view.protected:
-            raise ProtectedObjectError(
-                f"view {view.namespace}.{view.name} is protected and cannot be dropped")
-        ref = ObjectRef(VIEW, view.namespace, view.name)
+        obj: Table | View = (self.load_table(identifier, name) if kind == TABLE
+                             else self.load_view(identifier, name))
+        ref = ObjectRef(kind, obj.namespace, obj.name)
+        if obj.protected:
+            raise ProtectedObjectError(f"{ref.label} is protected and cannot be dropped")
         self._delete(ref)
-        self._record(A.VIEW_DROP, ref)
+        self._record(A.TABLE_DROP if kind == TABLE else A.VIEW_DROP, ref)
 
     def rename_view(self, identifier: Identifier, new_name: str) -> View:
         """Rename a view within its namespace."""
