@@ -174,3 +174,26 @@ def test_cli_expire(spark: Any, tmp_path: Any) -> None:
     assert Catalog.open(catalog.uri).files.oldest_version() == 0
 
 
+
+
+def test_spark_submit_entry_point(tmp_path: Any) -> None:
+    """The job as a cluster runs it: spark-submit of olympia/expire/__main__.py."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import olympia.expire
+
+    catalog, _ = build(Location(str(tmp_path / "wh"), {}, "local"))
+    script = Path(olympia.expire.__file__).with_name("__main__.py")
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run(
+        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(script),
+         "--catalog", catalog.uri, "--keep-last", "2", "--older-than", "0s", "--grace", "0s",
+         "--force", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["engine"] == "spark" and result["versions_expired"] == catalog.version - 1
+    assert Catalog.open(catalog.uri).files.oldest_version() == catalog.version - 1
