@@ -1,0 +1,84 @@
+"""Node codec: exact round trips, and malformed files rejected with the file named."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from olympia.exceptions import CorruptFileError
+from olympia.tree.node import SCHEMA, Node, decode_node, encode_node, parse_node_file
+
+ORDER = 4
+LEAF = Node(("a", "b"), ("def/a", "def/b"), None, 42)
+INTERNAL = Node(("m",), ("def/m",), ("node/l.arrow", "node/r.arrow"), 43)
+ROOT = Node(("k",), ("def/k",), ("node/1.arrow", "node/2.arrow"), 44, catalog_def="def/c",
+            previous_root="vn/" + "0" * 32, actions=(("catalog_def", "AAAA"),))
+
+
+def rows(keys: list, values: list, pnodes: list) -> bytes:
+    batch = pa.record_batch([pa.array(keys, pa.utf8()), pa.array(values, pa.utf8()),
+                             pa.array(pnodes, pa.utf8())], schema=SCHEMA)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, SCHEMA) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@pytest.mark.parametrize("node,root", [(LEAF, False), (INTERNAL, False), (ROOT, True)])
+def test_round_trip(node: Node, root: bool) -> None:
+    data = encode_node(node, ORDER)
+    assert decode_node(data, "f", ORDER, root=root) == node
+    raw = parse_node_file(data, "f")
+    system = len(raw.system_rows())
+    assert len(raw.keys) == system + ORDER + len(node.actions)  # exactly N pivot rows
+    assert raw.keys[system] is None and raw.values[system] is None
+
+
+GOOD_SYSTEM = (["created_at_millis", "n_keys"], ["1", "1"], [None, None])
+
+
+def leaf_rows(**changes: list) -> bytes:
+    keys = [*GOOD_SYSTEM[0], None, "a", None, None]
+    values = [*GOOD_SYSTEM[1], None, "def/a", None, None]
+    pnodes = [None] * 6
+    parts = {"keys": keys, "values": values, "pnodes": pnodes, **changes}
+    return rows(parts["keys"], parts["values"], parts["pnodes"])
+
+
+@pytest.mark.parametrize("data,reason", [
+    (b"not arrow at all", "not an Arrow IPC file"),
+    (rows(["created_at_millis", "n_keys", None, "a", None],
+          ["1", "1", None, "def/a", None], [None] * 5), "expected 4 pivot rows"),
+    (leaf_rows(values=["1", "7", None, "def/a", None, None]), "exceeds order"),
+    (leaf_rows(keys=["created_at_millis", "bogus", None, "a", None, None]),
+     "unknown system key"),
+    (leaf_rows(values=["x", "1", None, "def/a", None, None]), "not an integer"),
+    (leaf_rows(keys=["created_at_millis", "n_keys", "z", "a", None, None]),
+     "unknown system key"),
+    (leaf_rows(pnodes=[None, None, "node/x", None, None, None]), "all set or all NULL"),
+    (leaf_rows(keys=["created_at_millis", "n_keys", None, "a", "stray", None]),
+     "beyond n_keys is not NULL"),
+])
+def test_malformed_files_are_rejected(data: bytes, reason: str) -> None:
+    with pytest.raises(CorruptFileError, match=reason) as err:
+        decode_node(data, "s3://bucket/cat/node/x.arrow", ORDER)
+    assert "s3://bucket/cat/node/x.arrow" in str(err.value)
+
+
+def test_wrong_schema_and_misplaced_rows() -> None:
+    other = pa.schema([pa.field("key", pa.utf8()), pa.field("value", pa.int64()),
+                       pa.field("pnode", pa.utf8())])
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, other) as writer:
+        writer.write_batch(pa.record_batch([pa.array(["a"]), pa.array([1]), pa.array(["b"])],
+                                           schema=other))
+    with pytest.raises(CorruptFileError, match="schema"):
+        decode_node(bytes(sink.getvalue().to_pybytes()), "f", ORDER)
+    with pytest.raises(CorruptFileError, match="root-only"):
+        decode_node(encode_node(ROOT, ORDER), "f", ORDER, root=False)
+    with pytest.raises(CorruptFileError, match="catalog_def"):
+        decode_node(encode_node(LEAF, ORDER), "f", ORDER, root=True)
+    out_of_order = Node(("b", "a"), ("1", "2"), None, 1)
+    with pytest.raises(CorruptFileError, match="out of order"):
+        decode_node(encode_node(out_of_order, ORDER), "f", ORDER)
