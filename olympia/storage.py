@@ -316,15 +316,6 @@ class Storage:
         """A user-facing name for a file: the catalog URI joined with the relative path."""
         return f"{self.uri}/{path.lstrip('/')}"
 
-    def child(self, path: str) -> Storage:
-        """A Storage for a sub-prefix sharing this one's backend and counters."""
-        sub = object.__new__(Storage)
-        sub.__dict__.update(self.__dict__)
-        sub.root = self.full(path).rstrip("/") + "/"
-        sub.uri = self.display(path).rstrip("/")
-        sub._pool = None
-        return sub
-
     # --- single-file operations ---------------------------------------------------
 
     def _call(self, op: str, path: str, fn: Callable[[], T], retry: bool = True) -> T:

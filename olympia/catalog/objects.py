@@ -28,7 +28,6 @@ _ALIASES = {
 _PARAM = re.compile(
     r"^(decimal|numeric|char|varchar|fixed)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$"
 )
-NESTED = ("struct", "list", "map")
 TYPE_NAMES = sorted({*_SIMPLE, "decimal(P,S)", "char(N)", "varchar", "varchar(N)", "fixed(N)"})
 
 

@@ -32,7 +32,6 @@ from olympia.spec.yamlpos import (
     load_documents,
 )
 
-SCHEMA_MODELINE = "# yaml-language-server: $schema={}"
 DEFAULT_NAME_LIMIT = 100
 ENV_PREFIX = "OLYMPIA_VAR_"
 
