@@ -113,3 +113,11 @@ class StalePlanError(CatalogError):
 
 class DestructiveChangeError(CatalogError):
     """A plan holds destructive actions and they were not explicitly allowed."""
+
+
+# --- expiry --------------------------------------------------------------------------
+
+
+class ExpiryAbortedError(OlympiaError):
+    """An expiry run stopped (unreadable node, damaged catalog, failed job step); the
+    message says whether anything had been deleted. Re-running is always safe."""

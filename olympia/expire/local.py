@@ -1,67 +1,122 @@
-"""Expiry in one process: the same plan as the Spark job, for small catalogs and tests."""
+"""The same expiry run in one process: Python sets instead of DataFrames, for small catalogs.
+
+Only data movement lives here; the steps and their order (:mod:`olympia.expire.job`) and
+every rule (:mod:`olympia.expire.reachability`) are the ones the Spark job uses.
+"""
 
 from __future__ import annotations
 
-import time
-
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import version_path
+from olympia.expire.job import DEFAULT_SETTLE_MS, ExpireResult, FolderStats, StepHook, Walk, run
 from olympia.expire.policy import ExpirePolicy
-from olympia.expire.retention import (
-    SAMPLE_SIZE,
-    ExpireResult,
-    advance_oldest,
-    decide,
-    delete_batch,
-    expand,
+from olympia.expire.reachability import (
+    CDEF,
+    FILE,
+    MISSING,
+    NODE,
+    Decision,
+    DeleteReport,
+    TxnRoots,
+    delete_paths,
+    expand_nodes,
+    expand_roots,
     folder_of,
     is_candidate,
-    late_arrivals,
-    listing_prefixes,
-    merge_delete_stats,
-    new_result,
+    read_transactions,
 )
+from olympia.storage import FileInfo, Storage
+
+
+class LocalEngine:
+    """Runs every step with the catalog's own Storage (its bounded thread pool)."""
+
+    name = "local"
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def list_files(self, prefixes: list[str]) -> dict[str, FileInfo]:
+        listings = self.storage.map(self.storage.list, prefixes)
+        return {f.path: f for files in listings for f in files}
+
+    def transactions(self, listing: dict[str, FileInfo]) -> list[TxnRoots]:
+        return list(read_transactions(self.storage, sorted(p for p in listing
+                                                           if p.startswith("dtxn/"))))
+
+    def walk(self, versions: range, roots: list[str], order: int, prior: Walk | None) -> Walk:
+        reached: set[str] = set(prior.handle) if prior else set()
+        cdefs: set[str] = set(prior.cdefs) if prior else set()
+        level = [p for p in dict.fromkeys([*map(version_path, versions), *roots])
+                 if p not in reached]
+        missing, frontier = [], set()
+        for kind, path in expand_roots(self.storage, order, level):
+            if kind == MISSING:
+                missing.append(path)
+            elif kind == NODE:
+                frontier.add(path)
+            else:
+                reached.add(path)
+                if kind == CDEF:
+                    cdefs.add(path)
+        nodes = prior.nodes if prior else 0
+        levels = 1
+        frontier -= reached
+        while frontier:  # one tree level of every root at once; shared nodes read once
+            batch = sorted(frontier)
+            reached.update(batch)
+            nodes += len(batch)
+            levels += 1
+            frontier = set()
+            for kind, path in expand_nodes(self.storage, order, batch):
+                if kind == FILE:
+                    reached.add(path)
+                elif path not in reached:
+                    frontier.add(path)
+        return Walk(reached, cdefs, missing, nodes, max(levels, prior.levels if prior else 0))
+
+    def classify(self, listing: dict[str, FileInfo], walk: Walk, keep: set[str],
+                 decision: Decision, probe: list[str],
+                 ) -> tuple[dict[str, FolderStats], list[FileInfo], set[str]]:
+        stats: dict[str, FolderStats] = {}
+        candidates = []
+        for path, info in sorted(listing.items()):
+            entry = stats.setdefault(folder_of(path), FolderStats())
+            entry.listed += 1
+            entry.listed_bytes += info.size
+            if path in walk.handle or path in keep:
+                entry.reachable += 1
+            elif is_candidate(path, info.modified, decision.new_oldest, decision.cutoff_ms):
+                entry.candidates += 1
+                entry.candidate_bytes += info.size
+                candidates.append(info)
+        return stats, candidates, {p for p in probe if p in listing}
+
+    def sample(self, candidates: list[FileInfo], size: int) -> list[str]:
+        return [f.path for f in candidates[:size]]
+
+    def delete(self, candidates: list[FileInfo], roots: bool) -> DeleteReport:
+        return delete_paths(self.storage, [f.path for f in candidates
+                                           if (folder_of(f.path) == "vn") == roots])
+
+    def remaining(self, candidates: list[FileInfo], prefixes: list[str],
+                  ) -> dict[str, tuple[int, int]]:
+        now = self.list_files(prefixes)
+        out: dict[str, tuple[int, int]] = {}
+        for f in candidates:
+            if f.path in now:
+                count, size = out.get(folder_of(f.path), (0, 0))
+                out[folder_of(f.path)] = (count + 1, size + f.size)
+        return out
+
+    def release(self) -> None:
+        pass
 
 
 def expire_local(catalog: Catalog, policy: ExpirePolicy, dry_run: bool = False, *,
-                 now_ms: int | None = None, settle_seconds: float = 2.0) -> ExpireResult:
-    """Expire old versions and remove unreferenced files of ``catalog`` in this process."""
-    started = time.monotonic()
-    policy = policy.resolved(catalog.properties)
-    storage = catalog.storage
-    listed = [f for files in storage.map(storage.list, listing_prefixes()) for f in files]
-    retention = decide(catalog, policy, now_ms)
-    reachable = set(retention.seed_files)
-    frontier = sorted(retention.seed_nodes)
-    while frontier:
-        reachable.update(frontier)
-        found = list(expand(storage, retention.order, frontier))
-        reachable.update(v for kind, v in found if kind == "def")
-        frontier = sorted({v for kind, v in found if kind == "node"} - reachable)
-    result = new_result(catalog, "local", dry_run, policy, retention)
-    cutoff = (retention.now_ms - (policy.grace_ms or 0)) / 1000
-    expired_roots, expired_dtxns = set(retention.expired_roots), set(retention.expired_dtxns)
-    candidates = []
-    for f in listed:
-        stats = result.folders[folder_of(f.path)]
-        stats.listed += 1
-        if f.path in reachable:
-            stats.reachable += 1
-        elif is_candidate(f.path, f.modified, cutoff, expired_roots, expired_dtxns):
-            stats.candidates += 1
-            candidates.append((f.path, f.size))
-    result.sample = sorted(p for p, _ in candidates)[:SAMPLE_SIZE]
-    result.seconds_identifying = time.monotonic() - started
-    if dry_run:
-        return result
-    started = time.monotonic()
-    advance_oldest(catalog, retention)
-    keep = late_arrivals(catalog, retention, settle_seconds)
-    candidates = [(p, s) for p, s in candidates if p not in keep]
-    # roots first: a version disappears before the files only it referenced
-    roots = [c for c in candidates if folder_of(c[0]) == "vn"]
-    for phase in (roots, [c for c in candidates if folder_of(c[0]) != "vn"]):
-        batches = [phase[i:i + 500] for i in range(0, len(phase), 500)]
-        for deleted in storage.map(lambda batch: delete_batch(storage, batch), batches):
-            merge_delete_stats(result, deleted)
-    result.seconds_deleting = time.monotonic() - started
-    return result
+                 now_ms: int | None = None, settle_ms: int = DEFAULT_SETTLE_MS,
+                 on_step: StepHook | None = None, prefix_split: int = 1) -> ExpireResult:
+    """Expire old versions of ``catalog`` and delete files nothing kept references, in
+    this process (fine for small catalogs; the Spark job is the product)."""
+    return run(LocalEngine(catalog.storage), catalog, policy, dry_run, now_ms=now_ms,
+               settle_ms=settle_ms, on_step=on_step, prefix_split=prefix_split)

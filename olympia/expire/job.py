@@ -1,0 +1,367 @@
+"""The expiry run: one ordering of steps, carried out by an engine (Spark or in-process).
+
+The order is the safety argument (docs/EXPIRY.md spells it out):
+
+1. **decide** the new oldest version from the policy (a few root reads);
+2. **raise vn/oldest** to it — before anything is listed, walked or deleted — then let
+   in-flight rollbacks and exports that checked the old value land (``settle_ms``);
+3. **list** every file under the catalog's folders (files created later are never
+   candidates);
+4. **walk** everything reachable from the versions at or above the new oldest one (up to
+   the latest version read *after* the listing), from the roots of live distributed
+   transactions and from every export recorded by those versions, level by level with
+   de-duplication; a missing or unreadable node aborts the run here;
+5. **re-read the latest version** and walk anything committed meanwhile;
+6. **classify**: listed minus reachable, restricted to files the format names, roots below
+   the new oldest version, other files older than the grace period;
+7. **delete** expired roots first, then the other files; then **verify** by listing again.
+
+Nothing is deleted before step 7, ``vn/oldest`` only moves up, and every step is recomputed
+from storage, so a run that crashes anywhere can simply be run again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from olympia._proto import objects_pb2 as pb
+from olympia.catalog.catalog import Catalog
+from olympia.catalog.files import LATEST, OLDEST, CatalogFiles
+from olympia.catalog.keys import path_version
+from olympia.exceptions import ExpiryAbortedError, OlympiaError
+from olympia.expire.policy import ExpirePolicy, format_duration
+from olympia.expire.reachability import (
+    FOLDERS,
+    Decision,
+    DeleteReport,
+    TxnRoots,
+    decide,
+    effective_now,
+    export_roots,
+    is_live,
+    listing_prefixes,
+)
+
+SAMPLE_SIZE = 20
+DEFAULT_SETTLE_MS = 2000
+
+StepHook = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Walk:
+    """What a walk found; ``handle`` is the engine's reachable set."""
+
+    handle: Any
+    cdefs: set[str]
+    missing: list[str]
+    nodes: int
+    levels: int
+
+
+class Engine(Protocol):
+    """Data movement for one run. Paths are always catalog-relative, as the tree writes them."""
+
+    name: str
+
+    def list_files(self, prefixes: list[str]) -> Any:
+        """Every file under ``prefixes`` (path, size, modified)."""
+
+    def transactions(self, listing: Any) -> list[TxnRoots]:
+        """The distributed transaction records among the listed files."""
+
+    def walk(self, versions: range, roots: list[str], order: int, prior: Walk | None) -> Walk:
+        """Everything reachable from the roots of ``versions`` and from ``roots`` (vn/ roots
+        or running roots under node/), plus everything ``prior`` reached."""
+
+    def classify(self, listing: Any, walk: Walk, keep: set[str], decision: Decision,
+                 probe: list[str]) -> tuple[dict[str, FolderStats], Any, set[str]]:
+        """Per-folder counts; the candidates (listed, not reachable, not in ``keep``, and
+        allowed by :func:`~olympia.expire.reachability.is_candidate`); which of ``probe``
+        the listing holds."""
+
+    def sample(self, candidates: Any, size: int) -> list[str]:
+        """The first ``size`` candidate paths in path order."""
+
+    def delete(self, candidates: Any, roots: bool) -> DeleteReport:
+        """Delete the candidate roots (``roots``) or every other candidate."""
+
+    def remaining(self, candidates: Any, prefixes: list[str]) -> dict[str, tuple[int, int]]:
+        """Per folder, how many candidates (and bytes) a fresh listing still shows."""
+
+    def release(self) -> None:
+        """Drop cached data."""
+
+
+@dataclass
+class FolderStats:
+    listed: int = 0
+    listed_bytes: int = 0
+    reachable: int = 0
+    candidates: int = 0
+    candidate_bytes: int = 0
+    deleted: int = 0
+    failed: int = 0
+    bytes_deleted: int = 0
+
+
+@dataclass
+class ExpireResult:
+    """What a run did (or, with ``dry_run``, would do)."""
+
+    catalog: str
+    engine: str
+    dry_run: bool
+    policy: dict[str, Any]
+    now_ms: int = 0
+    grace_cutoff_ms: int = 0
+    latest_version: int = 0
+    latest_version_at_end: int = 0
+    old_oldest_version: int = 0
+    new_oldest_version: int = 0
+    versions_expired: int = 0
+    protected: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    folders: dict[str, FolderStats] = field(
+        default_factory=lambda: {f: FolderStats() for f in FOLDERS})
+    nodes_walked: int = 0
+    walk_levels: int = 0
+    seconds_identifying: float = 0.0
+    seconds_deleting: float = 0.0
+    sample: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def _total(self, name: str) -> int:
+        return sum(getattr(f, name) for f in self.folders.values())
+
+    @property
+    def files_listed(self) -> int:
+        return self._total("listed")
+
+    @property
+    def files_reachable(self) -> int:
+        return self._total("reachable")
+
+    @property
+    def files_candidates(self) -> int:
+        return self._total("candidates")
+
+    @property
+    def files_deleted(self) -> int:
+        return self._total("deleted")
+
+    @property
+    def files_failed(self) -> int:
+        return self._total("failed")
+
+    @property
+    def bytes_deleted(self) -> int:
+        return self._total("bytes_deleted")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every field plus the totals."""
+        data = asdict(self)
+        for name in ("files_listed", "files_reachable", "files_candidates", "files_deleted",
+                     "files_failed", "bytes_deleted"):
+            data[name] = getattr(self, name)
+        return data
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per folder."""
+        return [{"folder": name, **asdict(stats)} for name, stats in sorted(self.folders.items())]
+
+    def to_dataframe(self, spark: Any) -> Any:
+        """The per-folder rows as a Spark DataFrame."""
+        return spark.createDataFrame(self.rows())
+
+    def summary(self) -> str:
+        """A few human-readable lines."""
+        verb = "Dry run: would expire" if self.dry_run else "Expired"
+        lines = [
+            f"{verb} {self.versions_expired} versions of {self.catalog} "
+            f"(oldest {self.old_oldest_version} -> {self.new_oldest_version}, latest "
+            f"{self.latest_version_at_end}) with {self.engine}",
+            f"  {'folder':6} {'listed':>9} {'reachable':>10} {'to delete':>10} "
+            f"{'deleted':>9} {'failed':>7} {'bytes deleted':>14}",
+        ]
+        for name, f in sorted(self.folders.items()):
+            lines.append(f"  {name:6} {f.listed:>9} {f.reachable:>10} {f.candidates:>10} "
+                         f"{f.deleted:>9} {f.failed:>7} {f.bytes_deleted:>14}")
+        for path, why in sorted(self.protected.items()):
+            lines.append(f"  kept {path} ({why})")
+        lines.extend(f"  warning: {w}" for w in self.warnings)
+        lines.extend(f"  error: {e}" for e in self.errors)
+        pol = self.policy
+        lines.append(f"  policy: keep-last {pol['keep_last']}, older-than "
+                     f"{format_duration(pol['older_than_ms'])}, grace "
+                     f"{format_duration(pol['grace_ms'])}; identify "
+                     f"{self.seconds_identifying:.1f}s, delete {self.seconds_deleting:.1f}s")
+        if self.sample:
+            lines.append(f"  sample: {', '.join(self.sample[:5])}")
+        return "\n".join(lines)
+
+
+def advance_oldest(files: CatalogFiles, version: int) -> bool:
+    """Raise ``vn/oldest`` to ``version`` (re-read first: it never moves down)."""
+    if version <= files.oldest_version():
+        return False
+    files.write_hint(OLDEST, version)
+    return True
+
+
+class _Run:
+    """One run's state, driven by :func:`run`."""
+
+    def __init__(self, engine: Engine, catalog: Catalog, policy: ExpirePolicy,
+                 decision: Decision, on_step: StepHook | None) -> None:
+        self.engine = engine
+        self.files = catalog.files
+        self.decision = decision
+        self.on_step = on_step
+        self.protected: dict[str, str] = {}
+        self.read_cdefs: set[str] = set()
+        self.result = ExpireResult(
+            catalog.uri, engine.name, False, policy.to_dict(), decision.now_ms,
+            decision.cutoff_ms, decision.latest, decision.latest, decision.old_oldest,
+            decision.new_oldest, decision.versions_expired)
+
+    def step(self, name: str, **info: Any) -> None:
+        if self.on_step is not None:
+            self.on_step(name, info)
+
+    def walk(self, versions: range, roots: Iterable[str], prior: Walk | None) -> Walk:
+        """Walk ``versions`` and ``roots``, then every export their catalog definitions
+        record, until no new root turns up."""
+        order = self.decision.order
+        walk = self.engine.walk(versions, sorted(set(roots)), order, prior)
+        self._check_missing(walk.missing)
+        while True:
+            new_cdefs = sorted(walk.cdefs - self.read_cdefs)
+            self.read_cdefs.update(new_cdefs)
+            extra = []
+            for cdef in self.files.read_defs(new_cdefs, pb.CatalogDef):
+                for path, why in export_roots(cdef).items():
+                    if path not in self.protected:
+                        self.protected[path] = why
+                        if not self.retained(path):
+                            extra.append(path)
+            if not extra:
+                return walk
+            walk = self.engine.walk(range(0), extra, order, walk)
+            self._check_missing(walk.missing)
+
+    def retained(self, path: str) -> bool:
+        version = path_version(path)
+        return version is not None and (
+            self.decision.new_oldest <= version <= self.result.latest_version_at_end)
+
+    def _check_missing(self, missing: list[str]) -> None:
+        for path in sorted(set(missing)):
+            version = path_version(path)
+            if self.retained(path):
+                oldest = self.files.oldest_version()
+                if version is not None and version >= oldest:
+                    raise ExpiryAbortedError(
+                        f"version {version} ({path}) is missing although vn/oldest is "
+                        f"{oldest}: the catalog is damaged")
+                # a concurrent expiry run with a shorter policy removed it
+                self.result.warnings.append(f"{path} was expired by another run meanwhile")
+            elif path in self.protected:
+                self.result.warnings.append(
+                    f"{path} ({self.protected[path]}) does not exist; nothing to keep for it")
+
+
+def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = False, *,
+        now_ms: int | None = None, settle_ms: int = DEFAULT_SETTLE_MS,
+        on_step: StepHook | None = None, prefix_split: int = 1) -> ExpireResult:
+    """Expire ``catalog`` with ``engine``; see the module docstring for the order of steps.
+
+    ``now_ms`` evaluates the policy at an earlier instant (never a later one than the
+    clock); ``on_step(name, info)`` is called after each step (progress, tests).
+    """
+    started = time.monotonic()
+    policy = policy.resolved(catalog.properties)
+    files = catalog.files
+    state = _Run(engine, catalog, policy, decide(files, policy, effective_now(now_ms)),
+                 on_step)
+    decision, result = state.decision, state.result
+    result.dry_run = dry_run
+    state.step("decided", new_oldest=decision.new_oldest, latest=decision.latest)
+    if not dry_run and advance_oldest(files, decision.new_oldest):
+        state.step("oldest-advanced", oldest=decision.new_oldest)
+        time.sleep(settle_ms / 1000)
+    moved = "" if dry_run or not decision.versions_expired else (
+        f" (vn/oldest was already raised to {decision.new_oldest})")
+    prefixes = listing_prefixes(prefix_split)
+    try:
+        listing = engine.list_files(prefixes)
+        state.step("listed")
+        latest = files.discover_latest()
+        result.latest_version_at_end = latest.version
+        live = [t for t in engine.transactions(listing) if is_live(t, decision)]
+        for txn in live:
+            state.protected[txn.beginning_root] = f"transaction {txn.id}"
+            state.protected[txn.running_root] = f"transaction {txn.id}"
+        keep = {LATEST, OLDEST} | {t.path for t in live}
+        # exports only accumulate, so the latest definition names nearly all of them: walk
+        # their roots together with the versions instead of in a second pass
+        state.read_cdefs.add(latest.node.catalog_def or "")
+        state.protected.update(
+            {p: why for p, why in export_roots(latest.catalog_def).items()
+             if p not in state.protected})
+        roots = [p for p in state.protected if not state.retained(p)]
+        walk = state.walk(range(decision.new_oldest, latest.version + 1), roots, None)
+        later = files.discover_latest()  # anything committed while we walked
+        if later.version > latest.version:
+            result.latest_version_at_end = later.version
+            walk = state.walk(range(latest.version + 1, later.version + 1), [], walk)
+        state.step("walked", nodes=walk.nodes, levels=walk.levels)
+        # files that existed before the listing must be in it, spelled as the tree spells
+        # them; otherwise the anti-join would see every live file as unreferenced (the
+        # path-mismatch failures behind iceberg#4194 and #4652)
+        first = files.read_root(decision.latest)
+        probe = [first.path, first.node.catalog_def or ""]
+        stats, candidates, found = engine.classify(listing, walk, keep, decision, probe)
+        if set(probe) - found:
+            raise ExpiryAbortedError(
+                f"the listing of {catalog.uri} lacks {', '.join(sorted(set(probe) - found))}"
+                ", which the catalog references: listed paths and catalog paths disagree")
+        result.folders.update(stats)
+        result.sample = engine.sample(candidates, SAMPLE_SIZE)
+    except OlympiaError as exc:
+        raise ExpiryAbortedError(f"expiry stopped, nothing deleted{moved}: {exc}") from exc
+    result.protected = dict(sorted(state.protected.items()))
+    result.nodes_walked, result.walk_levels = walk.nodes, walk.levels
+    result.seconds_identifying = time.monotonic() - started
+    state.step("identified", candidates=result.files_candidates)
+    if dry_run:
+        engine.release()
+        return result
+
+    started = time.monotonic()
+    try:
+        report = engine.delete(candidates, roots=True)
+        state.step("roots-deleted")
+        report.merge(engine.delete(candidates, roots=False))
+        state.step("files-deleted")
+        remaining = engine.remaining(candidates, prefixes)
+    except OlympiaError as exc:
+        raise ExpiryAbortedError(
+            f"expiry stopped while deleting (run it again to finish): {exc}") from exc
+    finally:
+        engine.release()
+    for folder, entry in result.folders.items():
+        left, left_bytes = remaining.get(folder, (0, 0))
+        entry.failed = left
+        entry.deleted = entry.candidates - left
+        entry.bytes_deleted = entry.candidate_bytes - left_bytes
+    result.errors = report.errors
+    if result.files_failed and not result.errors:
+        result.errors = ["some deletes were reported done by the storage but the files are "
+                         "still listed"]
+    result.seconds_deleting = time.monotonic() - started
+    state.step("verified", deleted=result.files_deleted, failed=result.files_failed)
+    return result
