@@ -1,171 +1,97 @@
 """Load a spec (a YAML file or a directory of them) into one validated desired state.
 
-Every problem — invalid YAML, schema violations, unknown types, invalid names, duplicates
-across files, views reading undeclared objects, undefined variables — is reported as
-``file:line:col: message``, all at once, in one SpecError.
+Every problem — invalid YAML, schema violations, unknown types, names the format forbids,
+duplicates across files, views reading undeclared objects, contradictory rename hints,
+undefined variables — is reported as ``file:line:col: message``, all at once, in one
+SpecError.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Mapping
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-
 from olympia.catalog.keys import ObjectType, validate_name
-from olympia.catalog.objects import Column, Namespace, Table, View, coerce_columns
+from olympia.catalog.objects import Column, Namespace, Table, View, canonical_type
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
-from olympia.spec.model import NamespaceSpec, Spec, TableSpec, ViewSpec
-from olympia.spec.yamlpos import (
-    Document,
-    Path_,
-    Position,
-    YamlProblem,
-    expand_variables,
-    load_documents,
-)
+from olympia.spec import schema
+from olympia.spec import variables as spec_variables
+from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
+from olympia.spec.yamlpos import Document, Path_, Position, Problem, load_documents
 
-DEFAULT_NAME_LIMIT = 100
-ENV_PREFIX = "OLYMPIA_VAR_"
-
-
-@cache
-def schema() -> dict[str, Any]:
-    """The spec's JSON Schema (specs/olympia-spec.schema.json, shipped in the package)."""
-    text = resources.files("olympia.spec").joinpath("schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
-@cache
-def _validator() -> Draft202012Validator:
-    return Draft202012Validator(schema())
+DEFAULT_NAME_LIMIT = 100  # the format's default; plans check the catalog's own limits
+SUFFIXES = (".yaml", ".yml")
 
 
 def spec_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")
-                      and p.is_file() and not any(part.startswith(".")
-                                                  for part in p.relative_to(path).parts))
-    return [path]
-
-
-def collect_variables(variables: Mapping[str, str] | None) -> dict[str, str]:
-    """``OLYMPIA_VAR_<NAME>`` from the environment, overridden by explicit ones."""
-    found = {k[len(ENV_PREFIX):]: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
-    found.update({k: str(v) for k, v in (variables or {}).items()})
-    return found
+    """``path`` itself, or every ``*.yaml``/``*.yml`` under it outside hidden folders."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
 def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> Spec:
-    """Read, validate and merge every document under ``path``; raise SpecError listing every
-    problem as ``file:line:col: message``."""
+    """Read, validate and merge every document under ``path`` into one :class:`Spec`.
+
+    ``variables`` give ``${var.NAME}`` values, over ``OLYMPIA_VAR_NAME`` from the
+    environment. Raises SpecError listing every problem as ``file:line:col: message``.
+    """
     root = Path(path)
     if not root.exists():
         raise SpecError([f"{root}: no such file or directory"])
     files = spec_files(root)
     if not files:
         raise SpecError([f"{root}: no .yaml or .yml files"])
-    substitute = expand_variables(collect_variables(variables))
+    used: dict[str, str] = {}
+    substitute = spec_variables.expander(spec_variables.collect(variables), used)
     builder = _Builder()
     digest = hashlib.sha256()
     for file in files:
-        text = file.read_text("utf-8")
-        digest.update(f"{file.relative_to(root) if root.is_dir() else file.name}\0{text}\0"
-                      .encode())
+        name = file.relative_to(root).as_posix() if root.is_dir() else file.name
         try:
-            documents = load_documents(text, str(file), substitute)
-        except YamlProblem as exc:
-            builder.problems.append(str(exc))
+            text = file.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            builder.problems.append(Problem(Position(str(file), 1, 1), f"cannot read: {exc}"))
             continue
-        for doc in documents:
-            errors = sorted(_validator().iter_errors(doc.data), key=lambda e: list(e.path))
-            for error in errors:
-                builder.problems.append(f"{_schema_position(doc, error)}: "
-                                        f"{_schema_message(error)}")
-            if not errors:
+        digest.update(f"file\0{name}\0{text}\0".encode())
+        for doc in load_documents(text, str(file), substitute, builder.problems):
+            found = schema.validate(doc)
+            builder.problems.extend(found)
+            if not found and not doc.unreadable:
                 builder.add(doc)
-    builder.check_references()
+    builder.finish()
     if builder.problems:
-        raise SpecError(builder.problems)
+        raise SpecError([str(p) for p in sorted(set(builder.problems))])
+    for name, value in sorted(used.items()):
+        digest.update(f"var\0{name}\0{value}\0".encode())
     spec = builder.spec
     spec.files = [str(f) for f in files]
     spec.digest = digest.hexdigest()
     return spec
 
 
-def _schema_position(doc: Document, error: ValidationError) -> Position:
-    """Where to point: the unexpected key itself, else the offending value."""
-    path = tuple(error.absolute_path)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = error.schema.get("properties", {})
-        extra = [k for k in error.instance if k not in allowed]
-        if extra:
-            return doc.at_key((*path, extra[0]))
-    if error.validator == "propertyNames" or (path and error.parent is not None
-                                              and error.parent.validator == "propertyNames"):
-        return doc.at_key(path)
-    return doc.at(path)
-
-
-def _where(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _schema_message(error: ValidationError) -> str:
-    where = _where(tuple(error.absolute_path))
-    if error.validator == "anyOf" and not error.absolute_path:
-        message = "a document needs 'namespace' (a namespace with its tables and views) or "\
-                  "'manage' (namespace patterns)"
-    elif error.validator == "additionalProperties" and any(
-            str(k).endswith(")") for k in error.instance if k not in error.schema.get(
-                "properties", {})):
-        message = "a type with a comma was split by YAML flow syntax: quote it, e.g. " \
-                  "type: \"decimal(12,2)\""
-    elif error.validator == "pattern":
-        message = f"{error.instance!r} contains characters not allowed here (control " \
-                  "characters, space or DEL; references are written namespace.name)"
-    else:
-        message = error.message
-    return f"{where}: {message}" if where else message
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _props(data: Mapping[str, Any] | None) -> dict[str, str]:
-    return {str(k): _text(v) for k, v in (data or {}).items()}
-
-
 class _Builder:
+    """Merges validated documents into a Spec, collecting cross-document problems."""
+
     def __init__(self) -> None:
         self.spec = Spec()
-        self.problems: list[str] = []
-        self._docs: dict[tuple[str, str], tuple[Document, Path_]] = {}
+        self.problems: list[Problem] = []
+        self.where: dict[Key, Position] = {}  # (ns, name) -> position of its key
+        self.renames: dict[tuple[str, str, str], Position] = {}  # (kind, ns, old) -> where
 
-    def problem(self, doc: Document, path: Path_, message: str, key: bool = False) -> None:
-        """Record a problem at the value of ``path`` (or at its key)."""
-        self.problems.append(f"{doc.at_key(path) if key else doc.at(path)}: {message}")
+    def problem(self, position: Position, message: str) -> None:
+        self.problems.append(Problem(position, message))
 
-    def _name(self, doc: Document, path: Path_, kind: ObjectType, name: str) -> bool:
+    def _name(self, doc: Document, path: Path_, kind: ObjectType, name: str,
+              key: bool) -> bool:
         try:
             validate_name(kind, name, DEFAULT_NAME_LIMIT)
             return True
         except InvalidNameError as exc:
-            self.problem(doc, path, str(exc), key=len(path) > 1)
+            self.problem(doc.at_key(path) if key else doc.at(path), str(exc))
             return False
 
     def add(self, doc: Document) -> None:
@@ -174,109 +100,211 @@ class _Builder:
         if "namespace" not in data:
             return
         ns = data["namespace"]
-        if not self._name(doc, ("namespace",), ObjectType.NAMESPACE, ns):
+        if not self._name(doc, ("namespace",), ObjectType.NAMESPACE, ns, key=False):
             return
         if ns in self.spec.namespaces:
             first = self.spec.namespaces[ns].position
-            self.problem(doc, ("namespace",), f"namespace {ns} is already declared at {first}")
+            self.problem(doc.at(("namespace",)), f"namespace {ns} is already declared at {first}")
             return
+        old = self._rename_hint(doc, (), "namespace", "", ns)
         self.spec.namespaces[ns] = NamespaceSpec(
-            Namespace(ns, _props(data.get("properties")), data.get("comment", ""),
-                      bool(data.get("protected", False))),
-            doc.at(("namespace",)), data.get("renamed_from"))
-        for name, body in (data.get("tables") or {}).items():
-            self._table(doc, ns, name, body)
-        for name, body in (data.get("views") or {}).items():
-            self._view(doc, ns, name, body)
+            Namespace(ns, _properties(doc, ("properties",)), data.get("comment", ""),
+                      bool(data.get("protected", False))), doc.at(("namespace",)), old)
+        for name in data.get("tables") or {}:
+            self._table(doc, ns, name)
+        for name in data.get("views") or {}:
+            self._view(doc, ns, name)
 
-    def _columns(self, doc: Document, path: Path_, raw: list[dict[str, Any]],
-                 ) -> tuple[tuple[Column, ...], dict[str, str]] | None:
-        renames: dict[str, str] = {}
-        columns = []
-        ok = True
-        for i, body in enumerate(raw):
-            body = dict(body)
-            if "renamed_from" in body:
-                renames[body["name"]] = body.pop("renamed_from")
-            try:
-                columns.append(Column.coerce(_clean_column(body)))
-            except InvalidArgumentError as exc:
-                spot = (*path, i, "type") if "type" in str(exc) else (*path, i)
-                self.problem(doc, spot, f"column {body.get('name')!r}: {exc}")
-                ok = False
-        if not ok:
+    def _rename_hint(self, doc: Document, path: Path_, kind: str, ns: str,
+                     name: str) -> str | None:
+        old: str | None = doc.get(path).get("renamed_from")
+        if old is None:
             return None
-        try:
-            return coerce_columns(columns), renames
-        except InvalidArgumentError as exc:
-            self.problem(doc, path, str(exc))
+        where = doc.at((*path, "renamed_from"))
+        if old == name:
+            self.problem(where, f"renamed_from {old!r} is the {kind}'s own name")
             return None
+        first = self.renames.get((kind, ns, old))
+        if first is not None:
+            self.problem(where, f"{kind} {_join(ns, old)} is already renamed at {first}")
+            return None
+        self.renames[(kind, ns, old)] = where
+        return old
 
     def _claim(self, doc: Document, path: Path_, ns: str, name: str) -> bool:
         key = (ns, name)
-        if key in self._docs:
-            other, other_path = self._docs[key]
-            self.problem(doc, path, f"{ns}.{name} is already declared at "
-                         f"{other.at_key(other_path)}", key=True)
+        if key in self.where:
+            self.problem(doc.at_key(path), f"{ns}.{name} is already declared at "
+                                           f"{self.where[key]}")
             return False
-        self._docs[key] = (doc, path)
+        self.where[key] = doc.at_key(path)
         return True
 
-    def _table(self, doc: Document, ns: str, name: str, body: dict[str, Any]) -> None:
+    def _table(self, doc: Document, ns: str, name: str) -> None:
         path: Path_ = ("tables", name)
-        if not self._name(doc, path, ObjectType.TABLE, name) or not self._claim(doc, path, ns,
-                                                                                 name):
+        if not (self._name(doc, path, ObjectType.TABLE, name, key=True)
+                and self._claim(doc, path, ns, name)):
             return
-        built = self._columns(doc, (*path, "columns"), body.get("columns") or [])
+        body: dict[str, Any] = doc.get(path)
+        built = self._columns(doc, (*path, "columns"), top=True)
+        old = self._rename_hint(doc, path, "table", ns, name)
         if built is None:
             return
         columns, renames = built
         table = Table(
-            ns, name, columns, _props(body.get("properties")),
-            str(body.get("format", "iceberg")).lower(),
-            str(body.get("table_type", "external")).lower(), body.get("location", ""),
-            _props(body.get("format_properties")), body.get("comment", ""),
-            bool(body.get("protected", False)),
+            ns, name, columns, _properties(doc, (*path, "properties")),
+            body.get("format", "iceberg").lower(), body.get("table_type", "external").lower(),
+            body.get("location", ""), _properties(doc, (*path, "format_properties")),
+            body.get("comment", ""), bool(body.get("protected", False)),
         )
-        self.spec.tables[(ns, name)] = TableSpec(table, doc.at_key(path), body.get("renamed_from"),
-                                                 renames)
+        self.spec.tables[(ns, name)] = TableSpec(
+            table, doc.at_key(path), old, renames, "location" in body,
+            "format_properties" in body)
 
-    def _view(self, doc: Document, ns: str, name: str, body: dict[str, Any]) -> None:
+    def _view(self, doc: Document, ns: str, name: str) -> None:
         path: Path_ = ("views", name)
-        if not self._name(doc, path, ObjectType.VIEW, name) or not self._claim(doc, path, ns,
-                                                                                name):
+        if not (self._name(doc, path, ObjectType.VIEW, name, key=True)
+                and self._claim(doc, path, ns, name)):
             return
-        built = self._columns(doc, (*path, "columns"), body.get("columns") or [])
+        body: dict[str, Any] = doc.get(path)
+        built = self._columns(doc, (*path, "columns"), top=False)
+        old = self._rename_hint(doc, path, "view", ns, name)
         if built is None:
             return
-        references = tuple(
-            (r["namespace"], r["name"]) if isinstance(r, dict) else tuple(r.split(".", 1))
-            for r in body.get("references") or [])
-        view = View(ns, name, body["sql"].strip(), str(body.get("dialect", "ansi")), built[0],
+        raw = body.get("references") or []
+        references = tuple((r["namespace"], r["name"]) if isinstance(r, dict)
+                           else tuple(r.split(".", 1)) for r in raw)
+        view = View(ns, name, body["sql"].strip(), body.get("dialect", "ansi"), built[0],
                     references, body.get("default_namespace", ""),
-                    _props(body.get("properties")), body.get("comment", ""),
+                    _properties(doc, (*path, "properties")), body.get("comment", ""),
                     bool(body.get("protected", False)))
-        self.spec.views[(ns, name)] = ViewSpec(view, doc.at_key(path), body.get("renamed_from"))
+        positions = tuple(doc.at((*path, "references", i)) for i in range(len(raw)))
+        self.spec.views[(ns, name)] = ViewSpec(view, doc.at_key(path), old, positions)
 
-    def check_references(self) -> None:
-        """A view may only read objects the spec declares (in namespaces it declares)."""
-        for (ns, name), view_spec in self.spec.views.items():
-            for i, (ref_ns, ref_name) in enumerate(view_spec.view.referenced_objects):
-                if ref_ns in self.spec.namespaces and not self.spec.declares(ref_ns, ref_name):
-                    doc, path = self._docs[(ns, name)]
-                    self.problem(doc, (*path, "references", i),
-                                 f"view {ns}.{name} references {ref_ns}.{ref_name}, which the "
-                                 "spec does not declare")
+    # --- columns ---------------------------------------------------------------------------
+
+    def _columns(self, doc: Document, path: Path_, top: bool,
+                 ) -> tuple[tuple[Column, ...], dict[str, str]] | None:
+        """Columns at ``path`` and their rename hints (new name -> old name)."""
+        raw: list[dict[str, Any]] = doc.get(path) if path[-1] in doc.get(path[:-1]) else []
+        columns: list[Column] = []
+        renames: dict[str, str] = {}
+        seen: dict[str, int] = {}
+        ok = True
+        for i, body in enumerate(raw):
+            name = body["name"]
+            if name in seen:
+                self.problem(doc.at((*path, i, "name")),
+                             f"duplicate column {name!r} (also at {doc.at((*path, seen[name]))})")
+                ok = False
+            seen.setdefault(name, i)
+            column = self._column(doc, (*path, i), name)
+            ok = ok and column is not None
+            if column is not None:
+                columns.append(column)
+            if top and "renamed_from" in body:
+                renames[name] = body["renamed_from"]
+        for i, body in enumerate(raw):
+            old = body.get("renamed_from")
+            if old is None:
+                continue
+            where = doc.at((*path, i, "renamed_from"))
+            if old == body["name"]:
+                self.problem(where, f"renamed_from {old!r} is the column's own name")
+                ok = False
+            elif old in seen:
+                self.problem(where, f"renamed_from {old!r}: a column {old!r} is declared too; "
+                                    "a renamed column's old name cannot stay")
+                ok = False
+            elif list(renames.values()).count(old) > 1:
+                self.problem(where, f"column {old!r} is renamed twice")
+                ok = False
+        return (tuple(columns), renames) if ok else None
+
+    def _column(self, doc: Document, path: Path_, name: str) -> Column | None:
+        """One column (or struct field, list element, map key/value) at ``path``."""
+        body: dict[str, Any] = doc.get(path)
+        what = f"column {name!r}"
+        try:
+            canonical_type(body["type"])
+        except InvalidArgumentError as exc:
+            self.problem(doc.at((*path, "type")), f"{what}: {exc}")
+            return None
+        fields = []
+        seen: set[str] = set()
+        ok = True
+        for i, item in enumerate(body.get("fields") or []):
+            if item["name"] in seen:
+                self.problem(doc.at((*path, "fields", i, "name")),
+                             f"{what}: duplicate field {item['name']!r}")
+                ok = False
+            seen.add(item["name"])
+            field = self._column(doc, (*path, "fields", i), item["name"])
+            ok = ok and field is not None
+            fields.append(field)
+        parts: dict[str, Column | None] = {}
+        for part in ("element", "key", "value"):
+            if part in body:
+                parts[part] = self._column(doc, (*path, part), part)
+                ok = ok and parts[part] is not None
+        if not ok:
+            return None
+        try:
+            return Column(name, body["type"], bool(body.get("nullable", True)),
+                          body.get("comment", ""), tuple(f for f in fields if f is not None),
+                          parts.get("element"), parts.get("key"), parts.get("value"),
+                          _properties(doc, (*path, "properties")))
+        except InvalidArgumentError as exc:
+            self.problem(doc.at((*path, "type")), f"{what}: {exc}")
+            return None
+
+    # --- checks across documents --------------------------------------------------------
+
+    def finish(self) -> None:
+        spec = self.spec
+        for item in spec.namespaces.values():
+            old = item.renamed_from
+            if old is not None and old in spec.namespaces:
+                self.problem(self.renames[("namespace", "", old)],
+                             f"renamed_from {old!r}: namespace {old} is declared too; a "
+                             "renamed namespace's old name cannot stay")
+        for kind, items in (("table", spec.tables), ("view", spec.views)):
+            for (ns, _), obj in items.items():
+                old = obj.renamed_from
+                if old is not None and spec.declares(ns, old):
+                    self.problem(self.renames[(kind, ns, old)],
+                                 f"renamed_from {old!r}: {ns}.{old} is declared too; a renamed "
+                                 f"{kind}'s old name cannot stay")
+        renamed_ns = {s.renamed_from: n for n, s in spec.namespaces.items() if s.renamed_from}
+        renamed_obj = {(ns, s.renamed_from): name for items in (spec.tables, spec.views)
+                       for (ns, name), s in items.items() if s.renamed_from}
+        for (ns, name), view_spec in spec.views.items():
+            refs = view_spec.view.referenced_objects
+            for ref, where in zip(refs, view_spec.reference_positions, strict=True):
+                ref_ns, ref_name = ref
+                message = ""
+                if ref == (ns, name):
+                    message = "a view cannot read itself"
+                elif ref_ns in renamed_ns:
+                    message = (f"namespace {ref_ns} is renamed to {renamed_ns[ref_ns]} by this "
+                               f"spec: reference {renamed_ns[ref_ns]}.{ref_name}")
+                elif ref in renamed_obj:
+                    message = (f"{ref_ns}.{ref_name} is renamed to {ref_ns}."
+                               f"{renamed_obj[ref]} by this spec: reference the new name")
+                elif ref_ns in spec.namespaces and not spec.declares(ref_ns, ref_name):
+                    message = "the spec declares no such table or view"
+                if message:
+                    self.problem(where, f"view {ns}.{name} references {ref_ns}.{ref_name}: "
+                                        f"{message}")
 
 
-def _clean_column(body: dict[str, Any]) -> dict[str, Any]:
-    """Drop spec-only keys from a column (and its nested parts) before Column.coerce."""
-    out = {k: v for k, v in body.items() if k != "renamed_from"}
-    if "properties" in out:
-        out["properties"] = _props(out["properties"])
-    if "fields" in out:
-        out["fields"] = [_clean_column(f) for f in out["fields"]]
-    for part in ("element", "key", "value"):
-        if part in out:
-            out[part] = _clean_column(out[part])
-    return out
+def _properties(doc: Document, path: Path_) -> dict[str, str]:
+    """A property map; scalars as written (``tier: 1.10`` is ``"1.10"``)."""
+    parent = doc.get(path[:-1])
+    if path[-1] not in parent or parent[path[-1]] is None:
+        return {}
+    return {key: doc.text((*path, key)) for key in parent[path[-1]]}
+
+
+def _join(ns: str, name: str) -> str:
+    return f"{ns}.{name}" if ns else name

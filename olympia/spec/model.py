@@ -1,12 +1,15 @@
-"""The desired state a spec declares."""
+"""The desired state a spec declares, with where each part was declared."""
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from olympia.catalog.objects import Namespace, Table, View
 from olympia.spec.yamlpos import Position
+
+Key = tuple[str, str]  # (namespace, name)
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,9 @@ class TableSpec:
     table: Table
     position: Position
     renamed_from: str | None = None
-    column_renames: dict[str, str] = field(default_factory=dict)  # new name -> old name
+    column_renames: Mapping[str, str] = field(default_factory=dict)  # new name -> old name
+    manages_location: bool = False  # omitted: the catalog's value is left alone
+    manages_format_properties: bool = False
 
 
 @dataclass(frozen=True)
@@ -29,23 +34,41 @@ class ViewSpec:
     view: View
     position: Position
     renamed_from: str | None = None
+    reference_positions: tuple[Position, ...] = ()
 
 
 @dataclass
 class Spec:
-    """Namespaces, tables and views as declared, with where each was declared."""
+    """Namespaces, tables and views as declared, plus the namespace patterns it manages."""
 
     namespaces: dict[str, NamespaceSpec] = field(default_factory=dict)
-    tables: dict[tuple[str, str], TableSpec] = field(default_factory=dict)
-    views: dict[tuple[str, str], ViewSpec] = field(default_factory=dict)
+    tables: dict[Key, TableSpec] = field(default_factory=dict)
+    views: dict[Key, ViewSpec] = field(default_factory=dict)
     manage: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     digest: str = ""
 
     def manages(self, namespace: str) -> bool:
-        """Declared by the spec, or matched by one of its ``manage`` patterns."""
-        return namespace in self.namespaces or any(
-            fnmatch.fnmatchcase(namespace, pattern) for pattern in self.manage)
+        """Declared (or renamed away from) by the spec, or matched by a ``manage`` pattern."""
+        return namespace in self.declared_namespaces() or self.matches(namespace)
+
+    def matches(self, namespace: str) -> bool:
+        return any(fnmatch.fnmatchcase(namespace, p) for p in self.manage)
+
+    def declared_namespaces(self) -> set[str]:
+        """Declared namespaces and the old names of renamed ones."""
+        return set(self.namespaces) | {s.renamed_from for s in self.namespaces.values()
+                                       if s.renamed_from}
 
     def declares(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.tables or (namespace, name) in self.views
+
+    def external_references(self) -> list[Key]:
+        """Objects views read in namespaces the spec does not declare (they must exist)."""
+        declared = self.declared_namespaces()
+        return sorted({ref for v in self.views.values() for ref in v.view.referenced_objects
+                       if ref[0] not in declared})
+
+    def summary(self) -> str:
+        return (f"{len(self.files)} files, {len(self.namespaces)} namespaces, "
+                f"{len(self.tables)} tables, {len(self.views)} views")

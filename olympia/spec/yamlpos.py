@@ -1,19 +1,28 @@
-"""YAML documents as plain data plus the file:line:col of every value in them."""
+"""YAML documents as plain data, with the file:line:col of every value and key in them.
+
+Scalars follow the YAML 1.2 core schema rather than PyYAML's YAML 1.1 default: only
+``true``/``false`` are booleans (``NO``, ``on``, ``yes`` stay strings), only ``~``/``null``
+/empty is null, integers are decimal (``012`` stays a string), and dates stay strings.
+Mapping keys are always their source text (a table named ``on`` or ``1`` keeps its name).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 Path_ = tuple[str | int, ...]
-_VAR = re.compile(r"\$\{var\.([A-Za-z_][A-Za-z0-9_]*)\}")
+# (text, position, problems, in_key) -> text with variables expanded (in a key: only escapes
+# undone, a reference is a problem); problems go to the list given
+Substitute = Callable[[str, "Position", list["Problem"], bool], str]
+MAX_NODES = 2_000_000  # alias expansion guard ("billion laughs")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Position:
     file: str
     line: int
@@ -23,97 +32,228 @@ class Position:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One error, sortable by where it is."""
+
+    position: Position
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.position}: {self.message}"
+
+
+class CoreLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core-schema implicit types."""
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}
+
+
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+CoreLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
+CoreLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
+CoreLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?[0-9]+[eE][-+]?[0-9]+|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+CoreLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+
+
+class CoreDumper(yaml.SafeDumper):
+    """Writes YAML that reads back the same under both YAML 1.1 and :class:`CoreLoader`: a
+    string either would take for another type is quoted; multi-line strings are blocks."""
+
+
+for _first, _resolvers in CoreLoader.yaml_implicit_resolvers.items():
+    for _tag, _regexp in _resolvers:
+        CoreDumper.add_implicit_resolver(_tag, _regexp, [_first])
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value and not any(c in value for c in "\r\t") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+CoreDumper.add_representer(str, _represent_str)
+
+
+def dump(data: Any) -> str:
+    """``data`` as YAML (keys in the order given) that :func:`load_documents` reads back."""
+    return yaml.dump(data, Dumper=CoreDumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _fast_loader() -> type:
+    """CoreLoader on libyaml's parser (several times faster), when PyYAML has libyaml."""
+    if not yaml.__with_libyaml__:
+        return CoreLoader
+    from yaml.cyaml import CParser  # type: ignore[attr-defined]
+
+    class FastCoreLoader(CParser, yaml.constructor.SafeConstructor,
+                         yaml.resolver.Resolver):
+        yaml_implicit_resolvers = CoreLoader.yaml_implicit_resolvers
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+    return FastCoreLoader
+
+
 @dataclass
 class Document:
-    """One YAML document: its data and where each value (by path) and key came from."""
+    """One YAML document: its data, where each value and key came from, and the source text
+    of plain scalars (so ``tier: 1.10`` can be kept as the string ``1.10``)."""
 
     file: str
     data: Any
-    positions: dict[Path_, Position]
-    key_positions: dict[Path_, Position]
+    positions: dict[Path_, Position] = field(default_factory=dict)
+    key_positions: dict[Path_, Position] = field(default_factory=dict)
+    plain_text: dict[Path_, str] = field(default_factory=dict)
+    unreadable: set[Path_] = field(default_factory=set)  # values already reported as problems
 
     def at(self, path: Path_) -> Position:
-        """The position of ``path``, or of its nearest ancestor that has one."""
+        """The position of ``path``'s value, or of its nearest ancestor that has one."""
         while path not in self.positions and path:
             path = path[:-1]
         return self.positions.get(path, Position(self.file, 1, 1))
 
     def at_key(self, path: Path_) -> Position:
-        """The position of the mapping key that ends ``path``."""
+        """The position of the mapping key that ends ``path`` (else of its value)."""
         return self.key_positions.get(path) or self.at(path)
 
+    def text(self, path: Path_) -> str:
+        """A scalar as text: plain scalars as written, quoted ones as their string."""
+        if path in self.plain_text:
+            return self.plain_text[path]
+        value = self.get(path)
+        return "true" if value is True else "false" if value is False else str(value)
 
-class YamlProblem(Exception):
-    def __init__(self, position: Position, message: str) -> None:
-        super().__init__(f"{position}: {message}")
-
-
-def load_documents(text: str, file: str,
-                   substitute: Callable[[str, Position], str] | None = None) -> list[Document]:
-    """Parse every document of a YAML stream, keeping positions (1-based).
-
-    Duplicate mapping keys are errors (YAML loaders usually keep the last silently).
-    ``substitute`` rewrites scalar values (not keys), e.g. to expand variables.
-    """
-    try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        position = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
-        raise YamlProblem(position, f"invalid YAML: {exc.problem}") from None
-    docs = []
-    constructor = yaml.SafeLoader("")
-    for node in nodes:
-        if node is None:
-            continue
-        positions: dict[Path_, Position] = {}
-        keys: dict[Path_, Position] = {}
-        data = _convert(node, (), file, (positions, keys), substitute, constructor)
-        docs.append(Document(file, data, positions, keys))
-    return docs
+    def get(self, path: Path_) -> Any:
+        value = self.data
+        for part in path:
+            value = value[part]
+        return value
 
 
 def _pos(node: yaml.Node, file: str) -> Position:
     return Position(file, node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-def _convert(node: yaml.Node, path: Path_, file: str,
-             marks: tuple[dict[Path_, Position], dict[Path_, Position]],
-             substitute: Callable[[str, Position], str] | None,
-             constructor: yaml.SafeLoader) -> Any:
-    positions, keys = marks
-    positions[path] = _pos(node, file)
-    if isinstance(node, yaml.MappingNode):
+class _Converter:
+    """Turns a composed node tree into plain data, recording positions and problems."""
+
+    def __init__(self, file: str, substitute: Substitute | None,
+                 problems: list[Problem]) -> None:
+        self.file = file
+        self.substitute = substitute
+        self.problems = problems
+        self.loader = CoreLoader("")
+        self.nodes = 0
+
+    def document(self, node: yaml.Node) -> Document:
+        doc = Document(self.file, None)
+        doc.data = self.convert(node, (), doc, {})
+        return doc
+
+    def problem(self, node: yaml.Node, message: str, doc: Document | None = None,
+                path: Path_ = ()) -> None:
+        self.problems.append(Problem(_pos(node, self.file), message))
+        if doc is not None:
+            doc.unreadable.add(path)
+
+    def convert(self, node: yaml.Node, path: Path_, doc: Document,
+                active: dict[int, Path_]) -> Any:
+        """``active``: the collections being converted (id -> path), to catch alias cycles."""
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _TooLarge(MAX_NODES)
+        doc.positions[path] = _pos(node, self.file)
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node, path, doc)
+        if id(node) in active:
+            self.problem(node, "an alias refers to the collection that contains it", doc,
+                         active[id(node)])
+            return None
+        active = {**active, id(node): path}
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(item, (*path, i), doc, active)
+                    for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.MappingNode)
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = str(constructor.construct_object(key_node, deep=True))
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.problem(key_node, "mapping keys must be plain names, not collections")
+                continue
+            key = key_node.value
+            if key == "<<" and not key_node.style:
+                self.problem(key_node, "merge keys (<<) are not supported; use anchors and "
+                                       "aliases (&name / *name) for whole values")
+                continue
+            if "${var." in key and self.substitute is not None:
+                key = self.substitute(key, _pos(key_node, self.file), self.problems, True)
             if key in out:
-                raise YamlProblem(_pos(key_node, file), f"duplicate key {key!r}")
-            keys[(*path, key)] = _pos(key_node, file)
-            out[key] = _convert(value_node, (*path, key), file, marks, substitute, constructor)
+                first = doc.key_positions[(*path, key)]
+                self.problem(key_node, f"duplicate key {key!r} (first at line {first.line})")
+                continue
+            doc.key_positions[(*path, key)] = _pos(key_node, self.file)
+            out[key] = self.convert(value_node, (*path, key), doc, active)
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), file, marks, substitute, constructor)
-                for i, item in enumerate(node.value)]
-    assert isinstance(node, yaml.ScalarNode)
-    value = constructor.construct_object(node)
-    if isinstance(value, str) and substitute is not None:
-        value = substitute(value, positions[path])
-    return value
+
+    def scalar(self, node: yaml.ScalarNode, path: Path_, doc: Document) -> Any:
+        plain = not node.style  # None (or "" from libyaml) for plain scalars
+        text = node.value
+        if self.substitute is not None and "${var." in text:
+            text = self.substitute(text, doc.positions[path], self.problems, False)
+            # an unquoted value that expands to true/false is a boolean (protected: ${var.p});
+            # anything else is text, as every other value of a spec is
+            tag = "bool" if plain and _BOOL.match(text) else "str"
+            node = yaml.ScalarNode(f"tag:yaml.org,2002:{tag}", text, node.start_mark,
+                                   node.end_mark, style=node.style)
+        try:
+            value = self.loader.construct_object(node)
+        except yaml.constructor.ConstructorError as exc:
+            self.problem(node, f"cannot read this value: {exc.problem}", doc, path)
+            return None
+        if plain and not isinstance(value, str) and value is not None:
+            doc.plain_text[path] = text  # properties keep numbers and booleans as written
+        return value
 
 
-def expand_variables(variables: Mapping[str, str]) -> Callable[[str, Position], str]:
-    """A substitute function replacing ``${var.NAME}``; unknown names are errors."""
+class _TooLarge(Exception):
+    pass
 
-    def substitute(text: str, position: Position) -> str:
-        def one(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in variables:
-                raise YamlProblem(position, f"undefined variable {name!r} (give --var "
-                                            f"{name}=VALUE, a vars file, or OLYMPIA_VAR_{name})")
-            return variables[name]
 
-        return _VAR.sub(one, text)
+_LOADER = _fast_loader()
 
-    return substitute
 
+def load_documents(text: str, file: str, substitute: Substitute | None,
+                   problems: list[Problem]) -> list[Document]:
+    """Parse every document of a YAML stream (empty documents are skipped).
+
+    Problems (invalid YAML, duplicate keys, undefined variables...) are appended to
+    ``problems``; a syntax error ends the file, other problems do not.
+    """
+    converter = _Converter(file, substitute, problems)
+    docs = []
+    try:
+        try:
+            nodes = list(yaml.compose_all(text, Loader=_LOADER))
+        except yaml.MarkedYAMLError:
+            if _LOADER is CoreLoader:
+                raise
+            nodes = list(yaml.compose_all(text, Loader=CoreLoader))  # its messages are clearer
+        for node in nodes:
+            if node is not None:
+                docs.append(converter.document(node))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
+        problems.append(Problem(where, f"invalid YAML: {exc.problem or exc.context}"))
+    except _TooLarge as exc:
+        problems.append(Problem(Position(file, 1, 1), f"more than {exc.args[0]} values after "
+                                                      "expanding aliases"))
+    return docs
