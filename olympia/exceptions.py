@@ -121,3 +121,8 @@ class DestructiveChangeError(CatalogError):
 class ExpiryAbortedError(OlympiaError):
     """An expiry run stopped (unreadable node, damaged catalog, failed job step); the
     message says whether anything had been deleted. Re-running is always safe."""
+
+
+class ProtectedDropError(DestructiveChangeError, ProtectedObjectError):
+    """A plan would drop or replace objects that are protected in the catalog; refused even
+    when destructive changes are allowed."""

@@ -1,4 +1,4 @@
-"""Catalog-as-code commands: validate, plan, apply, inspect."""
+"""Catalog-as-code commands: validate, plan, apply, inspect, schema."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from olympia.cli.common import (
     EXIT_CHANGES,
@@ -16,37 +15,37 @@ from olympia.cli.common import (
     handle_errors,
     open_catalog,
 )
-from olympia.exceptions import SpecError
-from olympia.plan import Plan, apply_plan, make_plan
-from olympia.plan.inspect import inspect as inspect_catalog
-from olympia.spec import load_spec
-from olympia.versions import resolve
+from olympia.plan import Change, Plan, apply_plan, inspect, make_plan
+from olympia.plan.apply import check_allowed
+from olympia.spec import collect_variables, load_spec, schema_path
+from olympia.spec.loader import SUFFIXES
+from olympia.versions import at_version
 
 
 def variable_options(fn: Any) -> Any:
     fn = click.option("--var-file", "var_files", multiple=True,
-                      type=click.Path(exists=True, dir_okay=False),
-                      help="YAML file of NAME: VALUE pairs for ${var.NAME}; repeatable.")(fn)
+                      type=click.Path(dir_okay=False),
+                      help="YAML file of NAME: value pairs for ${var.NAME}; repeatable, later "
+                           "files win.")(fn)
     return click.option("--var", "var_pairs", multiple=True, metavar="NAME=VALUE",
-                        help="Value for ${var.NAME}; repeatable (env: OLYMPIA_VAR_NAME).")(fn)
+                        help="Value of ${var.NAME}; repeatable; wins over --var-file and the "
+                             "environment (OLYMPIA_VAR_NAME).")(fn)
+
+
+def color_option(fn: Any) -> Any:
+    return click.option("--color/--no-color", default=None,
+                        help="Colour the plan (default: on a terminal unless NO_COLOR is "
+                             "set).")(fn)
 
 
 def _variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for file in var_files:
-        try:
-            data = yaml.safe_load(Path(file).read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise SpecError([f"{file}: invalid YAML in vars file ({exc})"]) from None
-        if not isinstance(data, dict):
-            raise SpecError([f"{file}:1:1: a vars file must be a mapping of NAME: VALUE"])
-        found.update({str(k): str(v) for k, v in data.items()})
+    explicit = {}
     for pair in var_pairs:
         name, sep, value = pair.partition("=")
-        if not sep:
-            raise click.UsageError(f"--var needs NAME=VALUE, got {pair!r}")
-        found[name] = value
-    return found
+        if not sep or not name:
+            raise click.ClickException(f"--var needs NAME=VALUE, got {pair!r}")
+        explicit[name] = value
+    return collect_variables(explicit, var_files)
 
 
 @click.command("validate")
@@ -54,29 +53,31 @@ def _variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[s
 @variable_options
 @handle_errors
 def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> None:
-    """Check SPEC (a file or a directory of YAML) without touching any catalog."""
+    """Check SPEC (a YAML file or a directory of them) without touching any catalog.
+
+    Every problem is printed as file:line:col: message; exit code 3 when there are any.
+    """
     loaded = load_spec(spec, _variables(var_pairs, var_files))
-    click.echo(f"Valid: {len(loaded.files)} files, {len(loaded.namespaces)} namespaces, "
-               f"{len(loaded.tables)} tables, {len(loaded.views)} views.")
+    click.echo(f"Valid: {loaded.summary()}.")
 
 
 @click.command("plan")
 @catalog_options
 @click.argument("spec", type=click.Path())
 @variable_options
-@click.option("--out", "out", type=click.Path(dir_okay=False), help="Save the plan to apply.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable plan.")
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when there are changes.")
-@click.option("--color/--no-color", default=None, help="Colours (default: on a terminal, "
-              "unless NO_COLOR is set).")
+@click.option("--out", "out", type=click.Path(dir_okay=False),
+              help="Save the plan, to apply exactly it later with `olympia apply FILE`.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as versioned JSON.")
+@click.option("--detailed-exitcode", is_flag=True,
+              help="Exit 2 when there are changes, 0 when there are none.")
+@color_option
 @handle_errors
 def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
          var_pairs: tuple[str, ...], var_files: tuple[str, ...], out: str | None,
          as_json: bool, detailed_exitcode: bool, color: bool | None) -> None:
-    """Show what applying SPEC would change."""
+    """Show what applying SPEC to the catalog would change."""
     loaded = load_spec(spec, _variables(var_pairs, var_files))
-    catalog = open_catalog(catalog_uri, storage_option)
-    result = make_plan(catalog, loaded)
+    result = make_plan(open_catalog(catalog_uri, storage_option), loaded)
     if out:
         result.save(out)
     if as_json:
@@ -84,29 +85,44 @@ def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
     else:
         click.echo(result.render_text(color))
         if out:
-            click.echo(f"Saved the plan to {out}: apply it with `olympia apply {out}`.")
+            click.echo(f"\nSaved the plan to {out}; apply exactly these changes with "
+                       f"`olympia apply {out}`.")
     if detailed_exitcode and result.has_changes:
         sys.exit(EXIT_CHANGES)
+
+
+def _is_plan_file(source: str) -> bool:
+    path = Path(source)
+    return path.is_file() and path.suffix not in SUFFIXES
 
 
 @click.command("apply")
 @catalog_options
 @click.argument("source", type=click.Path())
 @variable_options
-@click.option("--allow-destructive", is_flag=True, help="Apply drops, column removals and "
-              "incompatible type changes.")
-@click.option("--auto-approve", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--git-commit", help="Git commit id recorded with the new version.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
-@click.option("--color/--no-color", default=None)
+@click.option("--allow-destructive", is_flag=True,
+              help="Apply drops, column removals, incompatible type changes and removals of "
+                   "protection.")
+@click.option("--auto-approve", is_flag=True, help="Do not ask for confirmation (CI).")
+@click.option("--git-commit", envvar="OLYMPIA_GIT_COMMIT", metavar="SHA",
+              help="Git commit recorded with the new version (env: OLYMPIA_GIT_COMMIT).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@color_option
 @handle_errors
 def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
           var_pairs: tuple[str, ...], var_files: tuple[str, ...], allow_destructive: bool,
           auto_approve: bool, git_commit: str | None, as_json: bool,
           color: bool | None) -> None:
-    """Apply SOURCE (a spec, or a plan saved by `olympia plan --out`) as one new version."""
+    """Apply SOURCE — a spec, or a plan saved by `olympia plan --out` — as ONE new version.
+
+    Shows the plan and asks for confirmation unless --auto-approve. A saved plan refuses to
+    apply when an object it manages changed since it was made (exit 4).
+    """
     catalog = open_catalog(catalog_uri, storage_option)
-    if source.endswith(".json") and Path(source).is_file():
+    if _is_plan_file(source):
+        if var_pairs or var_files:
+            raise click.ClickException("--var and --var-file apply to specs; a saved plan "
+                                       "already holds its values")
         the_plan = Plan.load(source)
     else:
         the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)))
@@ -114,40 +130,63 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
         click.echo(the_plan.render_text(color))
     if not the_plan.has_changes:
         if as_json:
-            echo_json({"version": catalog.version, "changes": [], "changed_objects": []})
+            echo_json(apply_plan(catalog, the_plan).to_dict())
         return
+    check_allowed(the_plan, allow_destructive)
     if not auto_approve:
-        if not sys.stdin.isatty():
-            raise click.UsageError("refusing to apply without confirmation: use --auto-approve")
-        click.confirm("Apply these changes?", abort=True)
-
-    def progress(done: int, total: int, change: Any) -> None:
-        if not as_json and total >= 50 and (done % 100 == 0 or done == total):
-            click.echo(f"  staged {done}/{total} changes", err=True)
-
+        click.echo("", err=True)
+        answer = click.prompt("Apply these changes to the catalog? Only 'yes' will be "
+                              "accepted", default="", show_default=False, err=True)
+        if answer.strip() != "yes":
+            raise click.ClickException("apply cancelled; nothing was changed")
     info = {"git_commit": git_commit} if git_commit else {}
     result = apply_plan(catalog, the_plan, allow_destructive=allow_destructive, info=info,
-                        progress=progress)
+                        progress=None if as_json else _progress)
     if as_json:
         echo_json(result.to_dict())
     else:
         click.echo(f"Applied {len(result.changes)} changes as version {result.version}.")
 
 
+def _progress(done: int, total: int, change: Change) -> None:
+    """Progress on stderr for large plans: about every tenth of the changes."""
+    step = max(1, total // 10)
+    if total >= 50 and (done % step == 0 or done == total):
+        click.echo(f"  staged {done}/{total} changes (last: {change})", err=True)
+        if done == total:
+            click.echo("  committing one new version...", err=True)
+
+
 @click.command("inspect")
 @catalog_options
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Directory to write the spec files to.")
-@click.option("--version", "version", type=int, help="Version to inspect (default: latest).")
-@click.option("--schema-ref", help="Path or URL of the JSON Schema for the editor modeline.")
+@click.option("--version", "version", type=int, help="Version to write (default: latest).")
+@click.option("--schema-ref", help="Path or URL of the JSON Schema for the editor modeline "
+                                   "(default: a copy written next to the files).")
+@click.option("--clean", is_flag=True, help="Delete other spec files in the directory.")
 @handle_errors
-def inspect(catalog_uri: str, storage_option: tuple[str, ...], out: str, version: int | None,
-            schema_ref: str | None) -> None:
-    """Write the catalog (or one version) as spec files, one per namespace."""
+def inspect_cmd(catalog_uri: str, storage_option: tuple[str, ...], out: str,
+                version: int | None, schema_ref: str | None, clean: bool) -> None:
+    """Write the catalog (or one version) as spec files, one per namespace; planning them
+    against the same version shows no changes."""
     catalog = open_catalog(catalog_uri, storage_option)
-    snapshot = resolve(catalog, version=version)
-    files = inspect_catalog(snapshot, out, schema_ref)
-    click.echo(f"Wrote {len(files)} spec files for version {snapshot.version} to {out}")
+    reader = catalog.snapshot if version is None else at_version(catalog, version)
+    files = inspect(reader, out, schema_ref=schema_ref, clean=clean)
+    shown = catalog.version if version is None else version
+    click.echo(f"Wrote {len(files)} spec files for version {shown} to {out}.")
 
 
-COMMANDS = [validate, plan, apply, inspect]
+@click.command("schema")
+@click.option("--out", "out", type=click.Path(dir_okay=False),
+              help="Write to FILE instead of printing.")
+def schema_cmd(out: str | None) -> None:
+    """Print the JSON Schema of spec documents (for editors and CI linters)."""
+    text = schema_path().read_text("utf-8")
+    if out:
+        Path(out).write_text(text, "utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+COMMANDS = [validate, plan, apply, inspect_cmd, schema_cmd]

@@ -1,62 +1,52 @@
 """Write a catalog version back as spec files: one ``<namespace>.yaml`` per namespace.
 
-Planning the written files against the same catalog yields no changes.
+Planning the written files against the same version yields no changes. Output is
+deterministic (sorted names, fixed key order), so inspecting twice gives identical files.
 """
 
 from __future__ import annotations
 
-import os
-from importlib import resources
+import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import yaml
-
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import CatalogReader
+from olympia.exceptions import InvalidArgumentError
+from olympia.spec.loader import spec_files
+from olympia.spec.schema import SCHEMA_FILE_NAME, schema_path
+from olympia.spec.variables import escape
+from olympia.spec.yamlpos import dump
 
 MODELINE = "# yaml-language-server: $schema={schema}\n"
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (view SQL) as literal blocks; otherwise plain safe YAML."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def _column(col: Column) -> dict[str, Any]:
-    return col.to_dict()
-
-
 def namespace_document(namespace: Namespace, tables: list[Table], views: list[View],
                        ) -> dict[str, Any]:
+    """The spec document of one namespace and its objects."""
     doc: dict[str, Any] = {"namespace": namespace.name}
-    if namespace.comment:
-        doc["comment"] = namespace.comment
-    if namespace.protected:
-        doc["protected"] = True
+    _common(doc, namespace.comment, namespace.protected)
     if namespace.properties:
         doc["properties"] = dict(sorted(namespace.properties.items()))
     if tables:
         doc["tables"] = {t.name: _table(t) for t in sorted(tables, key=lambda t: t.name)}
     if views:
         doc["views"] = {v.name: _view(v) for v in sorted(views, key=lambda v: v.name)}
-    return doc
+    escaped: dict[str, Any] = _escaped(doc)
+    return escaped
+
+
+def _common(out: dict[str, Any], comment: str, protected: bool) -> None:
+    if comment:
+        out["comment"] = comment
+    if protected:
+        out["protected"] = True
 
 
 def _table(table: Table) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if table.comment:
-        out["comment"] = table.comment
-    if table.protected:
-        out["protected"] = True
+    _common(out, table.comment, table.protected)
     if table.format != "iceberg":
         out["format"] = table.format
     if table.table_type != "external":
@@ -73,16 +63,12 @@ def _table(table: Table) -> dict[str, Any]:
 
 def _view(view: View) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if view.comment:
-        out["comment"] = view.comment
-    if view.protected:
-        out["protected"] = True
+    _common(out, view.comment, view.protected)
     out["dialect"] = view.dialect
     if view.default_namespace:
         out["default_namespace"] = view.default_namespace
     if view.referenced_objects:
-        out["references"] = [f"{ns}.{name}" if "." not in ns else {"namespace": ns,
-                                                                   "name": name}
+        out["references"] = [{"namespace": ns, "name": name} if "." in ns else f"{ns}.{name}"
                              for ns, name in view.referenced_objects]
     if view.properties:
         out["properties"] = dict(sorted(view.properties.items()))
@@ -92,29 +78,77 @@ def _view(view: View) -> dict[str, Any]:
     return out
 
 
-def file_name(namespace: str) -> str:
-    return quote(namespace, safe="") + ".yaml"
+def _column(col: Column) -> dict[str, Any]:
+    return col.to_dict()
 
 
-def inspect(reader: CatalogReader, out_dir: str | Path, schema_ref: str | None = None,
-            ) -> list[Path]:
-    """Write every namespace of ``reader`` as a spec file under ``out_dir``; return the files.
+def _escaped(value: Any) -> Any:
+    """Literal ``${var.X}`` in keys and values written as ``$${var.X}``."""
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {escape(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
 
-    ``schema_ref`` goes into each file's ``yaml-language-server`` modeline (a path or URL of
-    specs/olympia-spec.schema.json); by default, the relative path to the installed schema.
+
+def file_names(namespaces: list[str]) -> dict[str, str]:
+    """A file name per namespace: percent-encoded, never hidden, unique even on
+    case-insensitive file systems."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for ns in sorted(namespaces):
+        stem = quote(ns, safe="")
+        if stem.startswith("."):
+            stem = "%2E" + stem[1:]
+        name, n = f"{stem}.yaml", 1
+        while name.casefold() in taken:
+            n += 1
+            name = f"{stem}~{n}.yaml"
+        taken.add(name.casefold())
+        out[ns] = name
+    return out
+
+
+def inspect(reader: CatalogReader, out_dir: str | Path, *, schema_ref: str | None = None,
+            clean: bool = False) -> list[Path]:
+    """Write every namespace of ``reader`` (a catalog or a Snapshot of any version) as a spec
+    file under ``out_dir``; return the files written.
+
+    Each file starts with a ``yaml-language-server`` modeline pointing at ``schema_ref``;
+    by default a copy of the schema is written next to the files and referenced. Other
+    ``.yaml`` files already in ``out_dir`` would be merged into the spec: they are an error,
+    or deleted with ``clean``.
     """
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InvalidArgumentError(f"{out} is not a directory")
+    namespaces, tables, views = reader.load_all()
+    names = file_names([ns.name for ns in namespaces])
+    wanted = {out / n for n in names.values()}
+    stray = [p for p in spec_files(out) if p not in wanted] if out.is_dir() else []
+    if stray and not clean:
+        shown = ", ".join(str(p) for p in stray[:5]) + (", ..." if len(stray) > 5 else "")
+        raise InvalidArgumentError(
+            f"{out} holds other spec files, which would be merged with the inspected ones "
+            f"({shown}): use an empty directory, or --clean to delete them")
+    for path in stray:
+        path.unlink()
     out.mkdir(parents=True, exist_ok=True)
     if schema_ref is None:
-        installed = Path(str(resources.files("olympia.spec").joinpath("schema.json")))
-        schema_ref = os.path.relpath(installed.resolve(), out.resolve())
-    namespaces, tables, views = reader.load_all()
+        shutil.copyfile(schema_path(), out / SCHEMA_FILE_NAME)
+        schema_ref = SCHEMA_FILE_NAME
+    by_ns: dict[str, tuple[list[Table], list[View]]] = {ns.name: ([], []) for ns in namespaces}
+    for table in tables:
+        by_ns[table.namespace][0].append(table)
+    for view in views:
+        by_ns[view.namespace][1].append(view)
     written = []
     for ns in namespaces:
-        doc = namespace_document(ns, [t for t in tables if t.namespace == ns.name],
-                                 [v for v in views if v.namespace == ns.name])
-        text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
-        path = out / file_name(ns.name)
+        doc = namespace_document(ns, *by_ns[ns.name])
+        text = dump(doc)
+        path = out / names[ns.name]
         path.write_text(MODELINE.format(schema=schema_ref) + text, "utf-8")
         written.append(path)
     return written

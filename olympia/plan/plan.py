@@ -1,45 +1,36 @@
-"""Plans: what applying a spec would change, bound to the catalog state it was computed on."""
+"""Plans: what applying a spec would change, bound to the catalog state it was computed on.
+
+A plan is made against one version (its base). It records the managed scope, one
+fingerprint per managed namespace, the spec's digest and the ordered changes with the
+Transaction calls that carry them out, so a saved plan applies exactly what was reviewed —
+or refuses when what it manages has changed since.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sys
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from olympia._proto import objects_pb2 as pb
+from olympia.catalog.actions import type_name
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.reader import CatalogReader
-from olympia.exceptions import (
-    DestructiveChangeError,
-    InvalidArgumentError,
-    ProtectedObjectError,
-    StalePlanError,
-)
-from olympia.plan.diff import Change, compute_changes, managed_namespaces
-from olympia.spec.model import Spec
+from olympia.catalog.keys import ObjectType
+from olympia.catalog.reader import CatalogReader, Snapshot
+from olympia.catalog.transaction import Transaction
+from olympia.exceptions import InvalidArgumentError, OlympiaError, SpecError
+from olympia.plan import render
+from olympia.plan.changes import OPS, VERBS, Change
+from olympia.plan.diff import check_names, compute_changes
+from olympia.plan.state import Scope, fingerprint, load_current
+from olympia.spec.model import Key, Spec
 
 PLAN_FORMAT = "olympia-plan"
 PLAN_FORMAT_VERSION = 1
-SIGNS = {"create": "+", "update": "~", "rename": "~", "replace": "-/+", "drop": "-"}
-COLORS = {"create": "green", "update": "yellow", "rename": "yellow", "replace": "magenta",
-          "drop": "red"}
-
-Progress = Callable[[int, int, Change], None]
-
-
-def fingerprint(reader: CatalogReader, namespaces: list[str]) -> str:
-    """A digest of the managed objects' keys and definition paths (paths change with every
-    change, so equal digests mean nothing managed changed)."""
-    digest = hashlib.sha256()
-    for ns in namespaces:
-        digest.update(f"ns\0{ns}\0".encode())
-        for key, path in reader.object_paths(ns):
-            digest.update(f"{key}\0{path}\0".encode())
-    return digest.hexdigest()
 
 
 @dataclass
@@ -49,10 +40,19 @@ class Plan:
     catalog_uri: str
     catalog_id: str
     base_version: int
+    scope: Scope
     managed: list[str]
-    fingerprint: str
+    fingerprints: dict[str, str]
     spec_digest: str
     changes: list[Change] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    spec_files: list[str] = field(default_factory=list)
+    created_at: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        """One digest of every managed object and referenced object."""
+        return fingerprint(self.fingerprints)
 
     @property
     def has_changes(self) -> bool:
@@ -64,170 +64,160 @@ class Plan:
 
     @property
     def blocked(self) -> list[Change]:
+        """Changes refused whatever the options (drops of protected objects)."""
         return [c for c in self.changes if c.blocked]
 
     def summary(self) -> dict[str, int]:
-        counts = {a: 0 for a in ("create", "update", "rename", "replace", "drop")}
+        counts = {verb: 0 for verb in VERBS}
         for change in self.changes:
             counts[change.action] += 1
         counts["destructive"] = sum(c.destructive for c in self.changes)
+        counts["blocked"] = len(self.blocked)
         return counts
 
     def summary_line(self) -> str:
-        if not self.changes:
-            return "No changes. The catalog matches the spec."
-        s = self.summary()
-        line = (f"Plan: {s['create']} to create, {s['update'] + s['rename']} to change, "
-                f"{s['replace']} to replace, {s['drop']} to drop")
-        if s["destructive"]:
-            line += f" ({s['destructive']} destructive)"
-        return line + "."
+        return render.summary_line(self)
 
     def render_text(self, color: bool | None = None) -> str:
-        """Terraform-style text: ``+`` create, ``~`` change, ``-/+`` replace, ``-`` drop."""
-        use_color = _want_color() if color is None else color
-        lines = [f"Olympia plan for {self.catalog_uri} (version {self.base_version})", ""]
-        for change in self.changes:
-            sign = SIGNS[change.action]
-            head = f"{sign} {change.kind} {change.name}"
-            if change.from_name:
-                head += f" (renamed from {change.from_name})"
-            if change.destructive:
-                head += "  [destructive]"
-            lines.append(_paint(f"  {head}", COLORS[change.action], use_color))
-            if change.blocked:
-                lines.append(_paint(f"      ! refused: {change.blocked}", "red", use_color))
-            for d in change.details:
-                lines.append("      " + _detail_text(d))
-        if self.changes:
-            lines.append("")
-        lines.append(_paint(self.summary_line(), "bold", use_color))
-        return "\n".join(lines)
+        """Terraform-style text: ``+`` create, ``~`` change, ``-/+`` replace, ``-`` drop;
+        colours on a terminal unless NO_COLOR is set (or as ``color`` says)."""
+        return render.render(self, color)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The versioned JSON form (``format``/``format_version``), with a checksum."""
+        body = {
             "format": PLAN_FORMAT, "format_version": PLAN_FORMAT_VERSION,
+            "created_at": self.created_at, "olympia_version": _olympia_version(),
             "catalog": {"uri": self.catalog_uri, "id": self.catalog_id},
-            "base_version": self.base_version, "managed_namespaces": self.managed,
-            "fingerprint": self.fingerprint, "spec_digest": self.spec_digest,
+            "base_version": self.base_version, "scope": self.scope.to_dict(),
+            "managed_namespaces": self.managed, "fingerprints": self.fingerprints,
+            "fingerprint": self.fingerprint,
+            "spec": {"digest": self.spec_digest, "files": self.spec_files},
             "has_changes": self.has_changes, "destructive": self.destructive,
-            "summary": self.summary(), "changes": [c.to_dict() for c in self.changes],
+            "summary": self.summary(), "warnings": self.warnings,
+            "changes": [c.to_dict() for c in self.changes],
         }
+        return {**body, "checksum": _checksum(body)}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True,
+                                         ensure_ascii=False) + "\n", "utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
+        """A plan saved by :meth:`save`; InvalidArgumentError if it is not one, or was
+        edited since."""
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            data = json.loads(Path(path).read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InvalidArgumentError(f"{path}: not a readable plan file ({exc})") from None
         return cls.from_dict(data, str(path))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "plan") -> Plan:
-        if data.get("format") != PLAN_FORMAT or data.get("format_version") != PLAN_FORMAT_VERSION:
+    def from_dict(cls, data: Any, where: str = "plan") -> Plan:
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise InvalidArgumentError(f"{where}: not an {PLAN_FORMAT} file")
+        if data.get("format_version") != PLAN_FORMAT_VERSION:
             raise InvalidArgumentError(
-                f"{where}: not an {PLAN_FORMAT} file of version {PLAN_FORMAT_VERSION}")
-        return cls(data["catalog"]["uri"], data["catalog"]["id"], data["base_version"],
-                   list(data["managed_namespaces"]), data["fingerprint"], data["spec_digest"],
-                   [Change.from_dict(c) for c in data["changes"]])
+                f"{where}: plan format version {data.get('format_version')} is not supported "
+                f"(this olympia reads version {PLAN_FORMAT_VERSION}); re-plan")
+        body = {k: v for k, v in data.items() if k != "checksum"}
+        if data.get("checksum") != _checksum(body):
+            raise InvalidArgumentError(f"{where}: the plan file was modified after it was "
+                                       "saved (checksum mismatch); re-plan")
+        try:
+            plan = cls(data["catalog"]["uri"], data["catalog"]["id"], int(data["base_version"]),
+                       Scope.from_dict(data["scope"]), list(data["managed_namespaces"]),
+                       dict(data["fingerprints"]), data["spec"]["digest"],
+                       [Change.from_dict(c) for c in data["changes"]],
+                       list(data.get("warnings", [])), list(data["spec"].get("files", [])),
+                       data.get("created_at", ""))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"{where}: malformed plan ({exc!r})") from None
+        return plan
 
 
-def _want_color() -> bool:
-    return "NO_COLOR" not in os.environ and sys.stdout.isatty()
+def _checksum(body: dict[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _paint(text: str, color: str, enabled: bool) -> str:
-    if not enabled:
-        return text
-    codes = {"green": "32", "yellow": "33", "red": "31", "magenta": "35", "bold": "1"}
-    return f"\033[{codes[color]}m{text}\033[0m"
-
-
-class _Raw(str):
-    """A detail value shown as is."""
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, _Raw):
-        return str(value)
-    if value is None:
-        return "(none)"
-    if isinstance(value, str) and "\n" in value:
-        return json.dumps(value)
-    return json.dumps(value) if isinstance(value, str | bool) else str(value)
-
-
-def _detail_text(detail: Mapping[str, Any]) -> str:
-    attr, before, after = detail["attr"], detail.get("before"), detail.get("after")
-    if attr.startswith("column "):  # column types read better unquoted
-        before = before if before is None else _Raw(before)
-        after = after if after is None else _Raw(after)
-    flag = "  [incompatible]" if detail.get("incompatible") else ""
-    if before is None:
-        return f"+ {attr}: {_show(after)}"
-    if after is None:
-        return f"- {attr}: {_show(before)}"
-    return f"~ {attr}: {_show(before)} -> {_show(after)}{flag}"
+def _olympia_version() -> str:
+    try:
+        return metadata.version("olympia-catalog")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def make_plan(catalog: Catalog, spec: Spec) -> Plan:
-    """Compare ``spec`` with the latest version of ``catalog``."""
+    """Compare ``spec`` with the latest version of ``catalog``.
+
+    The changes are staged in a transaction that is then discarded, which checks that they
+    apply and records the action types the transaction will write for each. Raises
+    SpecError (``file:line:col``) when the spec contradicts the catalog.
+    """
     catalog.refresh()
     snapshot = catalog.snapshot
-    managed = managed_namespaces(snapshot, spec)
-    return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, managed,
-                fingerprint(snapshot, managed), spec.digest, compute_changes(snapshot, spec))
+    check_names(snapshot, spec)
+    scope = Scope.of(spec)
+    observed = scope.observe(snapshot)
+    changes = compute_changes(spec, load_current(snapshot, observed), observed)
+    _stage(catalog, snapshot, changes)
+    return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,
+                observed.managed, observed.fingerprints(), spec.digest, changes,
+                _dependents(snapshot, observed.managed, changes), list(spec.files),
+                datetime.now(UTC).isoformat(timespec="seconds"))
 
 
-@dataclass
-class ApplyResult:
-    version: int
-    changes: list[dict[str, Any]]
-    changed_objects: list[str]
+def _stage(catalog: Catalog, snapshot: Snapshot, changes: list[Change]) -> None:
+    """Stage every change in a discarded transaction on ``snapshot``; fill in ``actions``."""
+    txn = Transaction(catalog, snapshot, pb.SNAPSHOT)
+    problems = []
+    try:
+        for change in changes:
+            if change.blocked:  # the catalog would refuse it: name what it would record
+                change.actions = [OPS[o["op"]] for o in change.ops]
+                continue
+            before = len(txn.actions)
+            try:
+                change.run(txn)
+            except OlympiaError as exc:
+                problems.append(f"{change.source or change.name}: cannot {change}: {exc}")
+                continue
+            change.actions = [type_name(a) for a in txn.actions[before:]]
+    finally:
+        txn.abort()
+    if problems:
+        raise SpecError(problems)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "changes": self.changes,
-                "changed_objects": self.changed_objects}
+
+def _dependents(reader: CatalogReader, managed: list[str], changes: list[Change]) -> list[str]:
+    """Warnings for views outside the managed namespaces that read objects this plan drops,
+    renames or replaces with another kind."""
+    gone: set[Key] = set()
+    for change in changes:
+        for o in change.ops:
+            args = o["args"]
+            if o["op"] in ("drop_table", "drop_view", "rename_table", "rename_view"):
+                gone.add((args["identifier"][0], args["identifier"][1]))
+            elif o["op"] in ("drop_namespace", "rename_namespace"):
+                gone.update((args["namespace"], n) for n in _children(reader, args["namespace"]))
+    if not gone:
+        return []
+    keep = set(managed)
+    views = [(ref, path) for ref, path in reader.objects()
+             if ref.type == ObjectType.VIEW and ref.namespace not in keep]
+    warnings = []
+    for (ref, _), view in zip(views, reader.files.read_defs([p for _, p in views], pb.ViewDef),
+                              strict=True):
+        for r in view.referenced_object_full_names:
+            if (r.namespace_name, r.name) in gone:
+                warnings.append(f"view {ref} (not managed by this spec) reads "
+                                f"{r.namespace_name}.{r.name}, which this plan drops or renames")
+    return warnings
 
 
-def apply_plan(catalog: Catalog, plan: Plan, *, allow_destructive: bool = False,
-               info: Mapping[str, str] | None = None,
-               progress: Progress | None = None) -> ApplyResult:
-    """Apply every change of ``plan`` in ONE transaction (one new version, or nothing)."""
-    if plan.catalog_id != catalog.catalog_def.id:
-        raise StalePlanError(f"the plan was made for another catalog ({plan.catalog_uri}, "
-                             f"id {plan.catalog_id}), not {catalog.uri}")
-    if plan.blocked:
-        raise ProtectedObjectError("the plan drops protected objects:\n" + "\n".join(
-            f"  {c.kind} {c.name}: {c.blocked}" for c in plan.blocked))
-    if plan.destructive and not allow_destructive:
-        raise DestructiveChangeError(
-            "the plan has destructive changes; re-run with --allow-destructive "
-            "(allow_destructive=True) to apply them:\n" + "\n".join(
-                f"  {SIGNS[c.action]} {c.kind} {c.name}" for c in plan.changes if c.destructive))
-    if not plan.has_changes:
-        return ApplyResult(catalog.refresh(), [], [])
-    txn = catalog.transaction()
-    now = fingerprint(txn.base, plan.managed)
-    if now != plan.fingerprint:
-        raise StalePlanError(
-            f"plan is stale, re-plan: objects it manages changed since version "
-            f"{plan.base_version} (the catalog is at version {txn.base.version})")
-    for i, change in enumerate(plan.changes, 1):
-        for op in change.ops:
-            args = dict(op["args"])
-            if "identifier" in args:
-                args["identifier"] = tuple(args["identifier"])
-            getattr(txn, op["op"])(**args)
-        if progress is not None:
-            progress(i, len(plan.changes), change)
-    txn.annotate(tool="olympia apply", spec_digest=plan.spec_digest,
-                 plan_base_version=str(plan.base_version), **dict(info or {}))
-    version = txn.commit()
-    return ApplyResult(
-        version, [{"action": c.action, "type": c.kind, "name": c.name} for c in plan.changes],
-        sorted({c.name for c in plan.changes} | {c.from_name for c in plan.changes
-                                                 if c.from_name}))
+def _children(reader: CatalogReader, namespace: str) -> list[str]:
+    if not reader.namespace_exists(namespace):
+        return []
+    return reader.list_tables(namespace) + reader.list_views(namespace)

@@ -1,0 +1,118 @@
+"""Apply a plan as ONE catalog transaction: one new version, or nothing at all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from olympia.catalog import actions as catalog_actions
+from olympia.catalog.catalog import Catalog
+from olympia.exceptions import DestructiveChangeError, ProtectedDropError, StalePlanError
+from olympia.plan.changes import Change
+from olympia.plan.plan import Plan
+from olympia.plan.render import SIGNS
+
+Progress = Callable[[int, int, Change], None]
+
+
+@dataclass
+class ApplyResult:
+    """What an apply did: the new version (or the unchanged one when there was nothing to
+    do), the changes (action, type, name) and every object touched (``ns`` / ``ns.name``)."""
+
+    version: int
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    changed_objects: list[str] = field(default_factory=list)
+    base_version: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "base_version": self.base_version,
+                "changes": self.changes, "changed_objects": self.changed_objects}
+
+
+def apply_plan(catalog: Catalog, plan: Plan, *, allow_destructive: bool = False,
+               info: Mapping[str, str] | None = None,
+               progress: Progress | None = None) -> ApplyResult:
+    """Apply every change of ``plan`` to the latest version of ``catalog`` in one transaction.
+
+    Refuses with ProtectedDropError if the plan drops protected objects, with
+    DestructiveChangeError if it is destructive and ``allow_destructive`` is false, and with
+    StalePlanError if an object it manages changed since its base version (changes to other
+    objects do not matter: the plan then applies on the new latest version). ``info`` is
+    recorded with the version, next to the spec digest. ``progress(done, total, change)`` is
+    called after each change is staged.
+    """
+    if plan.catalog_id != catalog.catalog_def.id:
+        raise StalePlanError(f"the plan was made for another catalog ({plan.catalog_uri}, id "
+                             f"{plan.catalog_id}), not {catalog.uri}")
+    if not plan.has_changes:
+        version = catalog.refresh()
+        return ApplyResult(version, base_version=version)
+    check_allowed(plan, allow_destructive)
+    # SERIALIZABLE: a commit racing this one that touches what the check below read (the
+    # managed namespaces' objects) makes the commit fail instead of applying a stale plan.
+    txn = catalog.transaction(isolation="SERIALIZABLE")
+    try:
+        _check_fresh(plan, txn)
+        total = len(plan.changes)
+        for done, change in enumerate(plan.changes, 1):
+            change.run(txn)
+            if progress is not None:
+                progress(done, total, change)
+        txn.annotate(**{"tool": "olympia apply", "spec_digest": plan.spec_digest,
+                        "plan_base_version": str(plan.base_version), **dict(info or {})})
+        touched = _touched(txn.actions)
+        version = txn.commit()
+    except BaseException:
+        txn.abort()
+        raise
+    changes = [{"action": c.action, "type": c.kind, "name": c.name}
+               | ({"from_name": c.from_name} if c.from_name else {}) for c in plan.changes]
+    return ApplyResult(version, changes, touched, txn.base.version)
+
+
+def check_allowed(plan: Plan, allow_destructive: bool) -> None:
+    """Refuse protected drops always, and destructive changes unless allowed."""
+    if plan.blocked:
+        raise ProtectedDropError("the plan drops objects protected in the catalog:\n" + "\n".join(
+            f"  {c.kind} {c.name}: {c.blocked}" for c in plan.blocked))
+    if plan.destructive and not allow_destructive:
+        raise DestructiveChangeError(
+            "the plan has destructive changes; apply with --allow-destructive "
+            "(allow_destructive=True) to make them:\n" + "\n".join(
+                f"  {SIGNS[c.action]} {c.kind} {c.name}: {'; '.join(c.reasons)}"
+                for c in plan.changes if c.destructive))
+
+
+def _check_fresh(plan: Plan, txn: Any) -> None:
+    observed = plan.scope.observe(txn)
+    now = observed.fingerprints()
+    changed = sorted(ns for ns in set(now) | set(plan.fingerprints)
+                     if now.get(ns) != plan.fingerprints.get(ns))
+    if not changed:
+        return
+    raise StalePlanError(
+        f"plan is stale, re-plan: what it manages changed since its base version "
+        f"{plan.base_version} (the catalog is at version {txn.base.version}): "
+        + ", ".join(_what_changed(ns, plan.fingerprints, now) for ns in changed))
+
+
+def _what_changed(ns: str, before: Mapping[str, str], now: Mapping[str, str]) -> str:
+    if ns == "":
+        return "objects its views read outside the spec"
+    if ns not in before:
+        return f"namespace {ns} (now matched by a manage pattern)"
+    if ns not in now:
+        return f"namespace {ns} (no longer matched by a manage pattern)"
+    return f"namespace {ns}"
+
+
+def _touched(recorded: list[Any]) -> list[str]:
+    """Every object an action list changes, by name (old and new names of renames)."""
+    names = set()
+    for action in recorded:
+        for ref in (catalog_actions.ref_of(action), catalog_actions.renamed_ref(action)):
+            if ref is not None:
+                names.add(str(ref))
+    return sorted(names)

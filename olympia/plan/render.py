@@ -1,0 +1,118 @@
+"""Human-readable plans, in the style of Terraform: a sign per object, attribute-level
+``before -> after`` lines, and a summary line."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from olympia.plan.plan import Plan
+
+SIGNS = {"create": "+", "update": "~", "rename": "~", "replace": "-/+", "drop": "-"}
+_COLOR_OF_SIGN = {"+": "green", "~": "yellow", "-": "red", "-/+": "magenta", "!": "red"}
+_CODES = {"green": "32", "yellow": "33", "red": "31", "magenta": "35", "bold": "1"}
+INDENT = "      "
+
+
+def want_color(stream: Any = None) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    stream = sys.stdout if stream is None else stream
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def paint(text: str, color: str, enabled: bool) -> str:
+    return f"\033[{_CODES[color]}m{text}\033[0m" if enabled else text
+
+
+def summary_line(plan: Plan) -> str:
+    if not plan.changes:
+        return "No changes. The catalog matches the spec."
+    s = plan.summary()
+    line = (f"Plan: {s['create']} to create, {s['update'] + s['rename']} to change, "
+            f"{s['replace']} to replace, {s['drop']} to drop")
+    notes = [f"{s['destructive']} destructive"] if s["destructive"] else []
+    if s["blocked"]:
+        notes.append(f"{s['blocked']} refused")
+    return line + (f" ({', '.join(notes)})" if notes else "") + "."
+
+
+def render(plan: Plan, color: bool | None = None) -> str:
+    on = want_color() if color is None else color
+    lines = [f"Olympia plan for {plan.catalog_uri}, based on version {plan.base_version}."]
+    if plan.changes:
+        lines += ["Symbols: + create, ~ change, -/+ replace, - drop.", ""]
+    for change in plan.changes:
+        sign = SIGNS[change.action]
+        head = f"{sign} {change.kind} {change.name}"
+        if change.action == "rename":
+            head += f" (renamed from {change.from_name})"
+        elif change.action == "replace":
+            head += " (must be replaced)"
+        if change.destructive:
+            head += "  [destructive]"
+        lines.append(paint(f"  {head}", _COLOR_OF_SIGN[sign], on))
+        if change.blocked:
+            lines.append(paint(f"{INDENT}! refused: {change.blocked}", "red", on))
+        for d in change.details:
+            lines += [paint(text, _COLOR_OF_SIGN[s], on) for s, text in _detail_lines(d)]
+    if plan.warnings:
+        lines += ["", "Warnings:"]
+        lines += [paint(f"  ! {w}", "red", on) for w in plan.warnings]
+    if plan.changes:
+        lines.append("")
+    lines.append(paint(summary_line(plan), "bold", on))
+    return "\n".join(lines)
+
+
+def _show(value: Any, raw: bool = False) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, str):
+        return value if raw else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v, raw=True) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _detail_lines(d: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(sign, text) lines of one attribute change."""
+    attr, before, after = d["attr"], d.get("before"), d.get("after")
+    raw = bool(d.get("text"))  # type texts read better unquoted
+    if d.get("rename"):
+        return [("~", f"{INDENT}~ {attr}: renamed to {after}")]
+    multiline = any(isinstance(v, str) and "\n" in v.strip() for v in (before, after))
+    if multiline:
+        return _text_block(attr, before, after)
+    if before is None:
+        return [("+", f"{INDENT}+ {attr}: {_show(after, raw)}")]
+    if after is None:
+        return [("-", f"{INDENT}- {attr}: {_show(before, raw)}")]
+    flag = "  [incompatible]" if d.get("incompatible") else ""
+    return [("~", f"{INDENT}~ {attr}: {_show(before, raw)} -> {_show(after, raw)}{flag}")]
+
+
+def _text_block(attr: str, before: str | None, after: str | None) -> list[tuple[str, str]]:
+    """A multi-line value (view SQL) as a line diff."""
+    old = (before or "").strip().splitlines()
+    new = (after or "").strip().splitlines()
+    sign = "+" if before is None else "-" if after is None else "~"
+    out = [(sign, f"{INDENT}{sign} {attr}:")]
+    for line in difflib.ndiff(old, new):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        if before is None or after is None:
+            out.append((sign, f"{INDENT}    {text}"))
+        else:
+            out.append(({"-": "-", "+": "+"}.get(tag, "~"), f"{INDENT}  {tag or ' '} {text}"))
+    return out
