@@ -1,0 +1,158 @@
+"""The catalog-as-code commands through click's CliRunner: workflow and every exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from plan_helpers import EXAMPLE, ROOT, write_spec, write_text
+
+from olympia import Catalog
+from olympia.cli import main
+from olympia.spec import schema
+
+
+class Cli:
+    def __init__(self, tmp_path: Path) -> None:
+        self.warehouse = str(tmp_path / "wh")
+        self.env = {"OLYMPIA_CATALOG": self.warehouse, "NO_COLOR": "1"}
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, input: str | None = None) -> Result:
+        result = self.runner.invoke(main, list(args), env=self.env, input=input)
+        assert "Traceback" not in result.output, result.output
+        return result
+
+
+def docs() -> dict[str, Any]:
+    return {"sales": {"namespace": "sales", "tables": {
+        "orders": {"columns": [{"name": "id", "type": "int8"}, {"name": "x", "type": "int4"}]},
+        "scratch": {}}}}
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    cli = Cli(tmp_path)
+    assert cli("init").exit_code == 0
+    return cli
+
+
+def test_plan_save_apply_and_log(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec", docs())
+    plan_file = str(tmp_path / "p.json")
+    out = cli("plan", str(spec), "--detailed-exitcode", "--out", plan_file)
+    assert out.exit_code == 2, out.output
+    assert "+ table sales.orders" in out.output and f"olympia apply {plan_file}" in out.output
+    out = cli("apply", plan_file, "--auto-approve", "--git-commit", "abc123")
+    assert out.exit_code == 0, out.output
+    assert out.output.rstrip().endswith("Applied 3 changes as version 1.")
+    assert cli("plan", str(spec), "--detailed-exitcode").exit_code == 0
+    (entry,) = json.loads(cli("log", "--json", "-n", "1").output)
+    assert entry["info"]["git_commit"] == "abc123" and entry["info"]["spec_digest"]
+
+
+def test_exit_codes(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec", docs())
+    assert cli("apply", str(spec), "--auto-approve").exit_code == 0
+    # 5: destructive change refused (before asking anything)
+    changed = docs()
+    del changed["sales"]["tables"]["scratch"]
+    write_spec(spec, changed)
+    out = cli("apply", str(spec))
+    assert out.exit_code == 5 and "--allow-destructive" in out.output
+    assert "- table sales.scratch: drops table sales.scratch" in out.output
+    # 4: stale saved plan
+    plan_file = str(tmp_path / "p.json")
+    assert cli("plan", str(spec), "--out", plan_file).exit_code == 0
+    Catalog.open(cli.warehouse).alter_table("sales.orders", set_properties={"x": "y"})
+    out = cli("apply", plan_file, "--auto-approve", "--allow-destructive")
+    assert out.exit_code == 4 and "plan is stale, re-plan" in out.output
+    # 3: invalid spec, every problem as file:line:col, nothing written
+    write_text(spec, "broken.yaml", "namespace: x\ntables: {t: {colums: []}}\n")
+    for command in (["validate", str(spec)], ["plan", str(spec)],
+                    ["apply", str(spec), "--auto-approve"]):
+        out = cli(*command)
+        assert out.exit_code == 3 and f"{spec / 'broken.yaml'}:2:14: tables.t: unknown key" \
+            in out.output
+    assert Catalog.open(cli.warehouse).version == 2
+    (spec / "broken.yaml").unlink()
+    # 1: other errors, one line, no traceback
+    out = cli("plan", str(spec), "-c", str(tmp_path / "nowhere"))
+    assert out.exit_code == 1 and out.output.startswith("Error: no Olympia catalog at")
+    out = cli("apply", str(tmp_path / "missing.json"))
+    assert out.exit_code == 3  # not a file: read as a spec path that does not exist
+    (tmp_path / "junk.json").write_text("[]")
+    out = cli("apply", str(tmp_path / "junk.json"), "--auto-approve")
+    assert out.exit_code == 1 and "not an olympia-plan file" in out.output
+    out = cli("plan", str(spec), "--var", "novalue")
+    assert out.exit_code == 1 and "--var needs NAME=VALUE" in out.output
+    # 5 as well: protected objects are refused even with --allow-destructive
+    protected = docs()
+    protected["sales"]["tables"]["orders"]["protected"] = True
+    write_spec(spec, protected)
+    assert cli("apply", str(spec), "--auto-approve").exit_code == 0
+    write_spec(spec, {"sales": {"namespace": "sales"}})
+    out = cli("apply", str(spec), "--auto-approve", "--allow-destructive")
+    assert out.exit_code == 5 and "protected" in out.output
+
+
+def test_interactive_confirmation(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec", docs())
+    out = cli("apply", str(spec), input="no\n")
+    assert out.exit_code == 1 and "apply cancelled; nothing was changed" in out.output
+    out = cli("apply", str(spec))  # no input at all (CI without --auto-approve)
+    assert out.exit_code == 1
+    assert Catalog.open(cli.warehouse).version == 0
+    out = cli("apply", str(spec), input="yes\n")
+    assert out.exit_code == 0 and "Only 'yes' will be accepted" in out.output
+    assert Catalog.open(cli.warehouse).version == 1
+    out = cli("apply", str(spec))  # nothing to do: nothing to confirm
+    assert out.exit_code == 0 and "No changes." in out.output
+
+
+def test_json_outputs_and_variables(cli: Cli, tmp_path: Path, ) -> None:
+    vars_file = ROOT / "examples" / "vars.yaml"
+    out = cli("validate", str(EXAMPLE))
+    assert out.exit_code == 3 and "undefined variable 'finance_retention'" in out.output
+    out = cli("validate", str(EXAMPLE), "--var-file", str(vars_file))
+    assert out.exit_code == 0
+    assert out.output == "Valid: 4 files, 4 namespaces, 5 tables, 5 views.\n"
+    out = cli("plan", str(EXAMPLE), "--json", "--var", "finance_retention=1y")
+    data = json.loads(out.output)
+    assert data["format"] == "olympia-plan" and data["format_version"] == 1
+    assert data["summary"]["create"] == 14
+    cli.env["OLYMPIA_VAR_finance_retention"] = "2y"
+    out = cli("apply", str(EXAMPLE), "--auto-approve", "--json")
+    assert json.loads(out.output)["version"] == 1
+    assert Catalog.open(cli.warehouse).load_namespace("finance").properties["retention"] == "2y"
+    out = cli("apply", str(EXAMPLE), "--auto-approve", "--json")
+    assert json.loads(out.output) == {"version": 1, "base_version": 1, "changes": [],
+                                      "changed_objects": []}
+
+
+def test_progress_for_large_applies(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec", {"big": {"namespace": "big", "tables": {
+        f"t{i:03d}": {} for i in range(60)}}})
+    out = cli("apply", str(spec), "--auto-approve")
+    assert out.exit_code == 0
+    assert "staged 61/61 changes" in out.output and "committing one new version" in out.output
+
+
+def test_inspect_and_schema_commands(cli: Cli, tmp_path: Path) -> None:
+    vars_file = str(ROOT / "examples" / "vars.yaml")
+    assert cli("apply", str(EXAMPLE), "--auto-approve", "--var-file", vars_file).exit_code == 0
+    out = cli("inspect", "--out", str(tmp_path / "i"))
+    assert out.exit_code == 0 and "Wrote 4 spec files for version 1" in out.output
+    assert cli("plan", str(tmp_path / "i"), "--detailed-exitcode").exit_code == 0
+    out = cli("inspect", "--out", str(tmp_path / "v0"), "--version", "0")
+    assert out.exit_code == 0 and "Wrote 0 spec files for version 0" in out.output
+    out = cli("inspect", "--out", str(tmp_path / "v9"), "--version", "9")
+    assert out.exit_code == 1 and "version 9 does not exist" in out.output
+    write_text(tmp_path / "i", "extra.yaml", "namespace: extra\n")
+    out = cli("inspect", "--out", str(tmp_path / "i"))
+    assert out.exit_code == 1 and "--clean" in out.output
+    assert cli("inspect", "--out", str(tmp_path / "i"), "--clean").exit_code == 0
+    assert json.loads(cli("schema").output) == schema()

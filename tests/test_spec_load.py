@@ -1,0 +1,178 @@
+"""Spec loading: the schema, YAML semantics, variables, merging, digests, packaging."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+from plan_helpers import EXAMPLE, EXAMPLE_VARS, ROOT, write_text
+
+from olympia.spec import load_spec, read_var_file, schema, schema_path, yamlpos
+from olympia.spec.variables import collect, escape
+
+
+def test_schema_is_draft_2020_12_strict_with_a_stable_id() -> None:
+    Draft202012Validator.check_schema(schema())
+    assert schema()["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema()["$id"] == "urn:olympia:catalog-spec:v1"
+
+    def closed(node: object) -> None:  # every object schema with properties is closed
+        if isinstance(node, dict):
+            if "properties" in node and node.get("type") == "object":
+                assert node.get("additionalProperties") is False, node
+            for value in node.values():
+                closed(value)
+
+    closed({k: v for k, v in schema().items() if k != "$defs"} | {
+        "d": {k: v for k, v in schema()["$defs"].items() if k != "type_parts"}})
+
+
+def test_the_package_reads_the_single_schema_in_specs() -> None:
+    source = ROOT / "specs" / "olympia-spec.schema.json"
+    assert schema_path().resolve() == source.resolve()
+    assert schema() == json.loads(source.read_text())
+
+
+def test_a_built_wheel_ships_the_schema_as_a_regular_file(tmp_path: Path) -> None:
+    """A non-editable install has the schema: the wheel holds it as package data."""
+    tree = tmp_path / "src"
+    tree.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    for name in ("olympia", "olympia_provider", "specs"):
+        shutil.copytree(ROOT / name, tree / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps",
+                           "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "d")],
+                          cwd=tree, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = (tmp_path / "d").glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        shipped = z.read("olympia/spec/schema.json")
+    assert json.loads(shipped) == schema()
+
+
+def test_example_catalog_loads_with_nested_types() -> None:
+    spec = load_spec(EXAMPLE, EXAMPLE_VARS)
+    assert sorted(spec.namespaces) == ["finance", "marketing", "reporting", "sales"]
+    items = spec.tables[("sales", "orders")].table.column("items")
+    assert items is not None and items.type == "list" and items.element is not None
+    assert [f.name for f in items.element.fields] == ["sku", "quantity", "unit_price"]
+    assert spec.namespaces["finance"].namespace.properties["retention"] == "7y"
+    view = spec.views[("marketing", "campaign_revenue")]
+    assert ("sales", "orders") in view.view.referenced_objects
+    assert spec.tables[("finance", "ledger")].table.protected
+    assert str(spec.tables[("sales", "orders")].position).endswith("sales.yaml:8:3")
+
+
+@pytest.fixture(params=["libyaml", "python"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both parsers: libyaml's (used when PyYAML has it) and PyYAML's own."""
+    if request.param == "python":
+        monkeypatch.setattr(yamlpos, "_LOADER", yamlpos.CoreLoader)
+    else:
+        assert yamlpos._LOADER is not yamlpos.CoreLoader  # this environment has libyaml
+
+
+@pytest.mark.usefixtures("parser")
+def test_yaml_1_2_scalars_and_names_as_written(tmp_path: Path) -> None:
+    """No YAML 1.1 surprises: NO/on/yes stay text, 012 stays text, keys are names."""
+    write_text(tmp_path, "a.yaml", """
+        namespace: "on"
+        comment: 2024-01-01
+        properties: {country: NO, enabled: yes, code: 012, ratio: 1.10, big: 1e3, flag: true,
+                     time: "1:20"}
+        tables:
+          on: {columns: [{name: "null", type: int}]}
+          "123": {}
+    """)
+    spec = load_spec(tmp_path)
+    ns = spec.namespaces["on"].namespace
+    assert ns.comment == "2024-01-01"
+    assert ns.properties == {"country": "NO", "enabled": "yes", "code": "012", "ratio": "1.10",
+                             "big": "1e3", "flag": "true", "time": "1:20"}
+    assert set(spec.tables) == {("on", "on"), ("on", "123")}
+    assert spec.tables[("on", "on")].table.columns[0].name == "null"
+
+
+def test_anchors_and_aliases_reuse_values(tmp_path: Path) -> None:
+    write_text(tmp_path, "a.yaml", """
+        namespace: s
+        tables:
+          a: {columns: &cols [{name: id, type: bigint}, {name: v, type: string}]}
+          b: {columns: *cols}
+    """)
+    spec = load_spec(tmp_path)
+    assert spec.tables[("s", "a")].table.columns == spec.tables[("s", "b")].table.columns
+
+
+def test_a_directory_merges_every_yaml_outside_hidden_folders(tmp_path: Path) -> None:
+    write_text(tmp_path, "sales.yaml", "namespace: sales\n")
+    write_text(tmp_path / "teams", "hr.yml", "namespace: hr\n---\nmanage: [tmp_*]\n")
+    write_text(tmp_path / ".git", "x.yaml", "namespace: hidden\n")
+    write_text(tmp_path, "notes.txt", "not yaml")
+    write_text(tmp_path, "empty.yaml", "# only a comment\n")
+    spec = load_spec(tmp_path)
+    assert sorted(spec.namespaces) == ["hr", "sales"]
+    assert spec.manage == ["tmp_*"] and spec.manages("tmp_x") and not spec.manages("other")
+    assert [Path(f).name for f in spec.files] == ["empty.yaml", "sales.yaml", "hr.yml"]
+    single = load_spec(tmp_path / "sales.yaml")
+    assert list(single.namespaces) == ["sales"]
+
+
+@pytest.mark.usefixtures("parser")
+def test_variables_from_environment_files_and_explicit_values(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_text(tmp_path / "spec", "a.yaml", """
+        namespace: ${var.env}_sales
+        protected: ${var.protect}
+        properties:
+          owner: ${var.owner}
+          literal: "$${var.owner}"
+          days: ${var.days}
+        views:
+          v: {sql: "SELECT '${var.env}'", dialect: spark}
+    """)
+    monkeypatch.setenv("OLYMPIA_VAR_owner", "env-owner")
+    monkeypatch.setenv("OLYMPIA_VAR_env", "dev")
+    vars_file = write_text(tmp_path, "vars.yaml", "env: prod\nprotect: true\ndays: 030\n")
+    values = collect({"owner": "cli-owner"}, [vars_file])
+    assert values["env"] == "prod" and values["owner"] == "cli-owner"
+    spec = load_spec(tmp_path / "spec", values)
+    ns = spec.namespaces["prod_sales"].namespace
+    assert ns.protected is True  # a whole plain value takes the type of its text
+    assert ns.properties == {"owner": "cli-owner", "literal": "${var.owner}", "days": "030"}
+    assert spec.views[("prod_sales", "v")].view.sql == "SELECT 'prod'"
+    assert load_spec(tmp_path / "spec", {"protect": "false", "days": "1"}).namespaces[
+        "dev_sales"].namespace.properties["owner"] == "env-owner"
+
+
+def test_escaping_is_the_inverse_of_expansion(tmp_path: Path) -> None:
+    for text in ["${var.x}", "$${var.x}", "a ${var.y} b $ {var.z} ${other}", "$$$"]:
+        write_text(tmp_path, "a.yaml", f"namespace: n\ncomment: {json.dumps(escape(text))}\n")
+        assert load_spec(tmp_path).namespaces["n"].namespace.comment == text
+
+
+def test_vars_file_problems_have_positions(tmp_path: Path) -> None:
+    bad = write_text(tmp_path, "vars.yaml", "ok: 1\n9bad: x\nnested: {a: 1}\n")
+    with pytest.raises(Exception) as err:
+        read_var_file(bad)
+    assert str(err.value).splitlines() == [
+        f"{bad}:2:1: '9bad' is not a variable name (letters, digits and _, not starting "
+        "with a digit)",
+        f"{bad}:3:9: variable nested needs a scalar value"]
+
+
+def test_digest_covers_files_and_variable_values(tmp_path: Path) -> None:
+    write_text(tmp_path, "a.yaml", "namespace: n\ncomment: ${var.c}\n")
+    first = load_spec(tmp_path, {"c": "1"}).digest
+    assert load_spec(tmp_path, {"c": "1", "unused": "x"}).digest == first
+    assert load_spec(tmp_path, {"c": "2"}).digest != first
+    write_text(tmp_path, "a.yaml", "namespace: n\ncomment: ${var.c}  # edited\n")
+    assert load_spec(tmp_path, {"c": "1"}).digest != first
