@@ -19,6 +19,7 @@ from olympia.expire import ExpirePolicy, expire_local, expire_with_spark, local_
 from olympia.expire.job import ExpireResult
 
 POLICY = ExpirePolicy(keep_last=10, older_than_ms=0, grace_ms=0, force=True)
+KEEP_ALL = ExpirePolicy(keep_last=1_000_000, older_than_ms=0, grace_ms=0, force=True)
 ORPHAN = b"a node file a crashed commit left behind"
 
 
@@ -50,10 +51,18 @@ def measure(result: ExpireResult, seconds: float) -> dict[str, Any]:
 
 
 def compare(spark: Any, uris: tuple[str, str], options: dict[str, Any]) -> dict[str, Any]:
-    """Dry runs of both engines on the first copy (identification only), then a real run of
-    each engine on its own copy."""
+    """Dry runs of both engines on the first copy (identification only: keeping every
+    version, then with the policy), then a real run of each engine on its own copy."""
     out: dict[str, Any] = {}
     now = int(time.time() * 1000)
+    # keeping every version: the walk covers thousands of roots sharing most nodes
+    for engine in ("spark", "local"):
+        start = time.perf_counter()
+        result = (expire_with_spark(spark, uris[0], options, KEEP_ALL, True, now_ms=now,
+                                    settle_ms=0) if engine == "spark" else
+                  expire_local(Catalog.open(uris[0], options), KEEP_ALL, True, now_ms=now,
+                               settle_ms=0))
+        out[f"{engine}_walk_all_versions"] = measure(result, time.perf_counter() - start)
     for label, dry in (("dry", True), ("real", False)):
         for engine, uri in zip(("spark", "local"), uris, strict=True):
             target = uris[0] if dry else uri
@@ -69,6 +78,9 @@ def compare(spark: Any, uris: tuple[str, str], options: dict[str, Any]) -> dict[
     out["counts_agree"] = all(out["spark_dry"][k] == out["local_dry"][k] for k in keys)
     out["spark_vs_local_identify_ratio"] = round(
         out["spark_dry"]["identify_s"] / max(out["local_dry"]["identify_s"], 1e-9), 2)
+    out["spark_vs_local_walk_all_ratio"] = round(
+        out["spark_walk_all_versions"]["identify_s"]
+        / max(out["local_walk_all_versions"]["identify_s"], 1e-9), 2)
     out["spark_vs_local_total_ratio"] = round(
         out["spark_real"]["seconds"] / max(out["local_real"]["seconds"], 1e-9), 2)
     return out

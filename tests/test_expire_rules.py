@@ -88,7 +88,7 @@ def test_only_files_the_format_names_can_go() -> None:
     assert kind_of(node) == "node" and kind_of(version_path(5)) == "root"
     assert kind_of("def/table/0b2d4492-d5d0-40f8-9125-093e2d705bc4-ns-t%2A.binpb") == "def"
     assert kind_of("dtxn/abc.binpb") == "dtxn"
-    for stranger in [*STRANGERS, "vn/latest", "vn/oldest", "node/0b2d4492.arrow",
+    for stranger in [*STRANGERS, "vn/latest", "vn/oldest", "node/0b2d4492.arrow", node + "\n",
                      "node/x/0b2d4492-d5d0-40f8-9125-093e2d705bc4.arrow",
                      "def/table/0b2d4492-d5d0-40f8-9125-093e2d705bc4-*.binpb",
                      "def/other/0b2d4492-d5d0-40f8-9125-093e2d705bc4.binpb"]:

@@ -295,12 +295,22 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
         time.sleep(settle_ms / 1000)
     moved = "" if dry_run or not decision.versions_expired else (
         f" (vn/oldest was already raised to {decision.new_oldest})")
+    ttl = catalog.catalog_def.txn_ttl_millis
+    if policy.older_than_ms is not None and policy.older_than_ms < ttl:
+        result.warnings.append(
+            f"older-than {format_duration(policy.older_than_ms)} is shorter than the "
+            f"transaction TTL {format_duration(ttl)}: a "
+            "distributed transaction saved after its beginning version expired cannot be "
+            "resumed")
     prefixes = listing_prefixes(prefix_split)
+    identified = False
     try:
         listing = engine.list_files(prefixes)
         state.step("listed")
         latest = files.discover_latest()
         result.latest_version_at_end = latest.version
+        # records are read after that: one that vanished meanwhile was committed, and its
+        # root is then found by the re-read of the latest version after the walk
         live = [t for t in engine.transactions(listing) if is_live(t, decision)]
         for txn in live:
             state.protected[txn.beginning_root] = f"transaction {txn.id}"
@@ -331,8 +341,12 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
                 ", which the catalog references: listed paths and catalog paths disagree")
         result.folders.update(stats)
         result.sample = engine.sample(candidates, SAMPLE_SIZE)
+        identified = True
     except OlympiaError as exc:
         raise ExpiryAbortedError(f"expiry stopped, nothing deleted{moved}: {exc}") from exc
+    finally:
+        if not identified:
+            engine.release()
     result.protected = dict(sorted(state.protected.items()))
     result.nodes_walked, result.walk_levels = walk.nodes, walk.levels
     result.seconds_identifying = time.monotonic() - started

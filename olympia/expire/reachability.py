@@ -30,13 +30,13 @@ HEX = "0123456789abcdef"
 
 # Only files named exactly as the format names them are ever deleted; anything else under
 # the prefix (hints, another tool's files, a catalog nested under this one) is left alone.
-# Glob characters are excluded so no delete can ever be expanded into a pattern.
+# Glob and control characters are excluded: no delete can be expanded into a pattern.
 _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_SAFE = r"[^/*?\[\]]"
-ROOT_RE = re.compile(r"^vn/[01]{32}$")
-NODE_RE = re.compile(rf"^node/{_UUID}\.arrow$")
-DEF_RE = re.compile(rf"^def/(?:{'|'.join(DEF_KINDS)})/{_UUID}{_SAFE}*\.binpb$")
-DTXN_RE = re.compile(rf"^dtxn/{_SAFE}+\.binpb$")
+_SAFE = r"[^/*?\[\]\x00-\x1f\x7f]"
+ROOT_RE = re.compile(r"vn/[01]{32}")
+NODE_RE = re.compile(rf"node/{_UUID}\.arrow")
+DEF_RE = re.compile(rf"def/(?:{'|'.join(DEF_KINDS)})/{_UUID}{_SAFE}*\.binpb")
+DTXN_RE = re.compile(rf"dtxn/{_SAFE}+\.binpb")
 
 # edge kinds produced by the walk
 FILE = "file"        # a reachable file that has no children (definition, root itself)
@@ -68,13 +68,13 @@ def folder_of(path: str) -> str:
 
 def kind_of(path: str) -> str | None:
     """``root``, ``node``, ``def`` or ``dtxn`` for a file the format names; else None."""
-    if ROOT_RE.match(path):
+    if ROOT_RE.fullmatch(path):
         return "root"
-    if NODE_RE.match(path):
+    if NODE_RE.fullmatch(path):
         return "node"
-    if DEF_RE.match(path):
+    if DEF_RE.fullmatch(path):
         return "def"
-    if DTXN_RE.match(path):
+    if DTXN_RE.fullmatch(path):
         return "dtxn"
     return None
 

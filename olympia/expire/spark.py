@@ -24,6 +24,8 @@ import math
 import os
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -57,14 +59,22 @@ DELETE_PARTITION_FILES = 20_000  # files per delete task (each deletes in batche
 ROOTS_PER_TASK = 500
 
 
-@functools.lru_cache(maxsize=8)
-def _cached_storage(uri: str, options_json: str) -> Storage:
-    return Storage(uri, json.loads(options_json))
+_STORAGES: OrderedDict[tuple[str, str], Storage] = OrderedDict()
+_STORAGES_LOCK = threading.Lock()
 
 
 def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
-    """One Storage (one S3 client, one thread pool) per executor process, not per task."""
-    return _cached_storage(uri, json.dumps(dict(options), sort_keys=True, default=str))
+    """One Storage (one S3 client, one thread pool) per catalog and executor process, not
+    one per task; the least recently used ones are closed beyond a handful."""
+    key = (uri, json.dumps(dict(options), sort_keys=True, default=str))
+    with _STORAGES_LOCK:
+        storage = _STORAGES.get(key)
+        if storage is None:
+            storage = _STORAGES[key] = Storage(uri, options)
+            while len(_STORAGES) > 4:
+                _STORAGES.popitem(last=False)[1].close()
+        _STORAGES.move_to_end(key)
+        return storage
 
 
 # --- executor-side functions (module level: pickled by reference) -------------------------
