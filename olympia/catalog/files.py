@@ -154,7 +154,7 @@ class CatalogFiles:
         bisects, which gives the same answer because versions above vn/oldest are
         contiguous; it never probes below the start.
         """
-        latest, oldest = self.read_hint(LATEST), self.read_hint(OLDEST)
+        latest, oldest = self.storage.map(self.read_hint, [LATEST, OLDEST])  # one round trip
         start = latest if latest is not None and (oldest is None or latest > oldest) else (
             oldest or 0
         )
