@@ -7,12 +7,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from olympia import Catalog
-from olympia.storage import Storage
+from olympia.catalog.files import LATEST, OLDEST
+from olympia.catalog.keys import path_version
+from olympia.storage import Backend, FileInfo, Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [{"name": "id", "type": "int8", "nullable": False}, {"name": "payload", "type": "json"},
@@ -33,6 +37,29 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - start)
     return out
+
+
+def per_second(count: int, seconds: float) -> float:
+    return round(count / max(seconds, 1e-6), 1)
+
+
+@contextlib.contextmanager
+def stopwatch() -> Iterator[dict[str, float]]:
+    """``with stopwatch() as t: ...`` then ``t["seconds"]``."""
+    out: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        yield out
+    finally:
+        out["seconds"] = round(time.perf_counter() - start, 3)
+
+
+def guarded(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or an error entry: one failing measurement must not lose the others."""
+    try:
+        return fn()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=8)}
 
 
 def ops(storage: Storage, fn: Callable[[], Any]) -> dict[str, int]:
@@ -76,3 +103,76 @@ def s3_location(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
     with SeaweedS3Server() as server:
         yield f"s3://{server.bucket}/{name}", dict(server.storage_options)
+
+
+def file_kind(path: str) -> str:
+    """root, hint, node, def or other, for a catalog-relative path."""
+    if path_version(path) is not None:
+        return "root"
+    if path in (LATEST, OLDEST):
+        return "hint"
+    return path.split("/", 1)[0] if path.startswith(("node/", "def/")) else "other"
+
+
+class OpLog:
+    """Storage operations counted by (operation, kind of file)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def note(self, op: str, path: str) -> None:
+        self.counts[op, file_kind(path)] += 1
+
+    def count(self, op: str, kind: str | None = None) -> int:
+        return sum(n for (o, k), n in self.counts.items() if o == op and kind in (None, k))
+
+
+class _RecordingBackend:
+    """Forwards every call to the real backend and notes it in an :class:`OpLog`."""
+
+    def __init__(self, inner: Backend, root: str, log: OpLog) -> None:
+        self.inner, self.root, self.log = inner, root, log
+
+    def _note(self, op: str, path: str) -> None:
+        self.log.note(op, path.removeprefix(self.root))
+
+    def read(self, path: str) -> bytes:
+        self._note("read", path)  # a miss is a round trip too
+        return self.inner.read(path)
+
+    def write(self, path: str, data: bytes) -> None:
+        self._note("write", path)
+        self.inner.write(path, data)
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        self._note("create_exclusive", path)
+        self.inner.create_exclusive(path, data)
+
+    def exists(self, path: str) -> bool:
+        self._note("exists", path)
+        return self.inner.exists(path)
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        self._note("list", prefix)
+        return self.inner.list(prefix)
+
+    def delete(self, path: str) -> None:
+        self._note("delete", path)
+        self.inner.delete(path)
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            self._note("delete", path)
+        self.inner.delete_many(paths)
+
+
+@contextlib.contextmanager
+def recording(storage: Storage) -> Iterator[OpLog]:
+    """Count, by kind of file, every operation ``storage`` makes inside the block."""
+    log = OpLog()
+    inner = storage.backend
+    storage.backend = _RecordingBackend(inner, storage.root, log)
+    try:
+        yield log
+    finally:
+        storage.backend = inner
