@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from conftest import Location
@@ -89,3 +90,44 @@ def export_old(catalog: Catalog, location: Location, name: str, mode: str, versi
     versions.export(catalog, name, location.sub(f"exports/{name}").uri, mode,
                     target_storage_options=location.storage_options, version=version,
                     depth=1 if mode == "partial" else None)
+
+
+@dataclass
+class Scenario:
+    """Everything a full expiry run must handle, set up in one catalog (see :func:`scenario`)."""
+
+    catalog: Catalog
+    before: dict[int, Any]
+    old: int  # exported as "audit" (minimal); old + 1 as "snap" (partial)
+    live_id: str  # a saved distributed transaction, still live
+    saved_tree: set[str]  # the node files that saving it wrote
+    dead_id: str  # a saved distributed transaction, expired
+    young: str  # a node file of a commit in flight, younger than the grace period
+    now: int  # an instant at which every other file is older than the grace period
+    listed: set[str]  # every file before the run
+
+
+def scenario(location: Location, order: int) -> Scenario:
+    """Versions, two exports of expired versions, a live and an expired distributed
+    transaction, an orphan, files the format does not name, and a young in-flight file."""
+    catalog, before = build(location, order=order)
+    old = catalog.version - 9
+    export_old(catalog, location, "audit", "minimal", old)
+    export_old(catalog, location, "snap", "partial", old + 1)
+    live = catalog.transaction()
+    live.create_table("s", "pending", columns=COLS)
+    saved_before = files(catalog)
+    live_id = versions.save_transaction(live)
+    saved_tree = {p for p in files(catalog) - saved_before if p.startswith("node/")}
+    dead = catalog.transaction()
+    dead.create_table("s", "abandoned", columns=COLS)
+    dead_id = versions.save_transaction(dead)
+    expire_dtxn(catalog, dead_id)
+    catalog.storage.write(ORPHAN, b"left by a crashed commit")
+    for path in STRANGERS:
+        catalog.storage.write(path, b"not ours")
+    now = mark_old()
+    young = "node/ffffffff-0000-4000-8000-000000000000.arrow"
+    catalog.storage.write(young, b"a commit in flight")
+    return Scenario(catalog, before, old, live_id, saved_tree, dead_id, young, now,
+                    files(catalog))

@@ -9,17 +9,16 @@ from typing import Any
 import pytest
 from conftest import Location
 from expire_fixtures import (
-    COLS,
     GRACE_MS,
     ORPHAN,
     STRANGERS,
     build,
     check_kept,
-    expire_dtxn,
     export_old,
     files,
     mark_old,
     policy,
+    scenario,
     state,
 )
 from hypothesis import given, settings
@@ -140,24 +139,10 @@ def _timeline(n: int) -> Catalog:
 
 def test_local_engine_end_to_end(location: Location) -> None:
     """The single-process engine: exports, transactions, grace, strangers, idempotence."""
-    catalog, before = build(location, order=4)
-    old = catalog.version - 9
-    export_old(catalog, location, "audit", "minimal", old)
-    export_old(catalog, location, "snap", "partial", old + 1)
-    live = catalog.transaction()
-    live.create_table("s", "pending", columns=COLS)
-    live_id = versions.save_transaction(live)
-    dead = catalog.transaction()
-    dead.create_table("s", "abandoned", columns=COLS)
-    dead_id = versions.save_transaction(dead)
-    expire_dtxn(catalog, dead_id)
-    catalog.storage.write(ORPHAN, b"left by a crashed commit")
-    for path in STRANGERS:
-        catalog.storage.write(path, b"not ours")
-    now = mark_old()
-    young = "node/ffffffff-0000-4000-8000-000000000000.arrow"
-    catalog.storage.write(young, b"a commit in flight")
-    listed = files(catalog)
+    sc = scenario(location, order=4)
+    catalog, before, old, now, young, listed = (sc.catalog, sc.before, sc.old, sc.now, sc.young,
+                                                 sc.listed)
+    live_id, dead_id = sc.live_id, sc.dead_id
 
     dry = expire_local(catalog, policy(), dry_run=True, now_ms=now, settle_ms=0)
     assert files(catalog) == listed and catalog.files.oldest_version() == 0

@@ -14,11 +14,11 @@ from expire_fixtures import (
     STRANGERS,
     build,
     check_kept,
-    expire_dtxn,
     export_old,
     files,
     mark_old,
     policy,
+    scenario,
     state,
 )
 
@@ -40,26 +40,10 @@ def run(spark: Any, catalog: Catalog, **kwargs: Any) -> Any:
 
 def test_spark_expiry_keeps_every_live_file(spark: Any, shared_location: Location) -> None:
     location = shared_location
-    catalog, before = build(location, order=3)
-    old = catalog.version - 9
-    export_old(catalog, location, "audit", "minimal", old)
-    export_old(catalog, location, "snap", "partial", old + 1)
-    live = catalog.transaction()
-    live.create_table("s", "pending", columns=COLS)
-    saved_before = files(catalog)
-    live_id = versions.save_transaction(live)
-    saved_tree = {p for p in files(catalog) - saved_before if p.startswith("node/")}
-    dead = catalog.transaction()
-    dead.create_table("s", "abandoned", columns=COLS)
-    dead_id = versions.save_transaction(dead)
-    expire_dtxn(catalog, dead_id)
-    catalog.storage.write(ORPHAN, b"left by a crashed commit")
-    for path in STRANGERS:
-        catalog.storage.write(path, b"not ours")
-    now = mark_old()
-    young = "node/ffffffff-0000-4000-8000-000000000000.arrow"
-    catalog.storage.write(young, b"a commit in flight")
-    listed = files(catalog)
+    sc = scenario(location, order=3)
+    catalog, before, old, now, young, listed = (sc.catalog, sc.before, sc.old, sc.now, sc.young,
+                                                 sc.listed)
+    live_id, dead_id, saved_tree = sc.live_id, sc.dead_id, sc.saved_tree
 
     dry = run(spark, catalog, dry_run=True, now_ms=now)
     assert files(catalog) == listed and catalog.files.oldest_version() == 0
