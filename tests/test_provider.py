@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from olympia_provider import get_provider_info
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
 from olympia_provider.operators.olympia import (
     OlympiaApplyOperator,
+    OlympiaExpireOperator,
     OlympiaExportOperator,
     OlympiaRollbackOperator,
 )
@@ -216,3 +218,27 @@ def test_rollback_and_export_operators(conn: tuple[str, Catalog], location: Loca
     with pytest.raises(AirflowException, match="already exists"):
         OlympiaExportOperator(task_id="ex2", olympia_conn_id=conn_id, export_name="e1",
                               target_uri=target.uri).execute(context())
+
+
+def test_expire_operator_runs_the_spark_job(conn: tuple[str, Catalog], spark: Any) -> None:
+    conn_id, catalog = conn
+    for i in range(4):
+        catalog.create_table("s", f"t{i}", columns=COLS)
+    before = {f.path for f in catalog.storage.list()}
+    time.sleep(1.2)  # every file older than the 1s grace (storage mtimes may be whole seconds)
+    settings = {"keep_last": 2, "older_than": "0s", "grace": "1s", "force": True}
+    dry = OlympiaExpireOperator(task_id="dry", olympia_conn_id=conn_id, dry_run=True,
+                                **settings).execute(context())
+    assert dry["dry_run"] and dry["new_oldest_version"] == 4
+    assert {f.path for f in catalog.storage.list()} == before  # a dry run deletes nothing
+    result = OlympiaExpireOperator(task_id="expire", olympia_conn_id=conn_id,
+                                   **settings).execute(context())
+    assert result["engine"] == "spark" and result["versions_expired"] == 4
+    assert result["files_deleted"] > 0 and "olympia-secret" not in json.dumps(result)
+    assert catalog.files.oldest_version() == 4
+    assert catalog.at_version(4).list_tables("s") == ["t0", "t1", "t2"]
+    assert Catalog.open(catalog.uri, catalog.storage.options).list_tables("s") == [
+        "t0", "t1", "t2", "t3"]
+    with pytest.raises(AirflowException, match="safety minimum"):
+        OlympiaExpireOperator(task_id="unsafe", olympia_conn_id=conn_id,
+                              grace="1s").execute(context())
