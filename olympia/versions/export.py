@@ -6,12 +6,15 @@ and every node and definition file reachable from it, then writes ``vn/oldest`` 
 referring to files of the source; the expiry job protects those through the export record.
 
 Copies are concurrent and resumable: files are immutable and published atomically, so a
-file present in the target is complete and is skipped when an interrupted export re-runs.
-The root is copied after everything it references.
+file present in the target is complete; when an interrupted export re-runs it is skipped if
+its bytes equal the source's, and refused otherwise. The root is copied after everything it
+references. The target may not be the source itself, nor hold another catalog; a full export
+also refuses a target holding other versions (it sets the target's ``vn/oldest``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -23,16 +26,21 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.files import LATEST, OLDEST, CatalogFiles
+from olympia.catalog.files import LATEST, OLDEST, CatalogFiles, parse_def
+from olympia.catalog.keys import path_version
 from olympia.catalog.reader import Snapshot
 from olympia.catalog.transaction import now_millis
 from olympia.exceptions import (
     AlreadyExistsError,
     CommitConflict,
+    CorruptFileError,
+    FileAlreadyExists,
+    FileNotFound,
     InvalidArgumentError,
     NotFoundError,
 )
-from olympia.storage import Storage
+from olympia.storage import FsspecBackend, LocalBackend, MemoryBackend, Storage
+from olympia.tree.node import parse_node_file
 
 MODES = {"full": pb.FULL, "minimal": pb.MINIMAL, "partial": pb.PARTIAL}
 BOOKKEEPING_ATTEMPTS = 5
@@ -86,8 +94,12 @@ def files_to_copy(snapshot: Snapshot, mode: str, depth: int | None = None,
 def copy_files(source: Storage, target: Storage, paths: list[str],
                progress: Progress | None = None) -> tuple[int, int, int]:
     """Copy ``paths`` that the target lacks, in order-preserving batches: everything but the
-    last path concurrently, then the last one. Returns (copied, skipped, bytes)."""
-    present = {f.path for f in target.list()}
+    last path concurrently, then the last one. A path the target has already is skipped if
+    its bytes equal the source's; if not, FileAlreadyExists names it before anything is
+    copied. Returns (copied, skipped, bytes)."""
+    present = {f.path: f.size for f in target.list()}
+    source.map(lambda p: _require_same(source, target, p, present[p]),
+               [p for p in paths if p in present])
     todo = [p for p in paths if p not in present]
     skipped = len(paths) - len(todo)
     done = [skipped]
@@ -109,6 +121,72 @@ def copy_files(source: Storage, target: Storage, paths: list[str],
         source.map(copy, head)
         copy(last)
     return len(todo), skipped, copied_bytes[0]
+
+
+def _require_same(source: Storage, target: Storage, path: str, target_size: int) -> None:
+    data = source.read(path)
+    if len(data) != target_size or target.read(path) != data:
+        raise FileAlreadyExists("the export target already has a different file (it is "
+                                f"not a copy of {source.display(path)})", target.display(path))
+
+
+def _same_location(a: Storage, b: Storage) -> bool:
+    """Whether two storages address the same prefix of the same store."""
+    x, y = a.backend, b.backend
+    if isinstance(x, MemoryBackend) and isinstance(y, MemoryBackend):
+        return x.files is y.files
+    if isinstance(x, LocalBackend) and isinstance(y, LocalBackend):
+        return os.path.realpath(a.root) == os.path.realpath(b.root)
+    if isinstance(x, FsspecBackend) and isinstance(y, FsspecBackend):
+        return a.root == b.root and _endpoint(x.fs) == _endpoint(y.fs)
+    return False
+
+
+def _endpoint(fs: Any) -> tuple[type, Any]:
+    options = getattr(fs, "storage_options", {})
+    client = options.get("client_kwargs") or {}
+    return type(fs), options.get("endpoint_url") or client.get("endpoint_url")
+
+
+def _catalog_id(source: CatalogFiles, target: Storage, root_path: str) -> str | None:
+    """The id of the catalog a target root belongs to; None if its definition is in neither
+    the target nor the source (then it is not the source's)."""
+    where = target.display(root_path)
+    cdef_path = parse_node_file(target.read(root_path), where).system_rows().get("catalog_def")
+    if cdef_path is None:
+        raise CorruptFileError(where, "root node without a catalog_def row")
+    try:
+        return parse_def(target.read(cdef_path), target.display(cdef_path), pb.CatalogDef).id
+    except FileNotFound:
+        pass  # a minimal or partial export refers to the source's definitions
+    try:
+        return source.read_def(cdef_path, pb.CatalogDef).id
+    except FileNotFound:
+        return None
+
+
+def _check_target(catalog: Catalog, snapshot: Snapshot, target: Storage, mode: str) -> None:
+    """Refuse the source itself, a target holding another catalog, and, for a full export
+    (which sets ``vn/oldest``), a target holding other versions of this one."""
+    if _same_location(catalog.storage, target):
+        raise InvalidArgumentError(
+            f"export target {target.uri} is the source catalog itself; export elsewhere")
+    roots = [f.path for f in target.list("vn/") if path_version(f.path) is not None]
+    if not roots:
+        return
+    probe = snapshot.root.path if snapshot.root.path in roots else roots[0]
+    theirs = _catalog_id(catalog.files, target, probe)
+    if theirs != snapshot.catalog_def.id:
+        raise AlreadyExistsError(
+            f"export target {target.uri} already holds another catalog (id {theirs or '?'}, "
+            f"found at {target.display(probe)}); export to an empty location")
+    others = [path_version(r) for r in roots if r != snapshot.root.path]
+    if mode == "full" and others:
+        listed = ", ".join(str(v) for v in others[:5]) + (", ..." if len(others) > 5 else "")
+        raise AlreadyExistsError(
+            f"export target {target.uri} already holds other versions of this catalog "
+            f"({listed}); a full export sets vn/oldest there, so it needs a location "
+            f"without them")
 
 
 def export(
@@ -141,6 +219,7 @@ def export(
     _require_new_name(catalog.catalog_def, name)
     snapshot = catalog.at_version(catalog.version if version is None else version)
     target = Storage(target_uri, target_storage_options)
+    _check_target(catalog, snapshot, target, mode)
     paths = files_to_copy(snapshot, mode, depth, copy_defs)
     copied, skipped, size = copy_files(catalog.storage, target, paths, progress)
     if mode == "full":
