@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import Location
+from google.protobuf.message import Message
 
 from olympia import Catalog, Column
+from olympia._proto import objects_pb2 as pb
 from olympia.catalog.files import LATEST, OLDEST
 from olympia.catalog.keys import KeyCodec, NameLimits, ObjectRef, ObjectType, version_path
 from olympia.exceptions import (
@@ -307,6 +309,33 @@ def test_corrupt_node_file_is_named(location: Location) -> None:
     fresh = Catalog.open(location.uri, location.storage_options)
     with pytest.raises(CorruptFileError, match=node_path):
         btree.validate(fresh.snapshot.nodes, fresh.snapshot.root.node, 3)
+
+
+@pytest.mark.parametrize(("kind", "cleared"), [
+    ("table", None), ("table", "id"), ("namespace", None), ("catalog", None), ("catalog", "id"),
+])
+def test_empty_or_incomplete_definition_is_corrupt(location: Location, kind: str,
+                                                   cleared: str | None) -> None:
+    """A 0-byte definition file (cleared None) or one without a required field."""
+    catalog = new_catalog(location)
+    catalog.create_table(catalog.create_namespace("s").name, "t")
+    cls: type[Message] = {"table": pb.TableDef, "namespace": pb.NamespaceDef,
+                          "catalog": pb.CatalogDef}[kind]
+    path = (catalog.snapshot.root.node.catalog_def if kind == "catalog" else
+            catalog.definition_path(ObjectRef(ObjectType.TABLE, "s", "t") if kind == "table"
+                                    else ObjectRef(ObjectType.NAMESPACE, "s")))
+    assert path is not None
+    content = b""
+    if cleared is not None:
+        message = cls.FromString(catalog.storage.read(path))
+        message.ClearField(cleared)
+        content = message.SerializeToString()
+    catalog.storage.write(path, content)
+    name = cls.__name__
+    reason = f"empty file, not a {name}" if cleared is None else (
+        f"{name} without its required {cleared}")
+    with pytest.raises(CorruptFileError, match=f"corrupt file .*{path}: {reason}"):
+        Catalog.open(location.uri, location.storage_options).load_all()
 
 
 def test_key_encoding_matches_spec() -> None:

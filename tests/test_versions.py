@@ -11,17 +11,23 @@ from click.testing import CliRunner
 from conftest import Location
 
 from olympia import Catalog, versions
-from olympia.catalog.keys import path_version, version_path
+from olympia._proto import objects_pb2 as pb
+from olympia.catalog import actions
+from olympia.catalog.actions import A
+from olympia.catalog.keys import dtxn_path, path_version, version_path
 from olympia.catalog.reader import Snapshot
 from olympia.cli import main
 from olympia.exceptions import (
     AlreadyExistsError,
     CommitConflict,
+    CorruptFileError,
+    FileAlreadyExists,
     InvalidArgumentError,
     NotFoundError,
     ReadOnlyError,
     TransactionExpiredError,
 )
+from olympia.storage import Storage
 from olympia.tree import btree
 
 COLS = [{"name": "id", "type": "int8"}]
@@ -207,8 +213,6 @@ def test_minimal_and_partial_exports(location: Location, mode: str) -> None:
                              depth=1 if mode == "partial" else None)
     copied = {f.path for f in Catalog.open(catalog.uri, catalog.storage.options).storage.list()}
     assert copied  # source untouched
-    from olympia.storage import Storage
-
     files = {f.path for f in Storage(target.uri, target.storage_options).list()}
     assert version_path(result.version) in files
     if mode == "minimal":
@@ -286,3 +290,158 @@ def test_cli_versions(location: Location, tmp_path: Any) -> None:
     out = runner.invoke(main, ["rollback", "--to", "99"], env=env)
     assert out.exit_code == 1 and "Traceback" not in out.output
     assert catalog.refresh() == 7
+
+
+def test_version_views_refuse_every_write(location: Location) -> None:
+    catalog = build(location, tables=2)
+    view = catalog.at_version(2)
+    writes = {
+        "create_namespace": ("n",), "alter_namespace": ("s",), "drop_namespace": ("s",),
+        "rename_namespace": ("s", "n"), "create_table": ("s", "x"), "alter_table": ("s.t00",),
+        "drop_table": ("s.t00",), "rename_table": ("s.t00", "x"),
+        "create_view": ("s", "v"), "replace_view": ("s.v",), "drop_view": ("s.v",),
+        "rename_view": ("s.v", "w"), "transaction": (),
+    }
+    for name, args in writes.items():
+        with pytest.raises(ReadOnlyError, match=f"version 2 .*{name}"):
+            getattr(view, name)(*args)
+    assert catalog.version == 3 and catalog.list_tables("s") == ["t00", "t01"]
+
+
+def _target_files(target: Location) -> dict[str, bytes]:
+    storage = Storage(target.uri, target.storage_options)
+    return {f.path: storage.read(f.path) for f in storage.list()}
+
+
+def test_export_to_its_own_source_is_refused(location: Location) -> None:
+    catalog = build(location, tables=3)
+    before = _target_files(location)
+    spellings = [location.uri, location.uri + "/"]
+    if location.kind == "local":
+        spellings.append("file://" + location.uri)
+    if location.kind == "s3":
+        spellings.append(location.uri.replace("s3://", "s3a://", 1))
+    for uri in spellings:
+        for mode in ("full", "minimal"):
+            with pytest.raises(InvalidArgumentError, match="is the source catalog itself"):
+                versions.export(catalog, "self", uri, mode,
+                                target_storage_options=location.storage_options, version=1)
+    assert _target_files(location) == before  # vn/oldest untouched, nothing copied
+    assert catalog.files.oldest_version() == 0 and catalog.at_version(0).version == 0
+
+
+@pytest.mark.parametrize("mode", ["full", "minimal", "partial"])
+def test_export_into_another_catalog_is_refused(location: Location, mode: str) -> None:
+    catalog = build(location, tables=3)
+    target = location.sub("other")
+    other = Catalog.create(target.uri, target.storage_options)
+    other.create_namespace("theirs")
+    before = _target_files(target)
+    with pytest.raises(AlreadyExistsError, match="already holds another catalog"):
+        versions.export(catalog, "e", target.uri, mode,
+                        target_storage_options=target.storage_options)
+    assert _target_files(target) == before
+    assert "e" not in catalog.catalog_def.exported_snapshots
+    assert Catalog.open(target.uri, target.storage_options).list_namespaces() == ["theirs"]
+
+
+def test_full_export_over_other_versions_is_refused(location: Location) -> None:
+    catalog = build(location, tables=3)
+    target = location.sub("exports/e")
+    versions.export(catalog, "e2", target.uri, target_storage_options=target.storage_options,
+                    version=2)
+    before = _target_files(target)
+    with pytest.raises(AlreadyExistsError, match=r"other versions of this catalog \(2\)"):
+        versions.export(catalog, "e4", target.uri,
+                        target_storage_options=target.storage_options, version=4)
+    assert _target_files(target) == before
+    assert Catalog.open(target.uri, target.storage_options).version == 2
+    # a minimal export sets no vn/ hints, so it may join them
+    versions.export(catalog, "m4", target.uri, "minimal",
+                    target_storage_options=target.storage_options, version=4)
+    assert Catalog.open(target.uri, target.storage_options).files.oldest_version() == 2
+
+
+def test_resumed_export_skips_only_identical_files(location: Location) -> None:
+    catalog = build(location, tables=30, order=3)
+    target = location.sub("exports/resumed")
+    calls = {"n": 0}
+
+    def flaky(done: int, total: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        versions.export(catalog, "r", target.uri, target_storage_options=target.storage_options,
+                        progress=flaky)
+    storage = Storage(target.uri, target.storage_options)
+    copied = sorted(f.path for f in storage.list() if f.path.startswith("node/"))
+    assert copied
+    storage.write(copied[0], storage.read(copied[0])[:-1] + b"!")  # same size, other bytes
+    before = _target_files(target)
+    with pytest.raises(FileAlreadyExists, match=rf"different file.*{copied[0]}"):
+        versions.export(catalog, "r", target.uri, target_storage_options=target.storage_options)
+    assert _target_files(target) == before  # refused before copying anything
+    storage.delete(copied[0])
+    result = versions.export(catalog, "r", target.uri,
+                             target_storage_options=target.storage_options)
+    assert result.files_skipped >= 3
+    assert listing(Catalog.open(target.uri, target.storage_options)) == listing(catalog.at_version(
+        result.version))
+
+
+def test_serializable_transaction_is_saved_only_before_its_first_read(
+        location: Location) -> None:
+    catalog = build(location, tables=2)
+    txn = catalog.transaction("SERIALIZABLE")
+    txn.create_table("s", "x", columns=COLS)
+    with pytest.raises(InvalidArgumentError, match="SERIALIZABLE .* cannot be saved"):
+        versions.save_transaction(txn)
+    assert versions.list_transactions(catalog) == [] and txn.state == "open"
+    assert txn.commit() == 4  # still usable here
+    # saved before any read, it resumes as SERIALIZABLE and checks the reads made since
+    txn_id = versions.save_transaction(catalog.transaction("SERIALIZABLE"))
+    resumed = versions.resume_transaction(catalog, txn_id)
+    assert resumed.isolation == pb.SERIALIZABLE
+    assert resumed.load_table("s.t00").name == "t00"
+    resumed.create_table("s", "y", columns=COLS)
+    catalog.alter_table("s.t00", set_properties={"k": "v"})
+    with pytest.raises(CommitConflict, match="what it read"):
+        resumed.commit()
+
+
+def test_distributed_transaction_keeps_annotations(location: Location) -> None:
+    catalog = build(location, tables=1)
+    txn = catalog.transaction()
+    txn.annotate(git_commit="abc123", tool="test")
+    txn.create_table("s", "x", columns=COLS)
+    txn_id = versions.save_transaction(txn)
+    resumed = versions.resume_transaction(Catalog.open(location.uri, location.storage_options),
+                                          txn_id)
+    resumed.annotate(tool="resumer")
+    resumed.create_table("s", "y", columns=COLS)
+    version = resumed.commit()
+    (entry,) = versions.history(catalog, limit=1)
+    assert entry.version == version
+    assert entry.info == {"git_commit": "abc123", "tool": "resumer"}
+    assert [a.type for a in entry.actions].count(A.TRANSACTION_INFO) == 1
+    assert [actions.describe(a) for a in entry.changes()] == ["create table s.x",
+                                                              "create table s.y"]
+
+
+def test_corrupt_or_empty_transaction_record_is_named(location: Location) -> None:
+    catalog = build(location, tables=1)
+    txn = catalog.transaction()
+    txn.create_table("s", "x", columns=COLS)
+    txn_id = versions.save_transaction(txn)
+    path = dtxn_path(txn_id)
+    record = pb.DistributedTransactionDef.FromString(catalog.storage.read(path))
+    record.ClearField("running_root_node_file_path")
+    catalog.storage.write(path, record.SerializeToString())
+    with pytest.raises(CorruptFileError, match=rf"{path}.*without its required "
+                                               "running_root_node_file_path"):
+        versions.resume_transaction(catalog, txn_id)
+    catalog.storage.write(path, b"")
+    with pytest.raises(CorruptFileError, match=rf"{path}: empty file"):
+        versions.list_transactions(catalog)

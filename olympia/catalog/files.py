@@ -22,6 +22,35 @@ LATEST = "vn/latest"
 OLDEST = "vn/oldest"
 
 
+# Fields every writer sets (identity, and what a reader cannot do without): a definition
+# lacking one, an empty file for instance, is corrupt rather than an object with defaults.
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "CatalogDef": ("id", "major_version", "order"),
+    "NamespaceDef": ("id",),
+    "TableDef": ("id",),
+    "ViewDef": ("id",),
+    "DistributedTransactionDef": ("id", "beginning_root_node_file_path",
+                                  "running_root_node_file_path", "expire_at_millis"),
+}
+
+
+def parse_def(data: bytes, where: str, cls: type[M]) -> M:
+    """Parse a definition file (``where`` names it in errors); refuse an empty one or one
+    without a required field."""
+    name = cls.__name__
+    if not data:
+        raise CorruptFileError(where, f"empty file, not a {name}")
+    message = cls()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as exc:
+        raise CorruptFileError(where, f"not a {name} ({exc})") from None
+    missing = [f for f in REQUIRED_FIELDS.get(name, ()) if not getattr(message, f)]
+    if missing:
+        raise CorruptFileError(where, f"{name} without its required {', '.join(missing)}")
+    return message
+
+
 @dataclass(frozen=True)
 class Root:
     """One version's root node with its catalog definition."""
@@ -58,13 +87,7 @@ class CatalogFiles:
             if cached is not None:
                 self._defs.move_to_end(path)
         if cached is None:
-            data = self.storage.read(path)
-            cached = cls()
-            try:
-                cached.ParseFromString(data)
-            except DecodeError as exc:
-                raise CorruptFileError(self.storage.display(path),
-                                       f"not a {cls.__name__} ({exc})") from None
+            cached = parse_def(self.storage.read(path), self.storage.display(path), cls)
             self.remember_def(path, cached)
         if not isinstance(cached, cls):
             raise CorruptFileError(self.storage.display(path), f"is not a {cls.__name__}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn, TypeVar
 
 from olympia._proto import actions_pb2 as apb
@@ -140,6 +140,16 @@ def _ref(kind: ObjectType, identifier: Identifier, name: str | None) -> ObjectRe
     return ObjectRef(kind, namespace, obj)
 
 
+def _read_only(name: str) -> Callable[..., NoReturn]:
+    def method(self: Snapshot, *args: object, **kwargs: object) -> NoReturn:
+        raise ReadOnlyError(f"version {self.version} is a read-only view of the catalog: "
+                            f"{name} is refused; write through the latest catalog")
+
+    method.__name__ = name
+    method.__doc__ = f"Refused: a version view is read-only (use ``Catalog.{name}``)."
+    return method
+
+
 class Snapshot(CatalogReader):
     """A read-only view of one catalog version."""
 
@@ -175,8 +185,18 @@ class Snapshot(CatalogReader):
     def depth(self) -> int:
         return btree.depth(self.nodes, self.root.node)
 
-    def transaction(self, *args: object, **kwargs: object) -> NoReturn:
-        """Snapshots are read-only: writes go through the latest catalog."""
-        raise ReadOnlyError(
-            f"version {self.version} is a read-only view of the catalog; open it to write")
+    # Snapshots are read-only: every write of Catalog is refused, naming the version.
+    transaction = _read_only("transaction")
+    create_namespace = _read_only("create_namespace")
+    alter_namespace = _read_only("alter_namespace")
+    drop_namespace = _read_only("drop_namespace")
+    rename_namespace = _read_only("rename_namespace")
+    create_table = _read_only("create_table")
+    alter_table = _read_only("alter_table")
+    drop_table = _read_only("drop_table")
+    rename_table = _read_only("rename_table")
+    create_view = _read_only("create_view")
+    replace_view = _read_only("replace_view")
+    drop_view = _read_only("drop_view")
+    rename_view = _read_only("rename_view")
 

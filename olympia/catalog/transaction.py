@@ -493,9 +493,15 @@ class Transaction(CatalogReader):
         """``open``, ``committed``, ``aborted`` or ``saved`` (handed to another process)."""
         return self._state
 
+    @property
+    def has_reads(self) -> bool:
+        """Whether this SERIALIZABLE transaction has read anything its commit must check."""
+        return self._reads is not None and bool(self._reads.objects or self._reads.listings)
+
     def staged(self) -> tuple[dict[str, str | None], list[apb.ActionDef], dict[str, bytes]]:
-        """The staged changes: key -> def path (None: deleted), actions, new def files."""
-        return dict(self._pending), list(self._actions), dict(self._new_defs)
+        """The staged changes: key -> def path (None: deleted), the actions as a commit
+        records them (annotations included), new def files."""
+        return dict(self._pending), self._recorded(), dict(self._new_defs)
 
     def restore_staged(self, pending: Mapping[str, str | None],
                        recorded: Sequence[apb.ActionDef]) -> None:
@@ -504,18 +510,26 @@ class Transaction(CatalogReader):
         if self._actions:
             raise CatalogError("restore_staged needs a transaction with nothing staged")
         self._pending.update(pending)
-        self._actions.extend(recorded)
+        for action in recorded:
+            if action.type == A.TRANSACTION_INFO:
+                self._info.update(action.info)
+            else:
+                self._actions.append(action)
 
     def mark_saved(self) -> None:
         """This process hands the transaction over; it can no longer be used here."""
         self._check_open()
         self._state = "saved"
 
-    def _rows(self) -> tuple[tuple[str, str], ...]:
+    def _recorded(self) -> list[apb.ActionDef]:
+        """The staged actions, then the annotations as one TRANSACTION_INFO action."""
         recorded = list(self._actions)
         if self._info:
             recorded.append(actions.make(A.TRANSACTION_INFO, None, info=self._info))
-        return tuple(actions.encode_row(self.codec, a) for a in recorded)
+        return recorded
+
+    def _rows(self) -> tuple[tuple[str, str], ...]:
+        return tuple(actions.encode_row(self.codec, a) for a in self._recorded())
 
     def commit(self) -> int:
         """Commit as one new version and return it (the base version if nothing changed)."""
