@@ -1,4 +1,5 @@
-"""Version commands: log, show, diff, rollback, export."""
+"""Version commands: log, show, diff, rollback, export, and saved distributed transactions
+(``olympia txn``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from olympia.cli.common import (
     open_catalog,
     parse_storage_options,
 )
+from olympia.versions.dtxn import describe_transaction, transaction_dict
 from olympia.versions.timetravel import format_millis
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -180,4 +182,66 @@ def export(catalog_uri: str, storage_option: tuple[str, ...], name: str, target:
                    f"recorded in version {result.committed_version}")
 
 
-COMMANDS = [log, show, diff, rollback, export]
+@click.group("txn")
+def txn() -> None:
+    """Saved distributed transactions: list, show, abort."""
+
+
+@txn.command("list")
+@catalog_options
+@json_option
+@handle_errors
+def txn_list(catalog_uri: str, storage_option: tuple[str, ...], as_json: bool) -> None:
+    """Every saved distributed transaction, oldest first."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    records = [transaction_dict(r) for r in versions.list_transactions(catalog)]
+    if as_json:
+        echo_json(records)
+        return
+    for r in records:
+        state = "expired" if r["expired"] else "expires"
+        click.echo(f"{r['id']}  {r['isolation']}  from version {r['beginning_version']}  "
+                   f"began {r['began_at']}  {state} {r['expires_at']}")
+    if not records:
+        click.echo("no saved distributed transactions")
+
+
+@txn.command("show")
+@catalog_options
+@click.argument("txn_id", metavar="ID")
+@json_option
+@handle_errors
+def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
+             as_json: bool) -> None:
+    """A saved transaction: its record and the changes it would commit."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    shown = describe_transaction(catalog, txn_id)
+    if as_json:
+        echo_json(shown)
+        return
+    click.echo(click.style(f"transaction {shown['id']}  {shown['isolation']}", bold=True))
+    click.echo(f"    began {shown['began_at']} from version {shown['beginning_version']}")
+    click.echo(f"    {'expired' if shown['expired'] else 'expires'} {shown['expires_at']}")
+    for key, value in sorted(shown["info"].items()):
+        click.echo(f"    {key}: {value}")
+    for action in shown["actions"]:
+        click.echo(f"    {action['description']}")
+
+
+@txn.command("abort")
+@catalog_options
+@click.argument("txn_id", metavar="ID")
+@json_option
+@handle_errors
+def txn_abort(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
+              as_json: bool) -> None:
+    """Discard a saved transaction; the expiry job removes the files it wrote."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    versions.abort_transaction(catalog, txn_id)
+    if as_json:
+        echo_json({"id": txn_id, "aborted": True})
+    else:
+        click.echo(f"Aborted distributed transaction {txn_id}")
+
+
+COMMANDS = [log, show, diff, rollback, export, txn]

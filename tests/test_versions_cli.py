@@ -1,0 +1,83 @@
+"""``olympia txn list|show|abort`` through click's CliRunner, on every storage kind."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from click.testing import CliRunner, Result
+from conftest import Location
+
+from olympia import Catalog, versions
+from olympia.cli import main
+
+COLS = [{"name": "id", "type": "int8"}]
+
+
+def run(location: Location, *args: str) -> Result:
+    env = {"OLYMPIA_CATALOG": location.uri, "NO_COLOR": "1",
+           "OLYMPIA_STORAGE_OPTIONS": json.dumps(location.storage_options)}
+    result = CliRunner().invoke(main, ["txn", *args], env=env)
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def saved(catalog: Catalog, table: str) -> str:
+    txn = catalog.transaction()
+    txn.annotate(git_commit="abc123")
+    txn.create_table("s", table, columns=COLS)
+    txn.drop_table("s.old")
+    return versions.save_transaction(txn)
+
+
+def test_txn_list_show_abort(location: Location) -> None:
+    catalog = Catalog.create(location.uri, location.storage_options)
+    catalog.create_namespace("s")
+    catalog.create_table("s", "old", columns=COLS)
+    out = run(location, "list")
+    assert out.exit_code == 0 and out.output.strip() == "no saved distributed transactions"
+    assert json.loads(run(location, "list", "--json").output) == []
+
+    txn_id = saved(catalog, "x")
+    out = run(location, "list", "--json")
+    assert out.exit_code == 0, out.output
+    (record,) = json.loads(out.output)
+    assert (record["id"], record["isolation"], record["beginning_version"],
+            record["expired"]) == (txn_id, "SNAPSHOT", 2, False)
+    assert record["running_root"].startswith("node/")
+    assert txn_id in run(location, "list").output
+
+    out = run(location, "show", txn_id, "--json")
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.output)
+    assert shown["id"] == txn_id and shown["info"] == {"git_commit": "abc123"}
+    assert [a["description"] for a in shown["actions"]] == ["create table s.x",
+                                                            "drop table s.old"]
+    out = run(location, "show", txn_id)
+    assert out.exit_code == 0, out.output
+    assert f"transaction {txn_id}  SNAPSHOT" in out.output
+    assert "git_commit: abc123" in out.output and "create table s.x" in out.output
+
+    out = run(location, "abort", txn_id, "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == {"id": txn_id, "aborted": True}
+    assert json.loads(run(location, "list", "--json").output) == []
+    for command in ("show", "abort"):
+        out = run(location, command, txn_id)
+        assert out.exit_code == 1
+        assert f"Error: no distributed transaction {txn_id!r}" in out.output
+    assert catalog.refresh() == 2  # nothing was committed
+
+
+def test_txn_show_marks_an_expired_transaction(location: Location) -> None:
+    catalog = Catalog.create(location.uri, location.storage_options, txn_ttl_millis=1)
+    catalog.create_namespace("s")
+    catalog.create_table("s", "old", columns=COLS)
+    txn_id = saved(catalog, "late")
+    time.sleep(0.01)
+    assert json.loads(run(location, "show", txn_id, "--json").output)["expired"] is True
+    out = run(location, "list")
+    assert out.exit_code == 0 and f"{txn_id}  SNAPSHOT  from version 2" in out.output
+    assert " expired " in out.output
+    out = run(location, "abort", txn_id)
+    assert out.exit_code == 0 and f"Aborted distributed transaction {txn_id}" in out.output
