@@ -160,10 +160,10 @@ class _RecordingBackend:
         self._note("delete", path)
         self.inner.delete(path)
 
-    def delete_many(self, paths: Sequence[str]) -> None:
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
         for path in paths:
             self._note("delete", path)
-        self.inner.delete_many(paths)
+        return self.inner.delete_many(paths)
 
 
 @contextlib.contextmanager

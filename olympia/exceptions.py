@@ -30,6 +30,17 @@ class TransientStorageError(StorageError):
     """A failure that may go away on retry (throttling, timeouts, connection resets)."""
 
 
+class PartialDeleteError(StorageError):
+    """A bulk delete left files in place: ``errors`` maps each (catalog-relative path) to its
+    own error, a :class:`TransientStorageError` where a retry may succeed."""
+
+    def __init__(self, errors: dict[str, StorageError]) -> None:
+        shown = "; ".join(str(e) for e in list(errors.values())[:3])
+        more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
+        super().__init__(f"{len(errors)} files not deleted: {shown}{more}")
+        self.errors = errors
+
+
 # --- format --------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from olympia.exceptions import (
     FileAlreadyExists,
     FileNotFound,
+    PartialDeleteError,
     StorageError,
     TransientStorageError,
 )
@@ -46,7 +47,12 @@ class FileInfo:
 
 @dataclass
 class StorageStats:
-    """Counts of storage operations; stable where timings are not (used by benchmarks)."""
+    """Counts of storage operations; stable where timings are not (used by benchmarks).
+
+    Every operation issued counts, whatever its outcome: a read of an absent file is a
+    round trip too. ``misses`` counts the reads that found no file, ``failures`` the
+    operations that ended in any other error (after retries).
+    """
 
     reads: int = 0
     writes: int = 0
@@ -55,6 +61,8 @@ class StorageStats:
     deletes: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    misses: int = 0
+    failures: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -81,7 +89,10 @@ class Backend(Protocol):
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
     def delete(self, path: str) -> None: ...
-    def delete_many(self, paths: Sequence[str]) -> None: ...
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        """Delete in one request; the paths the storage did not delete, each with its error
+        text. A missing file counts as deleted."""
 
 
 class LocalBackend:
@@ -142,9 +153,10 @@ class LocalBackend:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
-    def delete_many(self, paths: Sequence[str]) -> None:
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
         for path in paths:
             self.delete(path)
+        return {}
 
 
 def _unlink_quietly(path: str) -> None:
@@ -153,15 +165,17 @@ def _unlink_quietly(path: str) -> None:
 
 
 class MemoryBackend:
-    """An in-process store, shared by every Storage opened on the same ``memory://name``."""
+    """An in-process store, shared by every Storage opened on the same ``memory://name``;
+    so is the lock that makes exclusive creates exclusive."""
 
     _stores: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _locks: dict[str, threading.Lock] = {}
     _registry_lock = threading.Lock()
 
     def __init__(self, name: str) -> None:
         with self._registry_lock:
             self.files = self._stores.setdefault(name, {})
-        self.lock = threading.Lock()
+            self.lock = self._locks.setdefault(name, threading.Lock())
 
     def read(self, path: str) -> bytes:
         try:
@@ -188,13 +202,14 @@ class MemoryBackend:
     def delete(self, path: str) -> None:
         self.files.pop(path, None)
 
-    def delete_many(self, paths: Sequence[str]) -> None:
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
         for path in paths:
             self.delete(path)
+        return {}
 
 
 class FsspecBackend:
-    """Any fsspec filesystem whose ``pipe_file(mode="create")`` is exclusive (S3 via s3fs)."""
+    """S3 through s3fs: exclusive creates with ``pipe_file(mode="create")`` (If-None-Match)."""
 
     def __init__(self, fs: Any) -> None:
         self.fs = fs
@@ -232,10 +247,17 @@ class FsspecBackend:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
 
-    def delete_many(self, paths: Sequence[str]) -> None:
-        if paths:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(list(paths))
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        """One ``DeleteObjects`` request (up to 1000 keys of one bucket). s3fs's ``rm``
+        drops the response's per-key ``Errors``, so the API is called directly."""
+        if not paths:
+            return {}
+        bucket = paths[0].partition("/")[0]
+        keys = [{"Key": path.partition("/")[2]} for path in paths]
+        response = self.fs.call_s3("delete_objects", Bucket=bucket,
+                                   Delete={"Objects": keys, "Quiet": True})
+        return {f"{bucket}/{e['Key']}": f"{e.get('Code')}: {e.get('Message')}"
+                for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"}
 
 
 def _s3_filesystem(options: Mapping[str, Any]) -> Any:
@@ -265,7 +287,8 @@ def _is_precondition_failure(exc: BaseException) -> bool:
     )
 
 
-def _is_transient(exc: BaseException) -> bool:
+def _is_transient(exc: BaseException | str) -> bool:
+    """Whether an error (or a storage's error text) may go away on retry."""
     if isinstance(exc, TimeoutError | ConnectionError):
         return True
     text = str(exc)
@@ -325,27 +348,31 @@ class Storage:
             try:
                 return fn()
             except StorageError:
+                self.stats.add(failures=1)
                 raise
             except FileNotFoundError:
+                self.stats.add(misses=1)
                 raise FileNotFound("file not found", self.display(path)) from None
             except Exception as exc:
                 if _is_transient(exc) and attempt + 1 < attempts:
                     time.sleep(0.05 * 2**attempt)
                     continue
+                self.stats.add(failures=1)
                 if _is_transient(exc):
                     raise TransientStorageError(f"{op} failed ({exc})", self.display(path)) from exc
                 raise StorageError(f"{op} failed ({exc})", self.display(path)) from exc
         raise AssertionError("unreachable")
 
     def read(self, path: str) -> bytes:
+        self.stats.add(reads=1)
         data = self._call("read", path, lambda: self.backend.read(self.full(path)))
-        self.stats.add(reads=1, bytes_read=len(data))
+        self.stats.add(bytes_read=len(data))
         return data
 
     def write(self, path: str, data: bytes) -> None:
         """Write (or replace) a file; readers see the old or the new content, never a mix."""
-        self._call("write", path, lambda: self.backend.write(self.full(path), data))
         self.stats.add(writes=1, bytes_written=len(data))
+        self._call("write", path, lambda: self.backend.write(self.full(path), data))
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         """Create a file only if it does not exist; raise FileAlreadyExists otherwise."""
@@ -368,6 +395,7 @@ class Storage:
                     uncertain = True
                     time.sleep(0.05 * 2**attempt)
                     continue
+                self.stats.add(failures=1)
                 raise StorageError(f"exclusive create failed ({exc})", self.display(path)) from exc
 
     def _read_or_none(self, path: str) -> bytes | None:
@@ -412,15 +440,25 @@ class Storage:
         self.map(lambda item: self.write(*item), files.items())
 
     def delete_many(self, paths: Iterable[str], batch: int = 1000) -> None:
+        """Delete files in requests of up to ``batch``; a missing file counts as deleted.
+        Files the storage reports it did not delete raise :class:`PartialDeleteError`
+        naming each (after the other requests finished)."""
         paths = builtins.list(paths)
         chunks = [paths[i : i + batch] for i in range(0, len(paths), batch)]
 
-        def run(chunk: builtins.list[str]) -> None:
+        def run(chunk: builtins.list[str]) -> dict[str, str]:
             self.stats.add(deletes=len(chunk))
             full = [self.full(p) for p in chunk]
-            self._call("delete", chunk[0], lambda: self.backend.delete_many(full))
+            return self._call("delete", chunk[0], lambda: self.backend.delete_many(full))
 
-        self.map(run, chunks)
+        cut = len(self.root)
+        left = {path[cut:]: why for failed in self.map(run, chunks) for path, why in failed.items()}
+        if left:
+            self.stats.add(failures=len(left))
+            raise PartialDeleteError({
+                path: (TransientStorageError if _is_transient(why) else StorageError)(
+                    f"delete failed ({why})", self.display(path))
+                for path, why in sorted(left.items())})
 
     def close(self) -> None:
         if self._pool is not None:

@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+import uuid
 from typing import Any
 
 import pytest
@@ -15,7 +18,7 @@ from conftest import Location
 from olympia import Catalog
 from olympia.catalog.keys import version_path
 from olympia.exceptions import CommitConflict, FileAlreadyExists
-from olympia.storage import Storage
+from olympia.storage import MemoryBackend, Storage
 from olympia.tree import btree
 
 SPAWN = mp.get_context("spawn")
@@ -101,8 +104,6 @@ def test_exclusive_create_race(shared_location: Location, writers: int) -> None:
 
 
 def test_exclusive_create_threads_memory() -> None:
-    import threading
-
     storage = Storage("memory://race-threads")
     results: list[bool] = []
     start = threading.Barrier(32)
@@ -121,6 +122,43 @@ def test_exclusive_create_threads_memory() -> None:
     for t in threads:
         t.join()
     assert results.count(True) == 1
+
+
+class _SlowCheck(dict[str, Any]):
+    """A memory store whose membership test takes a while: any writer that checks outside
+    the store's one lock then overlaps with the others."""
+
+    def __contains__(self, key: object) -> bool:
+        found = super().__contains__(key)
+        time.sleep(0.002)  # the answer may be stale by the time the caller acts on it
+        return found
+
+
+def test_exclusive_create_memory_across_storage_instances() -> None:
+    """Every Storage on one memory:// name shares the files, so it must share the lock: each
+    thread opens its own Storage and exactly one of them creates the file."""
+    name = f"race-instances-{uuid.uuid4().hex}"
+    MemoryBackend._stores[name] = _SlowCheck()
+    writers = 32
+    storages = [Storage(f"memory://{name}") for _ in range(writers)]
+    start = threading.Barrier(writers)
+    wins: list[int] = []
+
+    def go(i: int) -> None:
+        start.wait()
+        try:
+            storages[i].create_exclusive("race/file", f"writer {i}".encode())
+            wins.append(i)
+        except FileAlreadyExists:
+            pass
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert Storage(f"memory://{name}").read("race/file") == f"writer {wins[0]}".encode()
 
 
 CRASHING_WRITER = textwrap.dedent("""
