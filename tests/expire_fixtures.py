@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,32 @@ def check_kept(location: Location, before: dict[int, Any], first: int) -> Catalo
         else:
             raise AssertionError(f"version {first - 1} should have expired")
     return fresh
+
+
+class StalledCommit:
+    """A commit of table ``s.<name>`` that has written its node and definition files and
+    waits before creating its root, until :meth:`land`."""
+
+    def __init__(self, location: Location, name: str) -> None:
+        catalog = Catalog.open(location.uri, location.storage_options)
+        files_written, self._release = threading.Event(), threading.Event()
+        put_root = catalog.storage.create_exclusive
+
+        def slow_root(path: str, data: bytes) -> None:
+            files_written.set()
+            assert self._release.wait(120)
+            put_root(path, data)
+
+        catalog.storage.create_exclusive = slow_root  # type: ignore[method-assign]
+        self._thread = threading.Thread(
+            target=lambda: catalog.create_table("s", name, columns=COLS))
+        self._thread.start()
+        assert files_written.wait(60)
+
+    def land(self) -> None:
+        """Let the root be created, and wait for the commit to finish."""
+        self._release.set()
+        self._thread.join(60)
 
 
 def export_old(catalog: Catalog, location: Location, name: str, mode: str, version: int,

@@ -3,15 +3,18 @@ ever be deleted, and the single-process engine on memory and local disk."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 from conftest import Location
 from expire_fixtures import (
+    COLS,
     GRACE_MS,
     ORPHAN,
     STRANGERS,
+    StalledCommit,
     build,
     check_kept,
     export_old,
@@ -25,12 +28,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olympia import Catalog, versions
+from olympia.catalog.files import OLDEST
 from olympia.catalog.keys import version_path
 from olympia.exceptions import ExpiryAbortedError, InvalidArgumentError, NotFoundError
 from olympia.expire import ExpirePolicy, expire_local, format_duration, parse_duration
 from olympia.expire.policy import GRACE, KEEP_LAST, OLDER_THAN, save_defaults
 from olympia.expire.reachability import decide, effective_now, is_candidate, kind_of
 from olympia.tree import btree
+from olympia.versions.dtxn import load_transaction
 
 
 def test_durations() -> None:
@@ -252,3 +257,98 @@ def test_a_rollback_or_export_after_oldest_moved_is_refused(tmp_path: Any) -> No
         versions.rollback(catalog, 1)
     with pytest.raises(NotFoundError, match="expired"):
         export_old(catalog, location, "late", "minimal", 1)
+
+
+def test_overlapping_runs_never_lower_oldest(tmp_path: Any) -> None:
+    """Run B reads vn/oldest; run A raises it higher; B's write of its lower value lands
+    after A's, then A goes on to delete. vn/oldest must end at A's value (A puts it back
+    before deleting) and both runs finish with every version from there on intact."""
+    location = Location(str(tmp_path / "c"), {}, "local")
+    catalog, before = build(location, order=3)
+    now = mark_old()
+    eager = Catalog.open(location.uri)  # run A: keeps 2 versions
+    lazy = Catalog.open(location.uri)  # run B: keeps 6
+    a_raised, b_wrote = threading.Event(), threading.Event()
+    results: dict[str, Any] = {}
+
+    def run_a() -> None:
+        def pause(step: str, _info: dict[str, Any]) -> None:
+            if step == "oldest-advanced":
+                a_raised.set()
+                assert b_wrote.wait(60)
+
+        results["a"] = expire_local(eager, policy(keep_last=2), now_ms=now, settle_ms=0,
+                                    on_step=pause)
+
+    write = lazy.storage.write
+
+    def late_write(path: str, data: bytes) -> None:
+        if path == OLDEST and not b_wrote.is_set():  # B has read vn/oldest already
+            runner = threading.Thread(target=run_a)
+            runner.start()
+            assert a_raised.wait(60)
+            write(path, data)
+            b_wrote.set()
+            runner.join(120)
+        else:
+            write(path, data)
+
+    lazy.storage.write = late_write  # type: ignore[method-assign]
+    results["b"] = expire_local(lazy, policy(keep_last=6), now_ms=now, settle_ms=0)
+    a, b = results["a"], results["b"]
+    assert a.new_oldest_version == catalog.version - 1 > b.new_oldest_version
+    assert catalog.files.oldest_version() == a.new_oldest_version
+    assert any("lowered" in w for w in a.warnings)
+    assert any("expired by another run" in w for w in b.warnings)
+    assert a.files_failed == b.files_failed == 0
+    check_kept(location, before, a.new_oldest_version)
+
+
+def test_commit_landing_after_the_walk_stops_the_deletes(tmp_path: Any) -> None:
+    """A commit that stalled longer than the grace period between writing its files (before
+    the listing) and its root (after the walk): its files look unreferenced and old. The
+    latest version is read again right before deleting, so the run stops instead."""
+    location = Location(str(tmp_path / "c"), {}, "local")
+    catalog, before = build(location, order=3)
+    late = StalledCommit(location, "late")
+    now = mark_old()  # the stalled commit's files are now older than the grace period
+
+    def land(step: str, _info: dict[str, Any]) -> None:
+        if step == "identified":
+            late.land()
+
+    listed, landed = files(catalog), catalog.version + 1
+    with pytest.raises(ExpiryAbortedError, match=rf"nothing deleted .*versions {landed}\.\."
+                                                 rf"{landed}, committed after the walk, "
+                                                 r"reference files about to be deleted .*node/"):
+        expire_local(catalog, policy(), now_ms=now, settle_ms=0, on_step=land)
+    assert files(catalog) - {OLDEST} == listed - {OLDEST} | {version_path(landed)}
+    fresh = check_kept(location, before, catalog.files.oldest_version())
+    assert "late" in fresh.list_tables("s")
+    result = expire_local(catalog, policy(), now_ms=now, settle_ms=0)  # the next run is fine
+    assert result.files_failed == 0 and result.files_deleted > 0
+    assert "late" in check_kept(location, before, result.new_oldest_version).list_tables("s")
+
+
+def test_missing_export_or_transaction_root_fails_closed(tmp_path: Any) -> None:
+    """A root that an export or a live distributed transaction names, but that does not
+    exist, leaves what it references unknown: the run deletes nothing and names it."""
+    location = Location(str(tmp_path / "c"), {}, "local")
+    catalog, _ = build(location, order=3)
+    old = catalog.version - 8
+    export_old(catalog, location, "audit", "minimal", old)
+    txn = catalog.transaction()
+    txn.create_table("s", "pending", columns=COLS)
+    txn_id = versions.save_transaction(txn)
+    running = load_transaction(catalog, txn_id).running_root_node_file_path
+    for lost, why in ((version_path(old), "export audit"), (running, f"transaction {txn_id}")):
+        data = catalog.storage.read(lost)
+        catalog.storage.delete(lost)
+        listed = files(catalog)
+        with pytest.raises(ExpiryAbortedError,
+                           match=rf"nothing deleted.*{lost} \({why}\) does not exist"):
+            expire_local(catalog, policy(grace_ms=0), settle_ms=0)
+        assert files(catalog) - {OLDEST} == listed - {OLDEST}
+        catalog.storage.write(lost, data)
+    result = expire_local(catalog, policy(grace_ms=0), settle_ms=0)
+    assert result.protected[running] == f"transaction {txn_id}" and result.files_failed == 0

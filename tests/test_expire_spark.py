@@ -12,6 +12,7 @@ from expire_fixtures import (
     COLS,
     ORPHAN,
     STRANGERS,
+    StalledCommit,
     build,
     check_kept,
     export_old,
@@ -56,24 +57,10 @@ def test_spark_expiry_keeps_every_live_file(spark: Any, shared_location: Locatio
 
     # a commit whose node files are written before the listing but whose root lands only
     # after the job deleted everything: the grace period is what keeps its files
-    in_flight = Catalog.open(location.uri, location.storage_options)
-    nodes_written, release_root = threading.Event(), threading.Event()
-    put_root = in_flight.storage.create_exclusive
-
-    def slow_root(path: str, data: bytes) -> None:
-        nodes_written.set()
-        release_root.wait(120)
-        put_root(path, data)
-
-    in_flight.storage.create_exclusive = slow_root  # type: ignore[method-assign]
-    committer = threading.Thread(
-        target=lambda: in_flight.create_table("s", "late", columns=COLS))
-    committer.start()
-    assert nodes_written.wait(60)
+    late = StalledCommit(location, "late")
     latest = catalog.refresh()
     result = run(spark, catalog, now_ms=now)
-    release_root.set()
-    committer.join(60)
+    late.land()
     assert result.engine == "spark" and result.new_oldest_version == latest - 3
     assert result.files_failed == 0 and result.files_deleted == dry.files_candidates
     assert result.folders["node"].deleted >= 1 and result.bytes_deleted > 0
@@ -154,6 +141,29 @@ def test_concurrent_writers_lose_nothing(spark: Any, shared_location: Location) 
     assert {t.name for t in before[target][1]} <= tables
     for v in range(result.new_oldest_version, fresh.version + 1):
         state(fresh.at_version(v))  # every definition file of every kept version is there
+
+
+def test_commit_landing_after_the_walk_stops_the_spark_job(spark: Any, tmp_path: Any,
+                                                           ) -> None:
+    """A commit stalled longer than the grace period lands between identification and the
+    deletes: the job reads the latest version again, finds its files among the candidates
+    and deletes nothing."""
+    location = Location(str(tmp_path / "c"), {}, "local")
+    catalog, before = build(location, order=3, tables=8, alters=0)
+    late = StalledCommit(location, "late")
+    now = mark_old()
+
+    def land(step: str, _info: dict[str, Any]) -> None:
+        if step == "identified":
+            late.land()
+
+    listed, landed = files(catalog), catalog.version + 1
+    with pytest.raises(ExpiryAbortedError, match=rf"nothing deleted .*versions {landed}\.\."
+                                                 rf"{landed}, committed after the walk"):
+        run(spark, catalog, now_ms=now, on_step=land)
+    assert files(catalog) - {"vn/oldest"} == listed - {"vn/oldest"} | {version_path(landed)}
+    assert "late" in check_kept(location, before, catalog.files.oldest_version()).list_tables(
+        "s")
 
 
 def test_unreadable_node_aborts_the_spark_job(spark: Any, tmp_path: Any) -> None:

@@ -10,11 +10,15 @@ The order is the safety argument (docs/EXPIRY.md spells it out):
 4. **walk** everything reachable from the versions at or above the new oldest one (up to
    the latest version read *after* the listing), from the roots of live distributed
    transactions and from every export recorded by those versions, level by level with
-   de-duplication; a missing or unreadable node aborts the run here;
+   de-duplication; a missing or unreadable node, or a missing export or transaction root,
+   aborts the run here;
 5. **re-read the latest version** and walk anything committed meanwhile;
 6. **classify**: listed minus reachable, restricted to files the format names, roots below
    the new oldest version, other files older than the grace period;
 7. **delete** expired roots first, then the other files; then **verify** by listing again.
+   Right before each of the two deletes, ``vn/oldest`` is put back if a concurrent run
+   lowered it, and the latest version is read again: versions committed since are walked,
+   and if one reaches a file about to be deleted the run stops.
 
 Nothing is deleted before step 7, ``vn/oldest`` only moves up, and every step is recomputed
 from storage, so a run that crashes anywhere can simply be run again.
@@ -91,6 +95,9 @@ class Engine(Protocol):
 
     def remaining(self, candidates: Any, prefixes: list[str]) -> dict[str, tuple[int, int]]:
         """Per folder, how many candidates (and bytes) a fresh listing still shows."""
+
+    def reached(self, candidates: Any, walk: Walk, size: int) -> list[str]:
+        """The first ``size`` candidate paths (in path order) that ``walk`` reaches."""
 
     def release(self) -> None:
         """Drop cached data."""
@@ -205,11 +212,14 @@ class ExpireResult:
 
 
 def advance_oldest(files: CatalogFiles, version: int) -> bool:
-    """Raise ``vn/oldest`` to ``version`` (re-read first: it never moves down)."""
-    if version <= files.oldest_version():
-        return False
-    files.write_hint(OLDEST, version)
-    return True
+    """Raise ``vn/oldest`` to ``version``; never lower it. The file can only be overwritten,
+    so it is read before writing (a higher value stays) and again after: a run that read it
+    before this write may have put a lower value over it, which is then written over."""
+    raised = False
+    while version > files.oldest_version():
+        files.write_hint(OLDEST, version)
+        raised = True
+    return raised
 
 
 class _Run:
@@ -269,9 +279,38 @@ class _Run:
                         f"{oldest}: the catalog is damaged")
                 # a concurrent expiry run with a shorter policy removed it
                 self.result.warnings.append(f"{path} was expired by another run meanwhile")
-            elif path in self.protected:
-                self.result.warnings.append(
-                    f"{path} ({self.protected[path]}) does not exist; nothing to keep for it")
+            elif path in self.protected:  # fail closed: what it references is unknown
+                raise ExpiryAbortedError(
+                    f"{path} ({self.protected[path]}) does not exist, so the files it "
+                    "references cannot be told from unreferenced ones; restore it, or drop "
+                    "the export or abort the transaction that names it")
+
+    def hold_oldest(self) -> None:
+        """Put ``vn/oldest`` back to the new oldest version if a concurrent run lowered it
+        (it read the file before this run raised it, and wrote after)."""
+        if advance_oldest(self.files, self.decision.new_oldest):
+            self.result.warnings.append(
+                f"vn/oldest had been lowered below {self.decision.new_oldest} by a concurrent "
+                "run; it was raised again")
+
+    def recheck(self, walk: Walk, candidates: Any) -> Walk:
+        """Right before a delete: hold ``vn/oldest``, walk the versions committed since the
+        walk, and stop if one of them reaches a candidate."""
+        self.hold_oldest()
+        known = self.result.latest_version_at_end
+        later = self.files.discover_latest()
+        if later.version <= known:
+            return walk
+        self.result.latest_version_at_end = later.version
+        walk = self.walk(range(known + 1, later.version + 1), [], walk)
+        self.result.nodes_walked, self.result.walk_levels = walk.nodes, walk.levels
+        self.result.protected = dict(sorted(self.protected.items()))
+        reached = self.engine.reached(candidates, walk, SAMPLE_SIZE)
+        if reached:
+            raise ExpiryAbortedError(
+                f"versions {known + 1}..{later.version}, committed after the walk, reference "
+                f"files about to be deleted ({', '.join(reached)})")
+        return walk
 
 
 def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = False, *,
@@ -356,15 +395,19 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
         return result
 
     started = time.monotonic()
+    stage = f", nothing deleted{moved}"
     try:
+        walk = state.recheck(walk, candidates)
+        stage = " while deleting (run it again to finish)"
         report = engine.delete(candidates, roots=True)
         state.step("roots-deleted")
+        state.recheck(walk, candidates)
         report.merge(engine.delete(candidates, roots=False))
         state.step("files-deleted")
+        state.hold_oldest()
         remaining = engine.remaining(candidates, prefixes)
     except OlympiaError as exc:
-        raise ExpiryAbortedError(
-            f"expiry stopped while deleting (run it again to finish): {exc}") from exc
+        raise ExpiryAbortedError(f"expiry stopped{stage}: {exc}") from exc
     finally:
         engine.release()
     for folder, entry in result.folders.items():

@@ -109,6 +109,9 @@ class LocalEngine:
                 out[folder_of(f.path)] = (count + 1, size + f.size)
         return out
 
+    def reached(self, candidates: list[FileInfo], walk: Walk, size: int) -> list[str]:
+        return [f.path for f in candidates if f.path in walk.handle][:size]
+
     def release(self) -> None:
         pass
 

@@ -19,7 +19,12 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog.files import CatalogFiles
 from olympia.catalog.keys import path_version
 from olympia.catalog.transaction import now_millis
-from olympia.exceptions import FileNotFound, StorageError, TransientStorageError
+from olympia.exceptions import (
+    FileNotFound,
+    PartialDeleteError,
+    StorageError,
+    TransientStorageError,
+)
 from olympia.expire.policy import ExpirePolicy
 from olympia.storage import Storage
 from olympia.tree.node import decode_node
@@ -269,8 +274,10 @@ def _with_backoff(fn: Callable[[], None], attempts: int = DELETE_ATTEMPTS) -> No
 
 def delete_paths(storage: Storage, paths: list[str]) -> DeleteReport:
     """Delete ``paths`` (already checked against :func:`kind_of`) in batches of up to 1000
-    with the storage's bounded concurrency; a missing file counts as deleted. A batch that
-    fails is retried file by file, so one bad file does not hide the others' outcome."""
+    with the storage's bounded concurrency; a missing file counts as deleted. Files a bulk
+    request left with a transient error (throttling) are sent again with backoff; a request
+    that fails as a whole is retried file by file, so one bad file does not hide the others'
+    outcome."""
     for path in paths:
         if kind_of(path) is None:  # the last line of defence against deleting a stranger
             raise ValueError(f"refusing to delete {path!r}: not a file the format names")
@@ -281,21 +288,42 @@ def delete_paths(storage: Storage, paths: list[str]) -> DeleteReport:
         for path in chunk:
             folder = folder_of(path)
             report.attempted[folder] = report.attempted.get(folder, 0) + 1
-        try:
-            _with_backoff(lambda: storage.delete_many(chunk, batch=len(chunk)))
-            return report
-        except StorageError:
-            pass
-        for path in chunk:
+        left: dict[str, StorageError] = {}  # files not deleted, each with its last error
+        pending = chunk
+
+        def attempt() -> None:
+            nonlocal pending
             try:
-                _with_backoff(functools.partial(storage.delete, path))
-            except FileNotFound:
-                pass  # gone already: that is what we wanted
-            except StorageError as exc:
-                folder = folder_of(path)
-                report.failed[folder] = report.failed.get(folder, 0) + 1
-                if len(report.errors) < ERROR_SAMPLE:
-                    report.errors.append(str(exc))
+                storage.delete_many(pending, batch=len(pending))
+                failed: dict[str, StorageError] = {}
+            except PartialDeleteError as exc:
+                failed = exc.errors
+            for path in pending:
+                left.pop(path, None)
+            left.update(failed)
+            pending = [p for p, e in failed.items() if isinstance(e, TransientStorageError)]
+            if pending:
+                raise TransientStorageError(f"{len(pending)} files not deleted yet")
+
+        try:
+            _with_backoff(attempt)
+        except TransientStorageError as exc:  # still failing after the last attempt
+            for path in pending:
+                left.setdefault(path, exc)
+        except StorageError:  # a request failed as a whole
+            for path in pending:
+                left.pop(path, None)
+                try:
+                    _with_backoff(functools.partial(storage.delete, path))
+                except FileNotFound:
+                    pass  # gone already: that is what we wanted
+                except StorageError as exc:
+                    left[path] = exc
+        for path, error in sorted(left.items()):
+            folder = folder_of(path)
+            report.failed[folder] = report.failed.get(folder, 0) + 1
+            if len(report.errors) < ERROR_SAMPLE:
+                report.errors.append(str(error))
         return report
 
     total = DeleteReport()

@@ -295,6 +295,11 @@ class SparkEngine:
         return {r["folder"]: (r["n"], r["bytes"] or 0)
                 for r in self._do("verifying deletes", left.collect)}
 
+    def reached(self, candidates: Any, walk: Walk, size: int) -> list[str]:
+        rows = candidates.join(walk.handle, "path", "left_semi").select("path")
+        return [r[0] for r in self._do("checking new versions",
+                                       rows.orderBy("path").limit(size).collect)]
+
     def release(self) -> None:
         for df in self._cached:
             df.unpersist()
