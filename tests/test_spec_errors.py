@@ -45,6 +45,10 @@ def one(tmp_path: Path, text: str, **variables: str) -> str:
      "F:7:58: column 'x': invalid decimal precision/scale in 'decimal(50,2)'"),
     ("namespace: s\ntables:\n  t:\n    columns:\n      - {name: s, type: struct}\n",
      "F:5:25: column 's': struct column 's' needs fields"),
+    ("namespace: s\ntables:\n  t:\n    columns:\n      - {name: a, type: \"list<int>\"}\n",
+     "F:5:25: tables.t.columns[0].type: 'list<int>' is not a type: write a type name, with "
+     "parameters where it takes them (int8, varchar(20), decimal(12,2)); nested types are "
+     "type: struct, list or map with fields, element or key and value"),
     ("namespace: s\ntables:\n  t:\n    columns:\n      - {name: x, type: decimal(10,2)}\n",
      "F:5:36: tables.t.columns[0]: a type with a comma was split by YAML flow syntax: quote "
      "it, e.g. type: \"decimal(12,2)\""),
@@ -101,6 +105,90 @@ def test_each_error_class_points_at_file_line_col(tmp_path: Path, text: str,
     assert one(tmp_path, text) == expected
 
 
+def test_bad_keys_are_reported_at_the_key_not_at_the_first_key(tmp_path: Path) -> None:
+    path = write_text(tmp_path, "a.yaml", """
+        namespace: s
+        color: red
+        tables:
+          good: {}
+          "bad name": {}
+        views:
+          v: {sql: SELECT 1}
+          "": {sql: SELECT 1}
+        properties:
+          a: 1
+          "": 2
+        size: 1
+    """)
+    found = [p.replace(str(path), "F") for p in spec_problems(tmp_path)]
+    assert found == [
+        "F:2:1: unknown key 'color'; allowed: comment, manage, "
+        "namespace, properties, protected, renamed_from, tables, views",
+        "F:5:3: tables: 'bad name' is not allowed here: names may not contain control "
+        "characters, space or DEL, and references are written namespace.name",
+        "F:8:3: views: a key must not be empty",
+        "F:11:3: properties: a key must not be empty",
+        "F:12:1: unknown key 'size'; allowed: comment, manage, namespace, properties, "
+        "protected, renamed_from, tables, views"]
+
+
+def test_schema_errors_do_not_hide_semantic_errors(tmp_path: Path) -> None:
+    """Schema errors leave out the table or view (or the top-level key) they are in, not
+    the document: everything else is still checked, without false alarms about what was
+    left out."""
+    write_text(tmp_path, "a.yaml", """
+        namespace: s
+        protected: maybe
+        tables:
+          broken: {colums: []}
+          t:
+            columns:
+              - {name: a, type: bigintt}
+        views:
+          v: {sql: SELECT 1, references: [s.broken, s.t, s.missing]}
+          broken: {sql: SELECT 1}
+    """)
+    write_text(tmp_path, "b.yaml", """
+        namespace: "bad name"
+        views:
+          w: {sql: SELECT 1, references: ["bad name.missing"]}
+    """)
+    write_text(tmp_path, "c.yaml", """
+        namespace: s
+        tables:
+          t2: {renamed_from: broken}
+    """)
+    found = [p.replace(str(tmp_path) + "/", "") for p in spec_problems(tmp_path)]
+    assert found == [
+        "a.yaml:2:12: protected: 'maybe' is not of type 'boolean'",
+        "a.yaml:4:12: tables.broken: unknown key 'colums' (did you mean 'columns'?); "
+        "allowed: columns, comment, format, format_properties, location, properties, "
+        "protected, renamed_from, table_type",
+        "a.yaml:7:25: column 'a': unknown type 'bigintt'; known types: binary, boolean, "
+        "char(N), date, decimal(P,S), fixed(N), float4, float8, int1, int2, int4, int8, json, "
+        "list, map, struct, time3, time6, time9, timestamp3, timestamp6, timestamp9, "
+        "timestamptz3, timestamptz6, timestamptz9, timetz3, timetz6, timetz9, uuid, varchar, "
+        "varchar(N)",
+        "a.yaml:9:50: view s.v references s.missing: the spec declares no such table or view",
+        "a.yaml:10:3: s.broken is already declared at a.yaml:4:3",
+        "b.yaml:1:12: namespace: 'bad name' is not allowed here: names may not contain "
+        "control characters, space or DEL, and references are written namespace.name",
+        "b.yaml:3:35: views.w.references[0]: a reference is 'namespace.name' or {namespace: "
+        "NS, name: NAME} (for namespaces containing dots)",
+        "c.yaml:1:12: namespace s is already declared at a.yaml:1:12"]
+
+
+def test_too_deep_documents_are_problems_not_crashes(tmp_path: Path) -> None:
+    limit = yamlpos.MAX_DEPTH
+    for depth in (limit, 100_000):  # libyaml's composer would overflow the C stack
+        assert one(tmp_path, "namespace: s\ncomment: " + "[" * depth + "]" * depth + "\n") == (
+            f"F:2:{10 + limit - 1}: collections nested more than {limit} levels deep")
+    path = write_text(tmp_path, "a.yaml", "namespace: s\na: &a " + "[" * 60 + "]" * 60
+                      + "\nb: " + "[" * 60 + "*a" + "]" * 60 + "\n")  # too deep expanded
+    assert [p for p in spec_problems(tmp_path) if "nested" in p] == [
+        f"{path}:2:{7 + limit - 61}: collections nested more than {limit} levels deep"]
+
+
 def test_references_of_renamed_objects_name_the_new_name(tmp_path: Path) -> None:
     write_text(tmp_path, "a.yaml", """
         namespace: s
@@ -129,12 +217,22 @@ def test_all_problems_of_all_files_at_once_sorted(tmp_path: Path) -> None:
     write_text(tmp_path, "b.yaml", "namespace: sales\n")
     write_text(tmp_path, "c.yaml", "namespace: hr\nviews:\n  v: {sql: x, references: [hr.n]}\n")
     write_text(tmp_path, "d.yaml", "namespace: [unclosed\n")
-    write_text(tmp_path, "e.yaml", "namespace: e\ncomment: ${var.a} ${var.b}\ncolor: red\n")
+    write_text(tmp_path, "e.yaml", """
+        namespace: e
+        comment: ${var.a} ${var.b}
+        color: red
+        views:
+          v: {sql: x, references: [e.gone], dialect: 1}
+          w: {sql: x, references: [e.gone]}
+    """)
     found = spec_problems(tmp_path)
     where = [p.split(": ", 1)[0].replace(str(tmp_path) + "/", "") for p in found]
     assert where == ["a.yaml:5:26", "a.yaml:6:27", "b.yaml:1:12", "c.yaml:3:28", "d.yaml:2:1",
-                     "e.yaml:2:10", "e.yaml:2:10", "e.yaml:3:1"]
+                     "e.yaml:2:10", "e.yaml:2:10", "e.yaml:3:1", "e.yaml:5:46",
+                     "e.yaml:6:28"]
     assert "namespace sales is already declared at " in found[2]
+    assert "views.v.dialect: 1 is not of type 'string'" in found[8]
+    assert "view e.w references e.gone: the spec declares no such table or view" in found[9]
 
 
 def test_missing_path_and_empty_directory(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,9 @@ import pytest
 from jsonschema import Draft202012Validator
 from plan_helpers import EXAMPLE, EXAMPLE_VARS, ROOT, write_text
 
+from olympia.catalog import objects
+from olympia.catalog.objects import TYPE_NAMES, canonical_type
+from olympia.exceptions import InvalidArgumentError
 from olympia.spec import load_spec, read_var_file, schema, schema_path, yamlpos
 from olympia.spec.variables import collect, escape
 
@@ -31,6 +35,24 @@ def test_schema_is_draft_2020_12_strict_with_a_stable_id() -> None:
 
     closed({k: v for k, v in schema().items() if k != "$defs"} | {
         "d": {k: v for k, v in schema()["$defs"].items() if k != "type_parts"}})
+
+
+def test_the_schema_accepts_exactly_the_type_spellings_the_library_reads() -> None:
+    """The schema's type grammar: a name, with parameters where it takes them. It lets
+    through every spelling the library reads, and refuses inline generics and malformed
+    parameters; unknown names and bad parameter values are the loader's to report."""
+    pattern = re.compile(schema()["$defs"]["type"]["pattern"])
+    names = [n.replace("P", "12").replace("S", "2").replace("N", "5") for n in TYPE_NAMES]
+    spellings = [*names, *objects._ALIASES, "numeric", "numeric(10)", "Decimal( 12 , 3 )",
+                 " BIGINT ", "varchar(0)", "timestamp"]
+    for spelling in spellings + [s.upper() for s in spellings]:
+        canonical_type(spelling)
+        assert pattern.search(spelling), spelling
+    for spelling in ["list<int>", "map<string, int>", "struct<a: int>", "decimal(12,2",
+                     "varchar()", "decimal(,2)", "int8;", "8int", "array[int]", "big int", ""]:
+        assert not pattern.search(spelling), spelling
+        with pytest.raises(InvalidArgumentError):
+            canonical_type(spelling)
 
 
 def test_the_package_reads_the_single_schema_in_specs() -> None:

@@ -9,7 +9,9 @@ SpecError.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,26 @@ def spec_files(path: Path) -> list[Path]:
         return [path]
     return sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
+
+
+def git_commit_of(path: str | Path) -> str:
+    """The git commit checked out where the spec ``path`` is, with ``-dirty`` when the spec
+    differs from it (uncommitted or untracked files); "" outside a git work tree or
+    without git."""
+    where = Path(path)
+    folder = where if where.is_dir() else where.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--verify", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=all", "--",
+                    "." if where.is_dir() else where.name)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{head}-dirty" if dirty else head
 
 
 def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> Spec:
@@ -58,10 +80,11 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
             continue
         digest.update(f"file\0{name}\0{text}\0".encode())
         for doc in load_documents(text, str(file), substitute, builder.problems):
-            found = schema.validate(doc)
-            builder.problems.extend(found)
-            if not found and not doc.unreadable:
-                builder.add(doc)
+            found = schema.violations(doc)
+            builder.problems.extend(v.problem for v in found)
+            part = _valid_part(doc, [*(v.path for v in found), *doc.unreadable])
+            if part is not None:
+                builder.add(*part)
     builder.finish()
     if builder.problems:
         raise SpecError([str(p) for p in sorted(set(builder.problems))])
@@ -71,6 +94,32 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
     spec.files = [str(f) for f in files]
     spec.digest = digest.hexdigest()
     return spec
+
+
+_OBJECTS = ("tables", "views")
+
+
+def _valid_part(doc: Document, invalid: list[Path_]) -> tuple[Document, set[Path_]] | None:
+    """What of ``doc`` can be checked further although the ``invalid`` paths (schema
+    violations, unreadable values) are in it: ``doc`` without the top-level keys they are in,
+    and the ``(kind, name)`` paths of the tables and views they are in, to be claimed but not
+    built. None when they are in what everything else hangs on (the namespace, the
+    document itself, or its tables or views mapping)."""
+    if not invalid:
+        return doc, set()
+    dropped: set[str | int] = set()
+    broken: set[Path_] = set()
+    for path in invalid:
+        if len(path) >= 2 and path[0] in _OBJECTS:
+            broken.add(path[:2])
+        elif path and path[0] not in ("namespace", *_OBJECTS):
+            dropped.add(path[0])
+        else:
+            return None
+    part = replace(doc, data={k: v for k, v in doc.data.items() if k not in dropped})
+    rest = {k: {n: b for n, b in v.items() if (k, n) not in broken} if k in _OBJECTS else v
+            for k, v in part.data.items()}
+    return None if schema.violations(replace(doc, data=rest)) else (part, broken)
 
 
 class _Builder:
@@ -94,7 +143,9 @@ class _Builder:
             self.problem(doc.at_key(path) if key else doc.at(path), str(exc))
             return False
 
-    def add(self, doc: Document) -> None:
+    def add(self, doc: Document, broken: set[Path_]) -> None:
+        """Merge a schema-valid ``doc``; its ``broken`` tables and views (``(kind, name)``
+        paths) only claim their names."""
         data = doc.data
         self.spec.manage.extend(data.get("manage", []))
         if "namespace" not in data:
@@ -110,10 +161,12 @@ class _Builder:
         self.spec.namespaces[ns] = NamespaceSpec(
             Namespace(ns, _properties(doc, ("properties",)), data.get("comment", ""),
                       bool(data.get("protected", False))), doc.at(("namespace",)), old)
-        for name in data.get("tables") or {}:
-            self._table(doc, ns, name)
-        for name in data.get("views") or {}:
-            self._view(doc, ns, name)
+        for kind, build in (("tables", self._table), ("views", self._view)):
+            for name in data.get(kind) or {}:
+                if (kind, name) in broken:
+                    self._claim(doc, (kind, name), ns, name)
+                else:
+                    build(doc, ns, name)
 
     def _rename_hint(self, doc: Document, path: Path_, kind: str, ns: str,
                      name: str) -> str | None:
@@ -260,6 +313,10 @@ class _Builder:
 
     # --- checks across documents --------------------------------------------------------
 
+    def declared(self, ns: str, name: str) -> bool:
+        """Whether the spec declares a table or view ``ns.name``, valid or not."""
+        return (ns, name) in self.where
+
     def finish(self) -> None:
         spec = self.spec
         for item in spec.namespaces.values():
@@ -271,7 +328,7 @@ class _Builder:
         for kind, items in (("table", spec.tables), ("view", spec.views)):
             for (ns, _), obj in items.items():
                 old = obj.renamed_from
-                if old is not None and spec.declares(ns, old):
+                if old is not None and self.declared(ns, old):
                     self.problem(self.renames[(kind, ns, old)],
                                  f"renamed_from {old!r}: {ns}.{old} is declared too; a renamed "
                                  f"{kind}'s old name cannot stay")
@@ -291,7 +348,7 @@ class _Builder:
                 elif ref in renamed_obj:
                     message = (f"{ref_ns}.{ref_name} is renamed to {ref_ns}."
                                f"{renamed_obj[ref]} by this spec: reference the new name")
-                elif ref_ns in spec.namespaces and not spec.declares(ref_ns, ref_name):
+                elif ref_ns in spec.namespaces and not self.declared(ref_ns, ref_name):
                     message = "the spec declares no such table or view"
                 if message:
                     self.problem(where, f"view {ns}.{name} references {ref_ns}.{ref_name}: "

@@ -60,9 +60,6 @@ class Spec:
         return set(self.namespaces) | {s.renamed_from for s in self.namespaces.values()
                                        if s.renamed_from}
 
-    def declares(self, namespace: str, name: str) -> bool:
-        return (namespace, name) in self.tables or (namespace, name) in self.views
-
     def external_references(self) -> list[Key]:
         """Objects views read in namespaces the spec does not declare (they must exist)."""
         declared = self.declared_namespaces()

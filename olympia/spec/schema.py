@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from olympia.spec.yamlpos import Document, Path_, Position, Problem
+from olympia.spec.yamlpos import Document, Path_, Problem
 
 SCHEMA_FILE_NAME = "olympia-spec.schema.json"
 
@@ -68,29 +69,52 @@ def _inlined(root: dict[str, Any]) -> dict[str, Any]:
     return inlined
 
 
-def validate(doc: Document) -> list[Problem]:
+@dataclass(frozen=True)
+class Violation:
+    """One schema error: the problem, and the path of the value or key it is about."""
+
+    path: Path_
+    problem: Problem
+
+
+def violations(doc: Document) -> list[Violation]:
     """Every schema violation of ``doc``, pointing at the offending key or value (except
     at values that could not be read at all, which are reported already)."""
-    return [Problem(_position(doc, e), _message(e)) for e in _validator().iter_errors(doc.data)
-            if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable)]
+    errors = [e for e in _validator().iter_errors(doc.data)
+              if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable)]
+    split = {tuple(e.absolute_path) for e in errors if _split_type(e)}
+    out = []
+    for error in errors:
+        path = tuple(error.absolute_path)
+        keys = _offending_keys(error)
+        if keys:
+            out += [Violation((*path, k), Problem(doc.at_key((*path, k)), _message(error, k)))
+                    for k in keys]
+        elif not (_is_type_pattern(error) and path[:-1] in split):  # _split_type says it
+            out.append(Violation(path, Problem(doc.at(path), _message(error, None))))
+    return out
 
 
-def _position(doc: Document, error: ValidationError) -> Position:
-    path = tuple(error.absolute_path)
-    extra = _unexpected(error)
-    if extra:
-        return doc.at_key((*path, extra[0]))
-    if error.validator == "propertyNames" or (
-            error.parent is not None and error.parent.validator == "propertyNames"):
-        return doc.at_key(path)
-    return doc.at(path)
-
-
-def _unexpected(error: ValidationError) -> list[str]:
+def _offending_keys(error: ValidationError) -> list[str]:
+    """The keys an error is about: unexpected keys, or a key that is not a valid name."""
+    if "propertyNames" in error.relative_schema_path:
+        return [error.instance]
     if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
         return []
     allowed = error.schema.get("properties", {})
     return [k for k in error.instance if k not in allowed]
+
+
+def _split_type(error: ValidationError) -> bool:
+    """Whether YAML flow syntax split a type at its comma (``{type: decimal(12,2)}``)."""
+    return (error.validator == "additionalProperties"
+            and "type" in error.schema.get("properties", {})
+            and any(k.endswith(")") for k in _offending_keys(error)))
+
+
+def _is_type_pattern(error: ValidationError) -> bool:
+    return bool(error.validator == "pattern"
+                and error.validator_value == schema()["$defs"]["type"]["pattern"])
 
 
 def _where(path: Path_) -> str:
@@ -100,17 +124,17 @@ def _where(path: Path_) -> str:
     return out
 
 
-def _message(error: ValidationError) -> str:
+def _message(error: ValidationError, key: str | None) -> str:
+    """The message of ``error``; ``key``: the offending key it is reported at, if any."""
     path = tuple(error.absolute_path)
-    extra = _unexpected(error)
-    if extra:
+    if error.validator == "additionalProperties" and key is not None:
         allowed = sorted(error.schema.get("properties", {}))
-        if any(k.endswith(")") for k in extra) and "type" in allowed:
+        if _split_type(error):
             message = ("a type with a comma was split by YAML flow syntax: quote it, e.g. "
                        'type: "decimal(12,2)"')
         else:
-            guess = difflib.get_close_matches(extra[0], allowed, n=1)
-            message = f"unknown key {extra[0]!r}" + (
+            guess = difflib.get_close_matches(key, allowed, n=1)
+            message = f"unknown key {key!r}" + (
                 f" (did you mean {guess[0]!r}?)" if guess else "") + (
                 f"; allowed: {', '.join(allowed)}")
     elif error.validator == "anyOf" and not path:
@@ -119,6 +143,10 @@ def _message(error: ValidationError) -> str:
     elif error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         message = f"missing required key {missing[0]!r}" if missing else error.message
+    elif _is_type_pattern(error):
+        message = (f"{error.instance!r} is not a type: write a type name, with parameters "
+                   "where it takes them (int8, varchar(20), decimal(12,2)); nested types are "
+                   "type: struct, list or map with fields, element or key and value")
     elif error.validator == "pattern":
         message = (f"{error.instance!r} is not allowed here: names may not contain control "
                    "characters, space or DEL, and references are written namespace.name")
@@ -126,7 +154,7 @@ def _message(error: ValidationError) -> str:
         message = ("a reference is 'namespace.name' or {namespace: NS, name: NAME} (for "
                    "namespaces containing dots)")
     elif error.validator == "minLength" and error.validator_value == 1:
-        message = "must not be empty"
+        message = "must not be empty" if key is None else "a key must not be empty"
     else:
         message = error.message
     where = _where(path)

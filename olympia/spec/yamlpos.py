@@ -20,6 +20,7 @@ Path_ = tuple[str | int, ...]
 # undone, a reference is a problem); problems go to the list given
 Substitute = Callable[[str, "Position", list["Problem"], bool], str]
 MAX_NODES = 2_000_000  # alias expansion guard ("billion laughs")
+MAX_DEPTH = 100  # collections nested deeper are refused (libyaml composes on the C stack)
 
 
 @dataclass(frozen=True, order=True)
@@ -178,6 +179,9 @@ class _Converter:
             self.problem(node, "an alias refers to the collection that contains it", doc,
                          active[id(node)])
             return None
+        if len(path) >= MAX_DEPTH:  # only aliases get here: composed nodes were checked
+            self.problem(node, TOO_DEEP, doc, path)
+            return None
         active = {**active, id(node): path}
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, (*path, i), doc, active)
@@ -227,6 +231,26 @@ class _TooLarge(Exception):
     pass
 
 
+class _TooDeep(Exception):
+    pass
+
+
+TOO_DEEP = f"collections nested more than {MAX_DEPTH} levels deep"
+
+
+def _check_depth(text: str) -> None:
+    """Raise _TooDeep at the first collection nested deeper than MAX_DEPTH, before anything
+    composes the stream recursively (libyaml's composer would overflow the C stack)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _TooDeep(event)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 _LOADER = _fast_loader()
 
 
@@ -235,12 +259,13 @@ def load_documents(text: str, file: str, substitute: Substitute | None,
     """Parse every document of a YAML stream (empty documents are skipped).
 
     Problems (invalid YAML, duplicate keys, undefined variables...) are appended to
-    ``problems``; a syntax error ends the file, other problems do not.
+    ``problems``; a syntax error or too deep nesting ends the file, other problems do not.
     """
     converter = _Converter(file, substitute, problems)
     docs = []
     try:
         try:
+            _check_depth(text)
             nodes = list(yaml.compose_all(text, Loader=_LOADER))
         except yaml.MarkedYAMLError:
             if _LOADER is CoreLoader:
@@ -256,4 +281,6 @@ def load_documents(text: str, file: str, substitute: Substitute | None,
     except _TooLarge as exc:
         problems.append(Problem(Position(file, 1, 1), f"more than {exc.args[0]} values after "
                                                       "expanding aliases"))
+    except _TooDeep as exc:
+        problems.append(Problem(_pos(exc.args[0], file), TOO_DEEP))
     return docs
