@@ -27,7 +27,8 @@ from olympia.exceptions import (
     NotFoundError,
     StalePlanError,
 )
-from olympia.plan import Change, Plan, apply_plan
+from olympia.plan import Change, Plan, apply_plan, make_plan
+from olympia.spec import load_spec
 from olympia.versions import history
 
 
@@ -132,6 +133,20 @@ def test_saved_plan_files_are_checked(tmp_path: Path) -> None:
         apply_plan(other, Plan.load(plan_file))
     loaded = Plan.load(plan_file)
     assert loaded.to_dict()["changes"] == json.loads(plan_file.read_text())["changes"]
+
+
+def test_a_plans_git_commit_is_recorded_unless_overridden(tmp_path: Path) -> None:
+    catalog = memory_catalog()
+    spec = write_spec(tmp_path / "s", docs())
+    make_plan(catalog, load_spec(spec), git_commit="abc123").save(tmp_path / "plan.json")
+    loaded = Plan.load(tmp_path / "plan.json")
+    assert loaded.git_commit == "abc123"
+    apply_plan(catalog, loaded)
+    assert dict(catalog.at_version(1).actions()[-1].info)["git_commit"] == "abc123"
+    write_spec(tmp_path / "s", docs(hr={"namespace": "hr"}))
+    plan = make_plan(catalog, load_spec(spec), git_commit="abc123")
+    apply_plan(catalog, plan, info={"git_commit": "def456"})
+    assert dict(catalog.at_version(2).actions()[-1].info)["git_commit"] == "def456"
 
 
 def test_nothing_to_do_returns_the_unchanged_version(tmp_path: Path) -> None:

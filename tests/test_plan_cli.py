@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +22,14 @@ from olympia.spec import schema
 class Cli:
     def __init__(self, tmp_path: Path) -> None:
         self.warehouse = str(tmp_path / "wh")
-        self.env = {"OLYMPIA_CATALOG": self.warehouse, "NO_COLOR": "1"}
+        self.env: dict[str, str | None] = {"OLYMPIA_CATALOG": self.warehouse, "NO_COLOR": "1",
+                                           "OLYMPIA_GIT_COMMIT": None}
         self.runner = CliRunner()
 
     def __call__(self, *args: str, input: str | None = None) -> Result:
         result = self.runner.invoke(main, list(args), env=self.env, input=input)
-        assert "Traceback" not in result.output, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            "".join(traceback.format_exception(result.exception)))
         return result
 
 
@@ -31,6 +37,13 @@ def docs() -> dict[str, Any]:
     return {"sales": {"namespace": "sales", "tables": {
         "orders": {"columns": [{"name": "id", "type": "int8"}, {"name": "x", "type": "int4"}]},
         "scratch": {}}}}
+
+
+def error_line(result: Result) -> str:
+    """The one line a failed command printed, which must be all it printed."""
+    (line,) = result.output.splitlines()
+    assert line.startswith("Error: "), line
+    return line
 
 
 @pytest.fixture
@@ -148,7 +161,8 @@ def test_inspect_and_schema_commands(cli: Cli, tmp_path: Path) -> None:
     assert out.exit_code == 0 and "Wrote 4 spec files for version 1" in out.output
     assert cli("plan", str(tmp_path / "i"), "--detailed-exitcode").exit_code == 0
     out = cli("inspect", "--out", str(tmp_path / "v0"), "--version", "0")
-    assert out.exit_code == 0 and "Wrote 0 spec files for version 0" in out.output
+    assert out.exit_code == 0 and "Wrote 1 spec files for version 0" in out.output
+    assert cli("plan", str(tmp_path / "v0"), "--detailed-exitcode").exit_code == 0
     out = cli("inspect", "--out", str(tmp_path / "v9"), "--version", "9")
     assert out.exit_code == 1 and "version 9 does not exist" in out.output
     write_text(tmp_path / "i", "extra.yaml", "namespace: extra\n")
@@ -156,3 +170,127 @@ def test_inspect_and_schema_commands(cli: Cli, tmp_path: Path) -> None:
     assert out.exit_code == 1 and "--clean" in out.output
     assert cli("inspect", "--out", str(tmp_path / "i"), "--clean").exit_code == 0
     assert json.loads(cli("schema").output) == schema()
+
+
+def test_usage_errors_exit_1_so_that_2_only_means_changes(cli: Cli, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path / "spec", docs()))
+    out = cli("plan")
+    assert out.exit_code == 1
+    assert error_line(out) == "Error: Missing argument 'SPEC'. (see 'main plan --help')"
+    for args in (["plan", spec, "--bogus"], ["nosuchcommand"], ["inspect", "--version", "x"],
+                 ["plan", spec, "--storage-option", "novalue"]):
+        out = cli(*args)
+        assert out.exit_code == 1 and error_line(out), args
+    cli.env["OLYMPIA_STORAGE_OPTIONS"] = "{not json"
+    out = cli("plan", spec)
+    assert out.exit_code == 1
+    assert error_line(out).startswith("Error: OLYMPIA_STORAGE_OPTIONS is not a JSON object")
+    cli.env["OLYMPIA_STORAGE_OPTIONS"] = "[1]"
+    assert error_line(cli("plan", spec)) == ("Error: OLYMPIA_STORAGE_OPTIONS is not a JSON "
+                                             "object: [1]")
+    del cli.env["OLYMPIA_STORAGE_OPTIONS"]
+    assert cli("plan", spec, "--detailed-exitcode").exit_code == 2
+    for args in (["--help"], ["plan", "--help"], ["-h"], ["--version"]):
+        assert cli(*args).exit_code == 0, args
+    # the console script itself
+    script = Path(sys.executable).with_name("olympia")
+    proc = subprocess.run([str(script), "plan", "--bogus"], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("Error: No such option '--bogus'.")
+    assert line.endswith("(see 'olympia plan --help')")
+
+
+def test_file_errors_and_too_deep_input_are_one_line_errors(cli: Cli, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path / "spec", docs()))
+    missing = tmp_path / "nonexistent" / "dir" / "p.json"
+    for args in (["plan", spec, "--out", str(missing)], ["schema", "--out", str(missing)]):
+        out = cli(*args)
+        assert out.exit_code == 1
+        assert error_line(out) == f"Error: {missing}: No such file or directory"
+    (tmp_path / "file").write_text("")
+    out = cli("inspect", "--out", str(tmp_path / "file" / "sub"))
+    assert out.exit_code == 1 and error_line(out) == (
+        f"Error: {tmp_path / 'file' / 'sub'}: Not a directory")
+    deep = write_text(tmp_path / "deep", "a.yaml", "namespace: s\ncomment: " + "[" * 5000
+                      + "]" * 5000 + "\n")
+    out = cli("validate", str(deep.parent))
+    assert out.exit_code == 3
+    assert error_line(out) == f"Error: {deep}:2:109: collections nested more than 100 levels deep"
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    out = cli("apply", str(tmp_path / "deep.json"), "--auto-approve")
+    assert out.exit_code == 1 and "not a readable plan file" in error_line(out)
+
+
+def test_inspect_of_an_empty_catalog_plans_to_no_changes(cli: Cli, tmp_path: Path) -> None:
+    out_dir = tmp_path / "i"
+    out = cli("inspect", "--out", str(out_dir))
+    assert out.exit_code == 0 and "Wrote 1 spec files for version 0" in out.output
+    assert cli("plan", str(out_dir), "--detailed-exitcode").exit_code == 0
+    # declaring nothing, it manages nothing: planned against a full catalog, no drops
+    assert cli("apply", str(write_spec(tmp_path / "spec", docs())), "--auto-approve"
+               ).exit_code == 0
+    out = cli("plan", str(out_dir), "--detailed-exitcode")
+    assert out.exit_code == 0 and "No changes." in out.output
+    # inspecting into the same folder again replaces the empty-catalog file
+    assert cli("inspect", "--out", str(out_dir)).exit_code == 0
+    assert sorted(p.name for p in out_dir.glob("*.yaml")) == ["sales.yaml"]
+
+
+def test_the_git_commit_is_recorded_at_plan_time(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec", docs())
+    plan_file = str(tmp_path / "p.json")
+    assert cli("plan", str(spec), "--out", plan_file, "--git-commit", "abc123").exit_code == 0
+    assert json.loads(Path(plan_file).read_text())["spec"]["git_commit"] == "abc123"
+    assert cli("apply", plan_file, "--auto-approve").exit_code == 0
+    (entry,) = json.loads(cli("log", "--json", "-n", "1").output)
+    assert entry["info"]["git_commit"] == "abc123"
+    # at apply, --git-commit (or OLYMPIA_GIT_COMMIT) overrides the plan's
+    write_spec(spec, docs() | {"hr": {"namespace": "hr"}})
+    cli.env["OLYMPIA_GIT_COMMIT"] = "from-env"
+    assert cli("plan", str(spec), "--out", plan_file).exit_code == 0
+    assert json.loads(Path(plan_file).read_text())["spec"]["git_commit"] == "from-env"
+    assert cli("apply", plan_file, "--auto-approve", "--git-commit", "def456").exit_code == 0
+    (entry,) = json.loads(cli("log", "--json", "-n", "1").output)
+    assert entry["info"]["git_commit"] == "def456"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_git_commit_is_detected_where_the_spec_is(cli: Cli, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    spec = write_spec(repo / "catalog", docs())
+    write_text(repo, "README", "not part of the spec\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "spec"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+    def planned() -> str:
+        assert cli("plan", str(spec), "--out", str(tmp_path / "p.json")).exit_code == 0
+        return str(json.loads((tmp_path / "p.json").read_text())["spec"]["git_commit"])
+
+    assert planned() == head
+    (repo / "README").write_text("edited, outside the spec\n")
+    assert planned() == head
+    write_text(spec, "hr.yaml", "namespace: hr\n")
+    assert planned() == f"{head}-dirty"
+    cli.env["PATH"] = str(tmp_path / "no-git-here")  # no git at all: nothing recorded
+    assert planned() == ""
+    del cli.env["PATH"]
+    assert cli("apply", str(spec), "--auto-approve").exit_code == 0
+    (entry,) = json.loads(cli("log", "--json", "-n", "1").output)
+    assert entry["info"]["git_commit"] == f"{head}-dirty"
+
+
+def test_apply_json_shows_the_plan_on_stderr_before_asking(cli: Cli, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path / "spec", docs()))
+    out = cli("apply", spec, "--json", input="no\n")
+    assert out.exit_code == 1 and "+ table sales.orders" in out.stderr and out.stdout == ""
+    out = cli("apply", spec, "--json", input="yes\n")
+    assert out.exit_code == 0 and "+ table sales.orders" in out.stderr
+    assert json.loads(out.stdout)["version"] == 1
+    write_spec(Path(spec), docs() | {"hr": {"namespace": "hr"}})
+    out = cli("apply", spec, "--json", "--auto-approve")  # nothing to confirm: nothing shown
+    assert out.exit_code == 0 and out.stderr == "" and json.loads(out.stdout)["version"] == 2

@@ -11,7 +11,7 @@ from plan_helpers import EXAMPLE, EXAMPLE_VARS, converge, memory_catalog, plan_f
 from olympia import Catalog
 from olympia.exceptions import InvalidArgumentError
 from olympia.plan import inspect
-from olympia.plan.inspect import file_names
+from olympia.plan.inspect import EMPTY_FILE, file_names
 from olympia.spec import SCHEMA_FILE_NAME, load_spec, schema
 
 
@@ -63,7 +63,22 @@ def test_any_version_can_be_inspected(tmp_path: Path) -> None:
     (change,) = plan_for(catalog, tmp_path / "v1").changes  # restoring v1 is one create
     assert (change.action, change.name) == ("create", "reporting.country_ranking")
     inspect(catalog.at_version(0), tmp_path / "v0")
-    assert [p.name for p in (tmp_path / "v0").iterdir()] == [SCHEMA_FILE_NAME]
+    assert sorted(p.name for p in (tmp_path / "v0").iterdir()) == [EMPTY_FILE,
+                                                                   SCHEMA_FILE_NAME]
+
+
+def test_a_version_without_namespaces_round_trips(tmp_path: Path) -> None:
+    """Its files declare nothing: planning them shows no changes, whatever the catalog holds,
+    and inspecting a later version into the same folder replaces them."""
+    catalog = memory_catalog()
+    (empty,) = inspect(catalog, tmp_path)
+    assert empty.name == EMPTY_FILE
+    assert not plan_for(catalog, tmp_path).has_changes
+    converge(catalog, EXAMPLE, **EXAMPLE_VARS)
+    assert not plan_for(catalog, tmp_path).has_changes
+    files = inspect(catalog, tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.yaml")) == sorted(p.name for p in files)
+    assert EMPTY_FILE not in {p.name for p in files}
 
 
 def test_output_is_deterministic_and_other_files_are_not_merged(tmp_path: Path) -> None:

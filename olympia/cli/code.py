@@ -18,7 +18,7 @@ from olympia.cli.common import (
 from olympia.plan import Change, Plan, apply_plan, inspect, make_plan
 from olympia.plan.apply import check_allowed
 from olympia.spec import collect_variables, load_spec, schema_path
-from olympia.spec.loader import SUFFIXES
+from olympia.spec.loader import SUFFIXES, git_commit_of
 from olympia.versions import at_version
 
 
@@ -70,14 +70,20 @@ def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...]) 
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as versioned JSON.")
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when there are changes, 0 when there are none.")
+@click.option("--git-commit", envvar="OLYMPIA_GIT_COMMIT", metavar="SHA",
+              help="Git commit of the spec, recorded in the plan and then with the version "
+                   "(env: OLYMPIA_GIT_COMMIT; default: the commit checked out where SPEC is, "
+                   "if any).")
 @color_option
 @handle_errors
 def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
          var_pairs: tuple[str, ...], var_files: tuple[str, ...], out: str | None,
-         as_json: bool, detailed_exitcode: bool, color: bool | None) -> None:
+         as_json: bool, detailed_exitcode: bool, git_commit: str | None,
+         color: bool | None) -> None:
     """Show what applying SPEC to the catalog would change."""
     loaded = load_spec(spec, _variables(var_pairs, var_files))
-    result = make_plan(open_catalog(catalog_uri, storage_option), loaded)
+    result = make_plan(open_catalog(catalog_uri, storage_option), loaded,
+                       git_commit=git_commit or git_commit_of(spec))
     if out:
         result.save(out)
     if as_json:
@@ -105,8 +111,11 @@ def _is_plan_file(source: str) -> bool:
                    "protection.")
 @click.option("--auto-approve", is_flag=True, help="Do not ask for confirmation (CI).")
 @click.option("--git-commit", envvar="OLYMPIA_GIT_COMMIT", metavar="SHA",
-              help="Git commit recorded with the new version (env: OLYMPIA_GIT_COMMIT).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+              help="Git commit recorded with the new version (env: OLYMPIA_GIT_COMMIT; "
+                   "default: the one the saved plan records, or the commit checked out where "
+                   "SPEC is, if any).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON (the plan to confirm goes to stderr).")
 @color_option
 @handle_errors
 def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
@@ -115,8 +124,9 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
           color: bool | None) -> None:
     """Apply SOURCE — a spec, or a plan saved by `olympia plan --out` — as ONE new version.
 
-    Shows the plan and asks for confirmation unless --auto-approve. A saved plan refuses to
-    apply when an object it manages changed since it was made (exit 4).
+    Shows the plan (on stderr with --json) and asks for confirmation unless --auto-approve.
+    A saved plan refuses to apply when an object it manages changed since it was made
+    (exit 4).
     """
     catalog = open_catalog(catalog_uri, storage_option)
     if _is_plan_file(source):
@@ -125,9 +135,10 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
                                        "already holds its values")
         the_plan = Plan.load(source)
     else:
-        the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)))
-    if not as_json:
-        click.echo(the_plan.render_text(color))
+        the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)),
+                             git_commit=git_commit or git_commit_of(source))
+    if not as_json or (the_plan.has_changes and not auto_approve):
+        click.echo(the_plan.render_text(color), err=as_json)  # --json: stdout is the result
     if not the_plan.has_changes:
         if as_json:
             echo_json(apply_plan(catalog, the_plan).to_dict())
@@ -139,7 +150,7 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
                               "accepted", default="", show_default=False, err=True)
         if answer.strip() != "yes":
             raise click.ClickException("apply cancelled; nothing was changed")
-    info = {"git_commit": git_commit} if git_commit else {}
+    info = {"git_commit": git_commit} if git_commit else {}  # over the saved plan's
     result = apply_plan(catalog, the_plan, allow_destructive=allow_destructive, info=info,
                         progress=None if as_json else _progress)
     if as_json:
@@ -180,6 +191,7 @@ def inspect_cmd(catalog_uri: str, storage_option: tuple[str, ...], out: str,
 @click.command("schema")
 @click.option("--out", "out", type=click.Path(dir_okay=False),
               help="Write to FILE instead of printing.")
+@handle_errors
 def schema_cmd(out: str | None) -> None:
     """Print the JSON Schema of spec documents (for editors and CI linters)."""
     text = schema_path().read_text("utf-8")

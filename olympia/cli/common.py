@@ -48,9 +48,13 @@ def parse_storage_options(values: tuple[str, ...]) -> dict[str, Any]:
     env = os.environ.get("OLYMPIA_STORAGE_OPTIONS")
     if env:
         try:
-            options.update(json.loads(env))
-        except json.JSONDecodeError as exc:
-            raise click.UsageError(f"OLYMPIA_STORAGE_OPTIONS is not a JSON object: {exc}") from None
+            parsed = json.loads(env)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            parsed = exc
+        if not isinstance(parsed, dict):
+            raise click.ClickException(f"OLYMPIA_STORAGE_OPTIONS is not a JSON object: "
+                                       f"{parsed}")
+        options.update(parsed)
     for item in values:
         key, sep, value = item.partition("=")
         if not sep:
@@ -79,7 +83,9 @@ def open_catalog(catalog_uri: str, storage_option: tuple[str, ...]) -> Catalog:
 
 
 def handle_errors(fn: F) -> F:
-    """Turn Olympia errors into one clear message and the documented exit code."""
+    """Turn Olympia errors into one clear message and the documented exit code, and errors
+    of local files (a plan or schema to write, a folder to inspect into) into one naming the
+    file, exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -88,6 +94,10 @@ def handle_errors(fn: F) -> F:
         except OlympiaError as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(exit_code_for(exc))
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"Error: {where}{exc.strerror or exc}", err=True)
+            sys.exit(EXIT_ERROR)
 
     return wrapper  # type: ignore[return-value]
 

@@ -40,8 +40,9 @@ def apply_plan(catalog: Catalog, plan: Plan, *, allow_destructive: bool = False,
     DestructiveChangeError if it is destructive and ``allow_destructive`` is false, and with
     StalePlanError if an object it manages changed since its base version (changes to other
     objects do not matter: the plan then applies on the new latest version). ``info`` is
-    recorded with the version, next to the spec digest. ``progress(done, total, change)`` is
-    called after each change is staged.
+    recorded with the version, next to the spec digest and the plan's git commit (which a
+    ``git_commit`` in ``info`` overrides). ``progress(done, total, change)`` is called after
+    each change is staged.
     """
     if plan.catalog_id != catalog.catalog_def.id:
         raise StalePlanError(f"the plan was made for another catalog ({plan.catalog_uri}, id "
@@ -60,8 +61,10 @@ def apply_plan(catalog: Catalog, plan: Plan, *, allow_destructive: bool = False,
             change.run(txn)
             if progress is not None:
                 progress(done, total, change)
+        commit = {"git_commit": plan.git_commit} if plan.git_commit else {}
         txn.annotate(**{"tool": "olympia apply", "spec_digest": plan.spec_digest,
-                        "plan_base_version": str(plan.base_version), **dict(info or {})})
+                        "plan_base_version": str(plan.base_version), **commit,
+                        **dict(info or {})})
         touched = _touched(txn.actions)
         version = txn.commit()
     except BaseException:

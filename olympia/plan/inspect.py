@@ -20,6 +20,10 @@ from olympia.spec.variables import escape
 from olympia.spec.yamlpos import dump
 
 MODELINE = "# yaml-language-server: $schema={schema}\n"
+EMPTY_FILE = "_empty.yaml"  # what a version without namespaces is written as
+EMPTY = ("# The inspected version has no namespaces. This document declares nothing; it makes\n"
+         "# the folder a spec that plans to no changes.\n"
+         "manage: []\n")
 
 
 def namespace_document(namespace: Namespace, tables: list[Table], views: list[View],
@@ -117,19 +121,22 @@ def inspect(reader: CatalogReader, out_dir: str | Path, *, schema_ref: str | Non
     file under ``out_dir``; return the files written.
 
     Each file starts with a ``yaml-language-server`` modeline pointing at ``schema_ref``;
-    by default a copy of the schema is written next to the files and referenced. Other
-    ``.yaml`` files already in ``out_dir`` would be merged into the spec: they are an error,
-    or deleted with ``clean``.
+    by default a copy of the schema is written next to the files and referenced. A version
+    without namespaces is written as ``_empty.yaml``, a document declaring nothing (so the
+    folder is a spec that plans to no changes); a ``_empty.yaml`` from an earlier inspect
+    is deleted otherwise. Other ``.yaml`` files already in ``out_dir`` would be merged into
+    the spec: they are an error, or deleted with ``clean``.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InvalidArgumentError(f"{out} is not a directory")
     namespaces, tables, views = reader.load_all()
     names = file_names([ns.name for ns in namespaces])
-    wanted = {out / n for n in names.values()}
+    wanted = {out / n for n in names.values()} if namespaces else {out / EMPTY_FILE}
     stray = [p for p in spec_files(out) if p not in wanted] if out.is_dir() else []
-    if stray and not clean:
-        shown = ", ".join(str(p) for p in stray[:5]) + (", ..." if len(stray) > 5 else "")
+    others = [p for p in stray if p != out / EMPTY_FILE]  # that one is inspect's own
+    if others and not clean:
+        shown = ", ".join(str(p) for p in others[:5]) + (", ..." if len(others) > 5 else "")
         raise InvalidArgumentError(
             f"{out} holds other spec files, which would be merged with the inspected ones "
             f"({shown}): use an empty directory, or --clean to delete them")
@@ -144,11 +151,11 @@ def inspect(reader: CatalogReader, out_dir: str | Path, *, schema_ref: str | Non
         by_ns[table.namespace][0].append(table)
     for view in views:
         by_ns[view.namespace][1].append(view)
+    texts = {names[ns.name]: dump(namespace_document(ns, *by_ns[ns.name]))
+             for ns in namespaces} or {EMPTY_FILE: EMPTY}
     written = []
-    for ns in namespaces:
-        doc = namespace_document(ns, *by_ns[ns.name])
-        text = dump(doc)
-        path = out / names[ns.name]
+    for name, text in texts.items():
+        path = out / name
         path.write_text(MODELINE.format(schema=schema_ref) + text, "utf-8")
         written.append(path)
     return written

@@ -48,6 +48,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     spec_files: list[str] = field(default_factory=list)
     created_at: str = ""
+    git_commit: str = ""  # of the spec; recorded with the version it is applied as
 
     @property
     def fingerprint(self) -> str:
@@ -92,7 +93,8 @@ class Plan:
             "base_version": self.base_version, "scope": self.scope.to_dict(),
             "managed_namespaces": self.managed, "fingerprints": self.fingerprints,
             "fingerprint": self.fingerprint,
-            "spec": {"digest": self.spec_digest, "files": self.spec_files},
+            "spec": {"digest": self.spec_digest, "files": self.spec_files,
+                     "git_commit": self.git_commit},
             "has_changes": self.has_changes, "destructive": self.destructive,
             "summary": self.summary(), "warnings": self.warnings,
             "changes": [c.to_dict() for c in self.changes],
@@ -109,7 +111,7 @@ class Plan:
         edited since."""
         try:
             data = json.loads(Path(path).read_text("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise InvalidArgumentError(f"{path}: not a readable plan file ({exc})") from None
         return cls.from_dict(data, str(path))
 
@@ -131,7 +133,7 @@ class Plan:
                        dict(data["fingerprints"]), data["spec"]["digest"],
                        [Change.from_dict(c) for c in data["changes"]],
                        list(data.get("warnings", [])), list(data["spec"].get("files", [])),
-                       data.get("created_at", ""))
+                       data.get("created_at", ""), str(data["spec"].get("git_commit", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgumentError(f"{where}: malformed plan ({exc!r})") from None
         return plan
@@ -149,8 +151,9 @@ def _olympia_version() -> str:
         return "unknown"
 
 
-def make_plan(catalog: Catalog, spec: Spec) -> Plan:
-    """Compare ``spec`` with the latest version of ``catalog``.
+def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "") -> Plan:
+    """Compare ``spec`` with the latest version of ``catalog``; ``git_commit`` (of the spec)
+    is recorded in the plan.
 
     The changes are staged in a transaction that is then discarded, which checks that they
     apply and records the action types the transaction will write for each. Raises
@@ -166,7 +169,7 @@ def make_plan(catalog: Catalog, spec: Spec) -> Plan:
     return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,
                 observed.managed, observed.fingerprints(), spec.digest, changes,
                 _dependents(snapshot, observed.managed, changes), list(spec.files),
-                datetime.now(UTC).isoformat(timespec="seconds"))
+                datetime.now(UTC).isoformat(timespec="seconds"), git_commit)
 
 
 def _stage(catalog: Catalog, snapshot: Snapshot, changes: list[Change]) -> None:
