@@ -193,11 +193,14 @@ def test_apply_operator_plan_only_then_apply(conn: tuple[str, Catalog], tmp_path
     assert result["version"] == 2 and "sales.orders" in result["changed_objects"]
     events = ctx["outlet_events"]
     assert events[Asset(name="cat", uri="olympia://cat/")].extra["version"] == 2
-    assert {a.uri for a, _ in events[alias].added} >= {"olympia://olympia-test/sales.orders"}
+    assert {a.uri for a, _ in events[alias].added} >= {"olympia://olympia-test/",
+                                                       "olympia://olympia-test/sales.orders"}
     again = OlympiaApplyOperator(task_id="again", olympia_conn_id=conn_id,
                                  spec_path=str(ROOT / "examples" / "catalog"),
-                                 variables=variables)
-    assert again.execute(context())["changes"] == []  # no-op when the plan is empty
+                                 variables=variables, outlets=[alias])
+    ctx = context()
+    assert again.execute(ctx)["changes"] == []  # no-op when the plan is empty
+    assert ctx["outlet_events"][alias].added == []  # and no Asset event: nothing committed
     stale = OlympiaApplyOperator(task_id="stale", olympia_conn_id=conn_id,
                                  plan_path=planned["plan_path"], expected_base_version=1)
     with pytest.raises(AirflowException, match="stale"):

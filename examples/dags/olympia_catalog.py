@@ -34,24 +34,39 @@ with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
          tags=["olympia"], doc_md="Validate and plan the spec, then apply it as one version."):
     plan = OlympiaApplyOperator(task_id="plan", spec_path=SPEC_DIR, variables=VARIABLES,
                                 plan_only=True)
+    # The alias emits the catalog's Asset event only when a version is committed, so an
+    # apply that changes nothing does not start the maintenance DAG.
     apply = OlympiaApplyOperator(
         task_id="apply", plan_path="{{ ti.xcom_pull(task_ids='plan')['plan_path'] }}",
-        outlets=[catalog_asset(), changes_alias()])
+        outlets=[changes_alias()])
     plan >> apply
 
+# Scheduled on the catalog Asset; its own export commits a version too, so it has no
+# outlets (it would trigger itself) and runs one at a time.
 with DAG("olympia_maintenance", schedule=[catalog_asset()], start_date=START, catchup=False,
-         tags=["olympia"], doc_md="After each new version: export it, then expire old ones."):
-    new_version = OlympiaVersionSensor(task_id="wait_for_version", after_version=0,
-                                       deferrable=True, poke_interval=5, timeout=600)
+         max_active_runs=1, tags=["olympia"],
+         doc_md="After each new version: export the latest one, then expire old ones."):
     export = OlympiaExportOperator(
-        task_id="export",
-        export_name="v{{ ti.xcom_pull(task_ids='wait_for_version') }}-{{ ts_nodash }}",
+        task_id="export", export_name="maintenance-{{ ts_nodash }}",
         target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
                    "/{{ ts_nodash }}",
-        mode="full", outlets=[catalog_asset()])
+        mode="full")
     expire = OlympiaExpireOperator(task_id="expire", keep_last=20, older_than="7d",
                                    grace="3d")
-    new_version >> export >> expire
+    export >> expire
+
+with DAG("olympia_export_version", schedule=None, start_date=START, catchup=False,
+         params={"version": 1}, tags=["olympia"],
+         doc_md="Manual: wait (deferred) until the catalog reaches a version, then export it."):
+    reached = OlympiaVersionSensor(task_id="wait_for_version",
+                                   target_version="{{ params.version }}", deferrable=True,
+                                   poke_interval=30, timeout=3600)
+    reached >> OlympiaExportOperator(
+        task_id="export", export_name="v{{ params.version }}-{{ ts_nodash }}",
+        version="{{ params.version }}",
+        target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
+                   "/v{{ params.version }}-{{ ts_nodash }}",
+        mode="full")
 
 with DAG("olympia_rollback", schedule=None, start_date=START, catchup=False,
          tags=["olympia"], doc_md="Manual: roll the catalog back to the previous version."):

@@ -36,7 +36,10 @@ def object_asset(olympia_conn_id: str, object_name: str) -> Asset:
 
 
 def changes_alias(olympia_conn_id: str = OlympiaHook.default_conn_name) -> AssetAlias:
-    """Outlet alias under which apply emits one Asset event per changed object."""
+    """Outlet alias under which apply emits, only when it commits a version, the catalog's
+    Asset event and one Asset event per changed object. (Airflow emits an event for every
+    plain Asset outlet of a successful task, so an apply that changed nothing would still
+    trigger whatever is scheduled on a plain ``catalog_asset()`` outlet.)"""
     return AssetAlias(f"olympia-changes-{olympia_conn_id}")
 
 
@@ -52,10 +55,12 @@ class _OlympiaOperator(BaseOperator):
 
     def emit(self, context: Context, extra: dict[str, Any],
              changed_objects: Sequence[str] = ()) -> None:
-        """Asset events: the catalog's assets get ``extra``; aliases one event per object."""
+        """Asset events for a committed version: plain Asset outlets get ``extra``; each
+        alias gets the catalog's Asset and one event per changed object."""
         events = context["outlet_events"]
         for outlet in self.outlets:
             if isinstance(outlet, AssetAlias):
+                events[outlet].add(catalog_asset(self.olympia_conn_id), extra=extra)
                 for name in changed_objects:
                     events[outlet].add(object_asset(self.olympia_conn_id, name), extra=extra)
             elif isinstance(outlet, Asset):
