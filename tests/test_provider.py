@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from airflow.sdk.exceptions import (
 from conftest import Location
 
 from olympia import Catalog
+from olympia.expire import ExpirePolicy, expire_local
 from olympia_provider import get_provider_info
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
 from olympia_provider.operators.olympia import (
@@ -173,6 +175,68 @@ def test_object_changed_sensor(conn: tuple[str, Catalog]) -> None:
     assert not created.poke({}).is_done
     catalog.create_view("s", "v", sql="SELECT 1")
     assert created.poke({}).is_done
+
+
+class FakeRun:
+    def __init__(self, start_date: datetime) -> None:
+        self.start_date = start_date
+
+
+def test_sensor_baseline_is_the_version_latest_when_the_run_started(
+        conn: tuple[str, Catalog]) -> None:
+    conn_id, catalog = conn
+    started = datetime.now(UTC)
+    time.sleep(0.01)
+    catalog.create_table("s", "t", columns=COLS)
+    # a rescheduled or retried sensor is a new instance with no XCom: same baseline each time
+    for _ in range(2):
+        sensor = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id, timeout=5,
+                                      poke_interval=0.05)
+        assert sensor.execute({"dag_run": FakeRun(started)}) == catalog.version
+    later = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id)
+    assert later._baseline({"dag_run": FakeRun(datetime.now(UTC))}) == catalog.version
+    early = datetime(2000, 1, 1, tzinfo=UTC)  # before the catalog: all versions new
+    assert later._baseline({"dag_run": FakeRun(early)}) == -1
+
+
+def test_object_sensor_outlives_the_expiry_of_its_baseline(conn: tuple[str, Catalog]) -> None:
+    conn_id, catalog = conn
+    catalog.create_table("s", "t", columns=COLS)
+    baseline = catalog.version
+    sensor = OlympiaObjectChangedSensor(task_id="w", olympia_conn_id=conn_id, kind="table",
+                                        namespace="s", name="t", after_version=baseline,
+                                        deferrable=True, poke_interval=0.05, timeout=30)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    _path, kwargs = deferred.value.trigger.serialize()
+    catalog.create_table("s", "other", columns=COLS)  # unrelated change
+    result = expire_local(catalog, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
+                                                force=True), settle_ms=0)
+    assert result.new_oldest_version > baseline  # the baseline version is gone
+    rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(kwargs)))
+    assert Condition(**rebuilt.condition).check(catalog.uri, catalog.storage.options) is None
+    catalog.alter_table("s.t", set_properties={"k": "v"})
+
+    async def first_event() -> Any:
+        async for event in rebuilt.run():
+            return event.payload
+
+    assert asyncio.run(first_event()) == {"status": "success", "version": catalog.version}
+
+
+def test_trigger_deadline_survives_reserialisation(conn: tuple[str, Catalog]) -> None:
+    conn_id, _ = conn
+    trigger = OlympiaCatalogTrigger(conn_id, Condition(after_version=99).to_dict(),
+                                    poke_interval=0.05, timeout=0.3)
+    time.sleep(0.3)  # a triggerer restart re-creates the trigger from its kwargs
+    rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(trigger.serialize()[1])))
+    assert rebuilt.deadline == trigger.deadline
+
+    async def first_event() -> Any:
+        async for event in rebuilt.run():
+            return event.payload
+
+    assert asyncio.run(first_event())["status"] == "timeout"  # at its first check
 
 
 def test_apply_operator_plan_only_then_apply(conn: tuple[str, Catalog], tmp_path: Path) -> None:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
-from olympia.exceptions import OlympiaError
+from olympia.exceptions import NotFoundError, OlympiaError
+from olympia.versions import at_timestamp
 
 KINDS = {"namespace": ObjectType.NAMESPACE, "table": ObjectType.TABLE, "view": ObjectType.VIEW}
 
@@ -47,24 +49,37 @@ def settings_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
 class Condition:
     """What a sensor waits for: the latest version above ``after_version`` (or at least
     ``target_version``); with ``kind``/``namespace``/``name``, that object created or its
-    definition changed since ``after_version``."""
+    definition changed since ``after_version``. ``before`` is the object's definition path
+    at ``after_version`` ("" if it did not exist), filled in by :meth:`pinned` so later
+    checks need not read that version (which expiry may remove meanwhile)."""
 
     after_version: int | None = None
     target_version: int | None = None
     kind: str | None = None
     namespace: str | None = None
     name: str = ""
+    before: str | None = None
+
+    def _ref(self) -> ObjectRef:
+        assert self.kind is not None and self.namespace is not None
+        return ObjectRef(KINDS[self.kind], self.namespace,
+                         "" if self.kind == "namespace" else self.name)
+
+    def pinned(self, catalog: Catalog) -> Condition:
+        """This condition with ``before`` read from ``after_version`` (object conditions)."""
+        if self.kind is None or self.before is not None:
+            return self
+        assert self.after_version is not None
+        before = catalog.at_version(self.after_version).definition_path(self._ref())
+        return replace(self, before=before or "")
 
     def check(self, uri: str, options: dict[str, Any]) -> int | None:
         """The latest version if the condition holds, else None."""
         catalog = Catalog.open(uri, options)
         latest = catalog.version
         if self.kind is not None:
-            assert self.namespace is not None and self.after_version is not None
-            ref = ObjectRef(KINDS[self.kind], self.namespace,
-                            "" if self.kind == "namespace" else self.name)
-            now = catalog.definition_path(ref)
-            before = catalog.at_version(self.after_version).definition_path(ref)
+            before = self.pinned(catalog).before
+            now = catalog.definition_path(self._ref())
             return latest if now is not None and now != before else None
         if self.target_version is not None:
             return latest if latest >= self.target_version else None
@@ -102,6 +117,21 @@ class OlympiaHook(BaseHook):
         """The catalog at its latest version."""
         uri, options = self.settings()
         return Catalog.open(uri, options)
+
+    def version_at(self, when: datetime | None) -> int:
+        """The version that was latest at ``when`` (None: now); if every kept version is
+        newer, the one before the oldest kept."""
+        catalog = self.get_catalog()
+        if when is None:
+            return catalog.version
+        try:
+            return at_timestamp(catalog, int(when.timestamp() * 1000)).version
+        except NotFoundError:
+            return catalog.files.oldest_version() - 1
+
+    def pin(self, condition: Condition) -> Condition:
+        """``condition`` with what it compares against read now (see :meth:`Condition.pinned`)."""
+        return condition.pinned(self.get_catalog())
 
     def test_connection(self) -> tuple[bool, str]:
         try:

@@ -12,8 +12,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
 from olympia_provider.triggers.olympia import OlympiaCatalogTrigger
 
-BASELINE_KEY = "olympia_baseline_version"
-
 
 class _CatalogSensor(BaseSensorOperator):
     """Shared machinery: baseline version, poke mode, deferral and its completion."""
@@ -30,19 +28,17 @@ class _CatalogSensor(BaseSensorOperator):
         raise NotImplementedError
 
     def _baseline(self, context: Context) -> int:
-        """``after_version``, else the latest version seen when the task first ran."""
+        """``after_version``, else the version that was latest when the DAG run started:
+        the same answer on every poke, reschedule and retry."""
         if self.after_version is not None:
             return int(self.after_version)
-        ti = context["ti"]
-        seen = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_KEY)
-        if seen is None:
-            seen = OlympiaHook(self.olympia_conn_id).get_catalog().version
-            ti.xcom_push(key=BASELINE_KEY, value=seen)
-        return int(seen)
+        dag_run = context.get("dag_run")
+        return OlympiaHook(self.olympia_conn_id).version_at(
+            getattr(dag_run, "start_date", None))
 
     def execute(self, context: Context) -> Any:
-        baseline = self._baseline(context)
-        self._condition = self.condition(baseline)
+        hook = OlympiaHook(self.olympia_conn_id)
+        self._condition = hook.pin(self.condition(self._baseline(context)))
         if not self.deferrable:
             return super().execute(context)
         timeout = self.timeout.total_seconds() if isinstance(self.timeout, timedelta) else (
@@ -72,8 +68,8 @@ class _CatalogSensor(BaseSensorOperator):
 
 
 class OlympiaVersionSensor(_CatalogSensor):
-    """Waits until the latest version exceeds ``after_version`` (default: the version seen
-    when the task first ran), or reaches ``target_version``. Returns the version (XCom)."""
+    """Waits until the latest version exceeds ``after_version`` (default: the version latest
+    when the DAG run started), or reaches ``target_version``. Returns the version (XCom)."""
 
     template_fields: Sequence[str] = ("after_version", "target_version")
 
@@ -88,7 +84,7 @@ class OlympiaVersionSensor(_CatalogSensor):
 
 class OlympiaObjectChangedSensor(_CatalogSensor):
     """Waits until a namespace, table or view is created, or its definition changes, after
-    ``after_version`` (default: the version seen when the task first ran)."""
+    ``after_version`` (default: the version latest when the DAG run started)."""
 
     template_fields: Sequence[str] = ("namespace", "name", "after_version")
 

@@ -9,40 +9,52 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from olympia.exceptions import TransientStorageError
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
 
 
 class OlympiaCatalogTrigger(BaseTrigger):
-    """Polls the catalog until ``condition`` holds; yields the version, or a timeout event."""
+    """Polls the catalog until ``condition`` holds; yields the version, or a timeout event.
+
+    ``timeout`` becomes an absolute ``deadline`` (epoch seconds) when the trigger is made, and
+    the deadline is what is serialised, so a triggerer restart does not restart the clock.
+    Transient storage errors are retried until the deadline; other errors end the wait.
+    """
 
     def __init__(self, olympia_conn_id: str, condition: dict[str, Any],
-                 poke_interval: float = 30.0, timeout: float | None = None) -> None:
+                 poke_interval: float = 30.0, timeout: float | None = None,
+                 deadline: float | None = None) -> None:
         super().__init__()
         self.olympia_conn_id = olympia_conn_id
         self.condition = dict(condition)
         self.poke_interval = poke_interval
-        self.timeout = timeout
+        if deadline is None and timeout is not None:
+            deadline = time.time() + timeout
+        self.deadline = deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("olympia_provider.triggers.olympia.OlympiaCatalogTrigger",
                 {"olympia_conn_id": self.olympia_conn_id, "condition": self.condition,
-                 "poke_interval": self.poke_interval, "timeout": self.timeout})
+                 "poke_interval": self.poke_interval, "deadline": self.deadline})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = OlympiaHook(self.olympia_conn_id)
         condition = Condition(**self.condition)
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
                 version = await hook.acheck(condition)
+            except TransientStorageError as exc:
+                self.log.warning("Catalog check failed, will retry: %s", exc)
+                version = None
             except Exception as exc:  # report, do not crash the triggerer
                 yield TriggerEvent({"status": "error", "message": str(exc)})
                 return
             if version is not None:
                 yield TriggerEvent({"status": "success", "version": version})
                 return
-            if deadline is not None and time.monotonic() >= deadline:
-                yield TriggerEvent({"status": "timeout", "message":
-                                    f"condition not met within {self.timeout}s"})
+            if self.deadline is not None and time.time() >= self.deadline:
+                when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.deadline))
+                yield TriggerEvent({"status": "timeout",
+                                    "message": f"condition not met by {when}"})
                 return
             await asyncio.sleep(self.poke_interval)
