@@ -287,9 +287,23 @@ def _is_precondition_failure(exc: BaseException) -> bool:
     )
 
 
+# errno values s3fs gives throttling and server errors (503 SlowDown -> EBUSY, 5xx ->
+# EREMOTEIO); botocore's network failures, by class name (no botocore import here).
+TRANSIENT_ERRNOS = {errno.EBUSY, errno.EREMOTEIO, errno.EAGAIN, errno.ETIMEDOUT,
+                    errno.ECONNRESET, errno.ECONNREFUSED}
+TRANSIENT_CLASSES = {"ConnectTimeoutError", "ReadTimeoutError", "EndpointConnectionError",
+                     "ConnectionClosedError", "ResponseStreamingError",
+                     "ServerDisconnectedError", "ClientConnectorError"}
+
+
 def _is_transient(exc: BaseException | str) -> bool:
     """Whether an error (or a storage's error text) may go away on retry."""
     if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
+        return True
+    if isinstance(exc, BaseException) and any(
+            cls.__name__ in TRANSIENT_CLASSES for cls in type(exc).__mro__):
         return True
     text = str(exc)
     return any(

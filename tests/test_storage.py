@@ -3,6 +3,7 @@ per-key errors (a SeaweedFS server whose DeleteObjects answers are doctored per 
 
 from __future__ import annotations
 
+import errno
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -40,14 +41,15 @@ def test_stats_count_every_read_including_misses(location: Location) -> None:
 
 
 class _Refusing:
-    """A backend that fails reads of one path (as a permission problem would)."""
+    """A backend that fails reads of one path (by default as a permission problem would)."""
 
-    def __init__(self, inner: Any, path: str) -> None:
+    def __init__(self, inner: Any, path: str, error: Exception | None = None) -> None:
         self.inner, self.path = inner, path
+        self.error = error or PermissionError(f"access denied: {path}")
 
     def read(self, path: str) -> bytes:
         if path == self.path:
-            raise PermissionError(f"access denied: {path}")
+            raise self.error
         data: bytes = self.inner.read(path)
         return data
 
@@ -78,6 +80,29 @@ def test_stats_count_failed_operations() -> None:
     with pytest.raises(StorageError, match="access denied"):
         storage.read("secret")
     assert (storage.stats.reads, storage.stats.misses, storage.stats.failures) == (1, 0, 1)
+
+
+class ReadTimeoutError(Exception):
+    """Named like botocore's, which storage recognises by class name."""
+
+
+@pytest.mark.parametrize(("error", "transient"), [
+    (OSError(errno.EBUSY, "SlowDown"), True),  # what s3fs makes of a 503 SlowDown
+    (OSError(errno.EREMOTEIO, "server error"), True),  # and of other 5xx answers
+    (ReadTimeoutError("read timed out"), True),
+    (ConnectionResetError("reset by peer"), True),
+    (PermissionError("access denied"), False),
+    (OSError(errno.EINVAL, "bad request"), False),
+])
+def test_transient_failures_are_typed_and_retried(error: Exception, transient: bool) -> None:
+    storage = Storage(f"memory://{uuid.uuid4().hex}")
+    storage.write("f", b"x")
+    storage.backend = _Refusing(storage.backend, storage.full("f"), error)
+    storage.stats.reset()
+    with pytest.raises(StorageError) as raised:
+        storage.read("f")
+    assert isinstance(raised.value, TransientStorageError) == transient
+    assert storage.stats.reads == 1 and storage.stats.failures == 1
 
 
 # --- S3 bulk deletes with per-key errors ---------------------------------------------------
