@@ -4,20 +4,27 @@ under asyncio, operators' execute()."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import threading
 import time
-from collections import defaultdict
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from airflow.sdk import Asset, AssetAlias
+from airflow.sdk import DAG, Asset, AssetAlias
+from airflow.sdk.api.datamodels._generated import DagRun
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowSkipException,
     TaskDeferred,
 )
+from airflow.sdk.execution_time.context import OutletEventAccessors
 from conftest import Location
 
 from olympia import Catalog
@@ -29,6 +36,7 @@ from olympia_provider.operators.olympia import (
     OlympiaExpireOperator,
     OlympiaExportOperator,
     OlympiaRollbackOperator,
+    OlympiaValidateOperator,
 )
 from olympia_provider.sensors.olympia import (
     OlympiaObjectChangedSensor,
@@ -56,28 +64,28 @@ def conn(location: Location, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Cata
     return "olympia_test", catalog
 
 
-class Events(defaultdict):  # type: ignore[type-arg]
-    """Records what operators emit on ``context["outlet_events"]``."""
-
-    def __init__(self) -> None:
-        super().__init__(_Accessor)
-
-
-class _Accessor:
-    def __init__(self) -> None:
-        self.extra: dict[str, Any] = {}
-        self.added: list[tuple[Asset, dict[str, Any]]] = []
-
-    def add(self, asset: Asset, extra: dict[str, Any]) -> None:
-        self.added.append((asset, extra))
-
-
-class FakeDag:
-    dag_id = "unit"
-
-
 def context() -> dict[str, Any]:
-    return {"outlet_events": Events(), "dag": FakeDag(), "run_id": "manual__1"}
+    """What operators read from the task context, with Airflow's own outlet event recorder."""
+    return {"outlet_events": OutletEventAccessors(), "dag": DAG("unit"), "run_id": "manual__1"}
+
+
+def alias_uris(ctx: dict[str, Any], alias: AssetAlias) -> set[str]:
+    """The Assets an operator added events for under ``alias``."""
+    return {e.dest_asset_key.uri for e in ctx["outlet_events"][alias].asset_alias_events}
+
+
+def dag_run(start_date: datetime) -> DagRun:
+    """The DAG run of a task's context, as the task runner gets it from the API server."""
+    return DagRun(dag_id="unit", run_id="manual__1", logical_date=None,
+                  data_interval_start=None, data_interval_end=None, run_after=start_date,
+                  start_date=start_date, end_date=None, run_type="manual", state="running",
+                  consumed_asset_events=[], partition_key=None)
+
+
+async def first_event(trigger: OlympiaCatalogTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise AssertionError("the trigger ended without an event")
 
 
 def test_provider_info_declares_connection_fields() -> None:
@@ -130,12 +138,7 @@ def test_version_sensor_defers_with_serialisable_trigger(conn: tuple[str, Catalo
     assert path == "olympia_provider.triggers.olympia.OlympiaCatalogTrigger"
     rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(kwargs)))
     catalog.create_table("s", "t", columns=COLS)
-
-    async def first_event() -> Any:
-        async for event in rebuilt.run():
-            return event.payload
-
-    payload = asyncio.run(first_event())
+    payload = asyncio.run(first_event(rebuilt))
     assert payload == {"status": "success", "version": 2}
     assert sensor.execute_complete({}, payload) == 2
 
@@ -144,12 +147,7 @@ def test_trigger_timeout_and_soft_fail(conn: tuple[str, Catalog]) -> None:
     conn_id, _ = conn
     trigger = OlympiaCatalogTrigger(conn_id, Condition(after_version=99).to_dict(),
                                     poke_interval=0.05, timeout=0.2)
-
-    async def first_event() -> Any:
-        async for event in trigger.run():
-            return event.payload
-
-    payload = asyncio.run(first_event())
+    payload = asyncio.run(first_event(trigger))
     assert payload["status"] == "timeout"
     soft = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id, soft_fail=True)
     with pytest.raises(AirflowSkipException):
@@ -177,11 +175,6 @@ def test_object_changed_sensor(conn: tuple[str, Catalog]) -> None:
     assert created.poke({}).is_done
 
 
-class FakeRun:
-    def __init__(self, start_date: datetime) -> None:
-        self.start_date = start_date
-
-
 def test_sensor_baseline_is_the_version_latest_when_the_run_started(
         conn: tuple[str, Catalog]) -> None:
     conn_id, catalog = conn
@@ -192,11 +185,17 @@ def test_sensor_baseline_is_the_version_latest_when_the_run_started(
     for _ in range(2):
         sensor = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id, timeout=5,
                                       poke_interval=0.05)
-        assert sensor.execute({"dag_run": FakeRun(started)}) == catalog.version
+        assert sensor.execute({"dag_run": dag_run(started)}) == catalog.version
     later = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id)
-    assert later._baseline({"dag_run": FakeRun(datetime.now(UTC))}) == catalog.version
+    assert later._baseline({"dag_run": dag_run(datetime.now(UTC))}) == catalog.version
     early = datetime(2000, 1, 1, tzinfo=UTC)  # before the catalog: all versions new
-    assert later._baseline({"dag_run": FakeRun(early)}) == -1
+    assert later._baseline({"dag_run": dag_run(early)}) == -1
+    new_object = OlympiaObjectChangedSensor(task_id="o", olympia_conn_id=conn_id, kind="view",
+                                            namespace="s", name="v", poke_interval=0.05)
+    new_object._condition = new_object._pinned({"dag_run": dag_run(early)})
+    assert not new_object.poke({}).is_done
+    catalog.create_view("s", "v", sql="SELECT 1")
+    assert new_object.poke({}).is_done
 
 
 def test_object_sensor_outlives_the_expiry_of_its_baseline(conn: tuple[str, Catalog]) -> None:
@@ -216,12 +215,8 @@ def test_object_sensor_outlives_the_expiry_of_its_baseline(conn: tuple[str, Cata
     rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(kwargs)))
     assert Condition(**rebuilt.condition).check(catalog.uri, catalog.storage.options) is None
     catalog.alter_table("s.t", set_properties={"k": "v"})
-
-    async def first_event() -> Any:
-        async for event in rebuilt.run():
-            return event.payload
-
-    assert asyncio.run(first_event()) == {"status": "success", "version": catalog.version}
+    assert asyncio.run(first_event(rebuilt)) == {"status": "success",
+                                                  "version": catalog.version}
 
 
 def test_trigger_deadline_survives_reserialisation(conn: tuple[str, Catalog]) -> None:
@@ -231,12 +226,140 @@ def test_trigger_deadline_survives_reserialisation(conn: tuple[str, Catalog]) ->
     time.sleep(0.3)  # a triggerer restart re-creates the trigger from its kwargs
     rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(trigger.serialize()[1])))
     assert rebuilt.deadline == trigger.deadline
+    started = time.monotonic()
+    assert asyncio.run(first_event(rebuilt))["status"] == "timeout"  # at its first check
+    assert time.monotonic() - started < 0.25
 
-    async def first_event() -> Any:
-        async for event in rebuilt.run():
-            return event.payload
 
-    assert asyncio.run(first_event())["status"] == "timeout"  # at its first check
+# S3 errors: (HTTP methods answered with it, status, code, message). s3fs reads an object
+# with a HEAD then a GET; a HEAD's error has no body, so s3fs sees only its status.
+Failure = tuple[set[str], int, str, str]
+# the one read failure olympia.storage reports as transient (s3fs makes it a TimeoutError)
+REQUEST_TIMEOUT: Failure = ({"GET"}, 400, "RequestTimeout", "Your socket connection to the "
+                            "server was not read from or written to within the timeout period.")
+# throttling: s3fs makes it OSError(EBUSY), which olympia.storage reports as permanent
+SLOW_DOWN: Failure = ({"GET", "HEAD"}, 503, "SlowDown", "Please reduce your request rate.")
+
+
+class FlakyProxy(ThreadingHTTPServer):
+    """A relay to a real S3 server that answers with the S3 error ``failing`` while it is
+    set, counting the requests it refused."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Relay)
+        self.upstream = urlsplit(upstream).netloc
+        self.failing: Failure | None = None
+        self.refused = 0
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Relay(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FlakyProxy
+    HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+    def relay(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.failing and self.command in self.server.failing[0]:
+            self.server.refused += 1
+            _methods, status, code, message = self.server.failing
+            headers = [("Content-Type", "application/xml")]
+            data = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                    f"<Message>{message}</Message></Error>").encode()
+        else:
+            upstream = http.client.HTTPConnection(self.server.upstream, timeout=30)
+            upstream.request(self.command, self.path, body=body or None,
+                             headers=dict(self.headers.items()))
+            response = upstream.getresponse()
+            status, headers, data = response.status, response.getheaders(), response.read()
+            upstream.close()
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in self.HOP_BY_HOP or (
+                    self.command == "HEAD" and name.lower() == "content-length"):
+                self.send_header(name, value)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = relay
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def flaky_conn(s3_server: Any, monkeypatch: pytest.MonkeyPatch
+               ) -> Iterator[tuple[str, Catalog, FlakyProxy]]:
+    """A connection reaching a catalog on the real S3 server through a FlakyProxy."""
+    catalog = Catalog.create(f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}",
+                             s3_server.storage_options)
+    proxy = FlakyProxy(s3_server.endpoint_url)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    options = {**s3_server.storage_options, "client_kwargs": {
+        "endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"},
+        "config_kwargs": {"retries": {"max_attempts": 1}}}  # fail fast: no botocore retries
+    monkeypatch.setenv("AIRFLOW_CONN_OLYMPIA_FLAKY", json.dumps({
+        "conn_type": "olympia", "host": catalog.uri,
+        "extra": {"storage_options": options}}))
+    yield "olympia_flaky", catalog, proxy
+    proxy.shutdown()
+    proxy.server_close()
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("failure", [REQUEST_TIMEOUT, SLOW_DOWN])
+def test_trigger_retries_transient_storage_errors(
+        flaky_conn: tuple[str, Catalog, FlakyProxy], failure: Failure) -> None:
+    conn_id, catalog, proxy = flaky_conn
+    trigger = OlympiaCatalogTrigger(conn_id, Condition(after_version=0).to_dict(),
+                                    poke_interval=0.1, timeout=120)
+
+    async def failing_then_committed() -> dict[str, Any]:
+        proxy.failing = failure
+        waiting = asyncio.ensure_future(first_event(trigger))
+        # each check fails after the storage's own retries: wait for a few of them
+        while proxy.refused < 20 and not waiting.done():
+            await asyncio.sleep(0.1)
+        assert not waiting.done(), waiting.result()  # a transient error does not end it
+        proxy.failing = None
+        await asyncio.to_thread(catalog.create_namespace, "n")  # straight to the server
+        return await asyncio.wait_for(waiting, 60)
+
+    assert asyncio.run(failing_then_committed()) == {"status": "success", "version": 1}
+
+
+def test_trigger_fails_at_once_on_a_permanent_error(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_OLYMPIA_NOWHERE", json.dumps(
+        {"conn_type": "olympia", "host": str(tmp_path / "no-catalog")}))
+    trigger = OlympiaCatalogTrigger("olympia_nowhere", Condition(after_version=0).to_dict(),
+                                    poke_interval=0.05, timeout=60)
+    started = time.monotonic()
+    payload = asyncio.run(first_event(trigger))
+    assert payload["status"] == "error" and "no-catalog" in payload["message"]
+    assert time.monotonic() - started < 10  # not retried until the deadline
+    with pytest.raises(AirflowException, match="no-catalog"):
+        OlympiaVersionSensor(task_id="w", olympia_conn_id="olympia_nowhere").execute_complete(
+            {}, payload)
+
+
+def test_validate_operator(tmp_path: Path) -> None:
+    spec = str(ROOT / "examples" / "catalog")
+    summary = OlympiaValidateOperator(task_id="validate", spec_path=spec,
+                                      variables={"finance_retention": "7y"}).execute(context())
+    assert "4 namespaces" in summary
+    (tmp_path / "bad.yaml").write_text("namespace: s\ntables:\n  t:\n    colums: []\n")
+    with pytest.raises(AirflowException, match=r"bad\.yaml:\d+:\d+"):
+        OlympiaValidateOperator(task_id="bad", spec_path=str(tmp_path)).execute(context())
 
 
 def test_apply_operator_plan_only_then_apply(conn: tuple[str, Catalog], tmp_path: Path) -> None:
@@ -257,18 +380,41 @@ def test_apply_operator_plan_only_then_apply(conn: tuple[str, Catalog], tmp_path
     assert result["version"] == 2 and "sales.orders" in result["changed_objects"]
     events = ctx["outlet_events"]
     assert events[Asset(name="cat", uri="olympia://cat/")].extra["version"] == 2
-    assert {a.uri for a, _ in events[alias].added} >= {"olympia://olympia-test/",
-                                                       "olympia://olympia-test/sales.orders"}
+    assert alias_uris(ctx, alias) >= {"olympia://olympia-test/",
+                                      "olympia://olympia-test/sales.orders"}
     again = OlympiaApplyOperator(task_id="again", olympia_conn_id=conn_id,
                                  spec_path=str(ROOT / "examples" / "catalog"),
                                  variables=variables, outlets=[alias])
     ctx = context()
     assert again.execute(ctx)["changes"] == []  # no-op when the plan is empty
-    assert ctx["outlet_events"][alias].added == []  # and no Asset event: nothing committed
+    assert alias_uris(ctx, alias) == set()  # and no Asset event: nothing committed
     stale = OlympiaApplyOperator(task_id="stale", olympia_conn_id=conn_id,
                                  plan_path=planned["plan_path"], expected_base_version=1)
     with pytest.raises(AirflowException, match="stale"):
         stale.execute(context())
+
+
+def test_apply_operator_takes_the_plan_from_xcom(conn: tuple[str, Catalog]) -> None:
+    """Without ``plan_out`` the plan itself is the plan task's XCom: any worker applies it."""
+    conn_id, catalog = conn
+    spec = str(ROOT / "examples" / "catalog")
+    planned = OlympiaApplyOperator(task_id="plan", olympia_conn_id=conn_id, plan_only=True,
+                                   spec_path=spec, variables={"finance_retention": "7y"}
+                                   ).execute(context())
+    assert planned["has_changes"] and planned["summary"]["create"] > 0
+    through_xcom = json.loads(json.dumps(planned))  # what XCom stores and hands back
+    result = OlympiaApplyOperator(task_id="apply", olympia_conn_id=conn_id,
+                                  plan=through_xcom).execute(context())
+    assert result["version"] == 2 and catalog.refresh() == 2
+    edited = {**through_xcom, "base_version": 0}
+    with pytest.raises(AirflowException, match="modified after it was saved"):
+        OlympiaApplyOperator(task_id="edited", olympia_conn_id=conn_id,
+                             plan=edited).execute(context())
+    with pytest.raises(ValueError, match="exactly one"):
+        OlympiaApplyOperator(task_id="both", spec_path=spec, plan=through_xcom)
+    _uri, options = OlympiaHook(conn_id).settings()
+    if "secret" in options:  # S3: the connection's secret is in no result
+        assert options["secret"] not in json.dumps([planned, result])
 
 
 def test_rollback_and_export_operators(conn: tuple[str, Catalog], location: Location) -> None:

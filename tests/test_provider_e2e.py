@@ -7,6 +7,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from olympia import Catalog, versions
+from olympia.expire import ExpirePolicy, expire_local
 from olympia.spec import load_spec
 
 pytestmark = pytest.mark.airflow
@@ -21,6 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 EXAMPLE_VARS = yaml.safe_load((ROOT / "examples" / "vars.yaml").read_text())
 EXAMPLE_NAMESPACES = sorted(load_spec(ROOT / "examples" / "catalog", EXAMPLE_VARS).namespaces)
+CATALOG_URI = "olympia://olympia-default/"
+SECRET = f"e2e-secret-{uuid.uuid4().hex}"  # the connection's password (S3 secret key)
+
+# A sensor in reschedule mode: every poke is a new run of the task, with its XCom cleared.
+RESCHEDULE_DAG = '''
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from olympia_provider.sensors.olympia import OlympiaObjectChangedSensor
+
+with DAG("olympia_e2e_reschedule", schedule=None, start_date=datetime(2026, 1, 1)):
+    OlympiaObjectChangedSensor(task_id="wait_for_orders", olympia_conn_id="olympia_sensor",
+                               kind="table", namespace="s", name="orders",
+                               mode="reschedule", poke_interval=1, timeout=300)
+'''
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +47,19 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     home = tmp_path_factory.mktemp("airflow_home")
     warehouse = home / "warehouse"
     Catalog.create(str(warehouse))
+    dags = home / "dags"
+    dags.mkdir()
+    (dags / "olympia_catalog.py").symlink_to(ROOT / "examples" / "dags" / "olympia_catalog.py")
+    (dags / "olympia_e2e_reschedule.py").write_text(RESCHEDULE_DAG)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "examples" / "dags"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW_CONN_OLYMPIA_DEFAULT": json.dumps({
-            "conn_type": "olympia", "host": str(warehouse),
+            "conn_type": "olympia", "host": str(warehouse), "login": "e2e-key-id",
+            "password": SECRET,
             "extra": {"storage_options": {"max_concurrency": 4}, "spark_master": "local[2]"}}),
         "AIRFLOW_VAR_OLYMPIA_EXPORT_TARGET": str(home / "exports"),
         "WAREHOUSE": str(warehouse),
@@ -52,6 +76,22 @@ def run(env: dict[str, str], *args: str) -> str:
     return output
 
 
+def metadata_db(env: dict[str, str]) -> sqlite3.Connection:
+    return sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db", timeout=30)
+
+
+def queued_runs(db: sqlite3.Connection) -> set[tuple[str, str]]:
+    """(DAG, asset URI) pairs whose Asset events wait for the scheduler to start a run."""
+    return set(db.execute("SELECT q.target_dag_id, a.uri FROM asset_dag_run_queue q "
+                          "JOIN asset a ON a.id = q.asset_id"))
+
+
+def start_queued_runs(db: sqlite3.Connection) -> None:
+    """What the scheduler does when it starts the runs queued by Asset events."""
+    with db:
+        db.execute("DELETE FROM asset_dag_run_queue")
+
+
 def test_provider_is_discovered(airflow_env: dict[str, str]) -> None:
     info = run(airflow_env, "providers", "get", "olympia-catalog", "--output", "json")
     assert "olympia-catalog" in info
@@ -61,20 +101,32 @@ def test_provider_is_discovered(airflow_env: dict[str, str]) -> None:
 
 def test_example_dags_end_to_end(airflow_env: dict[str, str]) -> None:
     warehouse = airflow_env["WAREHOUSE"]
-    run(airflow_env, "dags", "test", "olympia_apply")
+    run(airflow_env, "dags", "reserialize")
+    # maintenance is scheduled on the catalog Asset: unpaused, its runs get queued (no
+    # scheduler runs here, so nothing starts them)
+    run(airflow_env, "dags", "unpause", "olympia_maintenance")
+    db = metadata_db(airflow_env)
+    outputs = [run(airflow_env, "dags", "test", "olympia_apply")]
     catalog = Catalog.open(warehouse)
     assert catalog.version == 1
     assert catalog.list_namespaces() == EXAMPLE_NAMESPACES
     info = versions.history(catalog, limit=1)[0].info
     assert info["airflow_dag"] == "olympia_apply"
+    assert queued_runs(db) == {("olympia_maintenance", CATALOG_URI)}
+    start_queued_runs(db)
 
-    run(airflow_env, "dags", "test", "olympia_maintenance")
+    outputs.append(run(airflow_env, "dags", "test", "olympia_apply"))  # nothing to change
+    assert catalog.refresh() == 1
+    assert queued_runs(db) == set()  # no Asset event: maintenance is not started
+
+    outputs.append(run(airflow_env, "dags", "test", "olympia_maintenance"))
     catalog.refresh()
     assert catalog.version == 2  # the export's bookkeeping version
     (name,) = catalog.catalog_def.exported_snapshots
     assert name.startswith("maintenance-") and catalog.catalog_def.exports[name].version == 1
     exported = Catalog.open(catalog.catalog_def.exports[name].target)
     assert exported.list_namespaces() == EXAMPLE_NAMESPACES
+    assert queued_runs(db) == set()  # its export's commit does not start it again
 
     run(airflow_env, "dags", "test", "olympia_export_version")  # deferrable sensor inline
     catalog.refresh()
@@ -85,14 +137,69 @@ def test_example_dags_end_to_end(airflow_env: dict[str, str]) -> None:
     run(airflow_env, "dags", "test", "olympia_rollback")
     catalog.refresh()
     assert catalog.version == 4 and versions.history(catalog, limit=1)[0].is_rollback
+    assert queued_runs(db) == {("olympia_maintenance", CATALOG_URI)}
 
-    run(airflow_env, "dags", "test", "olympia_apply")  # nothing to change: no new version
-    assert catalog.refresh() == 4
-
-    db = sqlite3.connect(Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db")
     uris = [row[0] for row in db.execute(
         "SELECT asset.uri FROM asset_event JOIN asset ON asset.id = asset_event.asset_id")]
     # the catalog Asset: the first apply and the rollback; not the no-change apply, and
     # not the exports (maintenance is scheduled on that Asset and must not retrigger itself)
-    assert uris.count("olympia://olympia-default/") == 2
-    assert "olympia://olympia-default/sales.orders" in uris  # one event per changed object
+    assert uris.count(CATALOG_URI) == 2
+    assert uris.count(CATALOG_URI + "sales.orders") == 1  # one event per changed object
+
+    # the connection's secret reaches no task log and no XCom of apply, export or expire
+    # (`dags test` prints the task logs; any log files land under AIRFLOW_HOME/logs)
+    assert "Applied 14 changes as version 1" in outputs[0] and "Expired 0 versions" in outputs[2]
+    logs = [p.read_text(errors="replace")
+            for p in (Path(airflow_env["AIRFLOW_HOME"]) / "logs").rglob("*") if p.is_file()]
+    xcoms = list(db.execute("SELECT dag_id, task_id, CAST(value AS TEXT) FROM xcom"))
+    assert {("olympia_apply", "apply"), ("olympia_maintenance", "export"),
+            ("olympia_maintenance", "expire")} <= {(dag, task) for dag, task, _ in xcoms}
+    rendered = [row[0] for row in db.execute(
+        "SELECT CAST(rendered_fields AS TEXT) FROM rendered_task_instance_fields")]
+    for text in [*outputs, *logs, *(value for _, _, value in xcoms), *rendered]:
+        assert SECRET not in text
+
+
+def test_rescheduled_sensor_keeps_its_baseline(airflow_env: dict[str, str],
+                                               tmp_path: Path) -> None:
+    """Each poke of a reschedule-mode sensor is a new run of the task: the baseline (and the
+    object's definition at it) must survive that, and the expiry of the baseline version."""
+    catalog = Catalog.create(str(tmp_path / "sensed"))
+    catalog.create_namespace("s")
+    catalog.create_table("s", "orders", columns=[{"name": "id", "type": "int8"}])
+    env = {**airflow_env, "AIRFLOW_CONN_OLYMPIA_SENSOR": json.dumps(
+        {"conn_type": "olympia", "host": catalog.uri})}
+    db = metadata_db(airflow_env)
+
+    def reschedules() -> int:
+        return db.execute("SELECT count(*) FROM task_reschedule r JOIN task_instance t "
+                          "ON t.id = r.ti_id WHERE t.dag_id = 'olympia_e2e_reschedule'"
+                          ).fetchone()[0]
+
+    def wait_for_reschedules(count: int) -> None:
+        deadline = time.monotonic() + 120
+        while reschedules() < count:
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "the sensor was not rescheduled"
+            time.sleep(0.2)
+
+    proc = subprocess.Popen([AIRFLOW, "dags", "test", "olympia_e2e_reschedule"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_reschedules(1)  # poked once at the baseline, rescheduled
+        baseline = catalog.refresh()
+        catalog.create_table("s", "other", columns=[{"name": "id", "type": "int8"}])
+        expire_local(catalog, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
+                                           force=True), settle_ms=0)
+        assert catalog.files.oldest_version() > baseline  # the baseline version is gone
+        wait_for_reschedules(reschedules() + 2)  # later pokes need not read it
+        catalog.alter_table("s.orders", set_properties={"owner": "sales"})
+        output = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output[-4000:]
+    (value,) = db.execute("SELECT CAST(value AS TEXT) FROM xcom WHERE dag_id = "
+                          "'olympia_e2e_reschedule' AND key = 'return_value'").fetchone()
+    assert json.loads(value) == catalog.refresh()

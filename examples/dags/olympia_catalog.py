@@ -20,6 +20,7 @@ from olympia_provider.operators.olympia import (
     OlympiaExpireOperator,
     OlympiaExportOperator,
     OlympiaRollbackOperator,
+    OlympiaValidateOperator,
     catalog_asset,
     changes_alias,
 )
@@ -32,14 +33,15 @@ START = datetime(2026, 1, 1)
 
 with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
          tags=["olympia"], doc_md="Validate and plan the spec, then apply it as one version."):
+    validate = OlympiaValidateOperator(task_id="validate", spec_path=SPEC_DIR,
+                                       variables=VARIABLES)
+    # The plan travels in XCom, so the apply task may run on another worker.
     plan = OlympiaApplyOperator(task_id="plan", spec_path=SPEC_DIR, variables=VARIABLES,
                                 plan_only=True)
     # The alias emits the catalog's Asset event only when a version is committed, so an
     # apply that changes nothing does not start the maintenance DAG.
-    apply = OlympiaApplyOperator(
-        task_id="apply", plan_path="{{ ti.xcom_pull(task_ids='plan')['plan_path'] }}",
-        outlets=[changes_alias()])
-    plan >> apply
+    apply = OlympiaApplyOperator(task_id="apply", plan=plan.output, outlets=[changes_alias()])
+    validate >> plan >> apply
 
 # Scheduled on the catalog Asset; its own export commits a version too, so it has no
 # outlets (it would trigger itself) and runs one at a time.
@@ -47,9 +49,9 @@ with DAG("olympia_maintenance", schedule=[catalog_asset()], start_date=START, ca
          max_active_runs=1, tags=["olympia"],
          doc_md="After each new version: export the latest one, then expire old ones."):
     export = OlympiaExportOperator(
-        task_id="export", export_name="maintenance-{{ ts_nodash }}",
+        task_id="export", export_name="maintenance-{{ dag_run.run_after | ts_nodash }}",
         target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
-                   "/{{ ts_nodash }}",
+                   "/{{ dag_run.run_after | ts_nodash }}",
         mode="full")
     expire = OlympiaExpireOperator(task_id="expire", keep_last=20, older_than="7d",
                                    grace="3d")
@@ -62,10 +64,10 @@ with DAG("olympia_export_version", schedule=None, start_date=START, catchup=Fals
                                    target_version="{{ params.version }}", deferrable=True,
                                    poke_interval=30, timeout=3600)
     reached >> OlympiaExportOperator(
-        task_id="export", export_name="v{{ params.version }}-{{ ts_nodash }}",
+        task_id="export", export_name="v{{ params.version }}-{{ dag_run.run_after | ts_nodash }}",
         version="{{ params.version }}",
         target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
-                   "/v{{ params.version }}-{{ ts_nodash }}",
+                   "/v{{ params.version }}-{{ dag_run.run_after | ts_nodash }}",
         mode="full")
 
 with DAG("olympia_rollback", schedule=None, start_date=START, catchup=False,

@@ -70,7 +70,8 @@ class Condition:
         if self.kind is None or self.before is not None:
             return self
         assert self.after_version is not None
-        before = catalog.at_version(self.after_version).definition_path(self._ref())
+        before = None if self.after_version < 0 else (  # -1: before the catalog existed
+            catalog.at_version(self.after_version).definition_path(self._ref()))
         return replace(self, before=before or "")
 
     def check(self, uri: str, options: dict[str, Any]) -> int | None:

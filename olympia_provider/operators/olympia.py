@@ -1,10 +1,9 @@
-"""Operators: apply (or plan) a spec, roll back, export, expire — thin over the library."""
+"""Operators: validate, plan and apply a spec, roll back, export, expire — thin over the
+library."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
@@ -67,26 +66,51 @@ class _OlympiaOperator(BaseOperator):
                 events[outlet].extra = extra
 
 
-class OlympiaApplyOperator(_OlympiaOperator):
-    """Plan ``spec_path`` (or load the saved ``plan_path``) and apply it as one version.
+class OlympiaValidateOperator(BaseOperator):
+    """Validate the spec at ``spec_path`` without touching any catalog; returns its summary.
+    A :class:`~olympia.exceptions.SpecError` fails the task listing every problem."""
 
-    With ``plan_only`` it saves the plan instead (``plan_out``, default a temp file) and
-    returns ``{"plan_path", "has_changes", "summary"}`` for review DAGs. Otherwise it returns
-    ``{"version", "changes", "changed_objects"}`` and emits Asset events.
-    """
+    template_fields: Sequence[str] = ("spec_path", "variables")
 
-    template_fields: Sequence[str] = ("spec_path", "plan_path", "plan_out", "variables",
-                                      "git_commit", "expected_base_version")
-
-    def __init__(self, *, spec_path: str | None = None, plan_path: str | None = None,
-                 variables: Mapping[str, str] | None = None, allow_destructive: bool = False,
-                 expected_base_version: int | None = None, plan_only: bool = False,
-                 plan_out: str | None = None, git_commit: str | None = None,
+    def __init__(self, *, spec_path: str, variables: Mapping[str, str] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if (spec_path is None) == (plan_path is None):
-            raise ValueError("give exactly one of spec_path and plan_path")
         self.spec_path = spec_path
+        self.variables = variables
+
+    def execute(self, context: Context) -> str:
+        try:
+            summary = load_spec(self.spec_path, self.variables).summary()
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.info("Valid: %s", summary)
+        return summary
+
+
+class OlympiaApplyOperator(_OlympiaOperator):
+    """Plan ``spec_path`` (or take a saved plan: ``plan``, its JSON form, or ``plan_path``)
+    and apply it as one version; returns ``{"version", "changes", "changed_objects"}`` and
+    emits Asset events.
+
+    With ``plan_only`` it returns the plan's JSON form instead (it has ``has_changes`` and
+    ``summary``), which the apply task takes as ``plan=plan_task.output`` from any worker;
+    with ``plan_out`` it saves the plan to that file (a path every worker can read) and
+    returns ``{"plan_path", "has_changes", "summary"}``.
+    """
+
+    template_fields: Sequence[str] = ("spec_path", "plan", "plan_path", "plan_out",
+                                      "variables", "git_commit", "expected_base_version")
+
+    def __init__(self, *, spec_path: str | None = None, plan: Mapping[str, Any] | None = None,
+                 plan_path: str | None = None, variables: Mapping[str, str] | None = None,
+                 allow_destructive: bool = False, expected_base_version: int | None = None,
+                 plan_only: bool = False, plan_out: str | None = None,
+                 git_commit: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if sum(x is not None for x in (spec_path, plan, plan_path)) != 1:
+            raise ValueError("give exactly one of spec_path, plan and plan_path")
+        self.spec_path = spec_path
+        self.plan = plan
         self.plan_path = plan_path
         self.variables = variables
         self.allow_destructive = allow_destructive
@@ -98,7 +122,9 @@ class OlympiaApplyOperator(_OlympiaOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         catalog = self.hook.get_catalog()
         try:
-            if self.plan_path:
+            if self.plan is not None:
+                plan = Plan.from_dict(self.plan, "the plan given")
+            elif self.plan_path:
                 plan = Plan.load(self.plan_path)
             else:
                 assert self.spec_path is not None
@@ -109,11 +135,11 @@ class OlympiaApplyOperator(_OlympiaOperator):
                 raise AirflowException(
                     f"the plan's base version is {plan.base_version}, expected "
                     f"{self.expected_base_version}: the catalog moved, re-plan")
+            if self.plan_only and not self.plan_out:
+                return plan.to_dict()
             if self.plan_only:
-                out = self.plan_out or tempfile.mkstemp(prefix="olympia-plan-",
-                                                        suffix=".json")[1]
-                plan.save(out)
-                return {"plan_path": str(Path(out)), "has_changes": plan.has_changes,
+                plan.save(self.plan_out)
+                return {"plan_path": self.plan_out, "has_changes": plan.has_changes,
                         "summary": plan.summary()}
             info = {"airflow_dag": context["dag"].dag_id, "airflow_run": context["run_id"]}
             if self.git_commit:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
+from olympia.exceptions import OlympiaError, TransientStorageError
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
 from olympia_provider.triggers.olympia import OlympiaCatalogTrigger
+
+STATE_KEY = "olympia_condition"
 
 
 class _CatalogSensor(BaseSensorOperator):
@@ -36,22 +38,38 @@ class _CatalogSensor(BaseSensorOperator):
         return OlympiaHook(self.olympia_conn_id).version_at(
             getattr(dag_run, "start_date", None))
 
+    def _pinned(self, context: Context) -> Condition:
+        """The condition, pinned when the task first runs and kept in the task state store
+        (Airflow 3.3+), so a reschedule or retry reuses it without reading the baseline
+        version again (expiry may have removed it meanwhile)."""
+        store = context.get("task_state_store")
+        saved = store.get(STATE_KEY) if store is not None else None
+        if isinstance(saved, dict):
+            return Condition(**saved)
+        try:
+            condition = OlympiaHook(self.olympia_conn_id).pin(
+                self.condition(self._baseline(context)))
+        except OlympiaError as exc:
+            raise AirflowException(f"Olympia sensor baseline: {exc}") from exc
+        if store is not None:
+            store.set(STATE_KEY, condition.to_dict())
+        return condition
+
     def execute(self, context: Context) -> Any:
-        hook = OlympiaHook(self.olympia_conn_id)
-        self._condition = hook.pin(self.condition(self._baseline(context)))
+        self._condition = self._pinned(context)
         if not self.deferrable:
             return super().execute(context)
-        timeout = self.timeout.total_seconds() if isinstance(self.timeout, timedelta) else (
-            self.timeout)
-        interval = self.poke_interval.total_seconds() if isinstance(
-            self.poke_interval, timedelta) else self.poke_interval
         self.defer(trigger=OlympiaCatalogTrigger(self.olympia_conn_id,
-                                                 self._condition.to_dict(), float(interval),
-                                                 timeout),
+                                                 self._condition.to_dict(), self.poke_interval,
+                                                 self.timeout),
                    method_name="execute_complete")
 
     def poke(self, context: Context) -> PokeReturnValue:
-        version = OlympiaHook(self.olympia_conn_id).check(self._condition)
+        try:
+            version = OlympiaHook(self.olympia_conn_id).check(self._condition)
+        except TransientStorageError as exc:  # the sensor's timeout bounds the retries
+            self.log.warning("Catalog check failed, will retry: %s", exc)
+            version = None
         if version is not None:
             self.log.info("Catalog condition met at version %s", version)
         return PokeReturnValue(is_done=version is not None, xcom_value=version)

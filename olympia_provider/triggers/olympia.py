@@ -46,15 +46,20 @@ class OlympiaCatalogTrigger(BaseTrigger):
             except TransientStorageError as exc:
                 self.log.warning("Catalog check failed, will retry: %s", exc)
                 version = None
-            except Exception as exc:  # report, do not crash the triggerer
-                yield TriggerEvent({"status": "error", "message": str(exc)})
+            except Exception as exc:  # permanent: report it, do not crash the triggerer
+                yield TriggerEvent({"status": "error",
+                                    "message": f"{type(exc).__name__}: {exc}"})
                 return
             if version is not None:
                 yield TriggerEvent({"status": "success", "version": version})
                 return
-            if self.deadline is not None and time.time() >= self.deadline:
-                when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.deadline))
-                yield TriggerEvent({"status": "timeout",
-                                    "message": f"condition not met by {when}"})
-                return
-            await asyncio.sleep(self.poke_interval)
+            wait = self.poke_interval
+            if self.deadline is not None:
+                left = self.deadline - time.time()
+                if left <= 0:
+                    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.deadline))
+                    yield TriggerEvent({"status": "timeout",
+                                        "message": f"condition not met by {when}"})
+                    return
+                wait = min(wait, left)  # one last check at the deadline
+            await asyncio.sleep(wait)
