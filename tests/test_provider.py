@@ -10,7 +10,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from airflow.sdk import DAG, Asset, AssetAlias
-from airflow.sdk.api.datamodels._generated import DagRun
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowSkipException,
@@ -72,14 +70,6 @@ def context() -> dict[str, Any]:
 def alias_uris(ctx: dict[str, Any], alias: AssetAlias) -> set[str]:
     """The Assets an operator added events for under ``alias``."""
     return {e.dest_asset_key.uri for e in ctx["outlet_events"][alias].asset_alias_events}
-
-
-def dag_run(start_date: datetime) -> DagRun:
-    """The DAG run of a task's context, as the task runner gets it from the API server."""
-    return DagRun(dag_id="unit", run_id="manual__1", logical_date=None,
-                  data_interval_start=None, data_interval_end=None, run_after=start_date,
-                  start_date=start_date, end_date=None, run_type="manual", state="running",
-                  consumed_asset_events=[], partition_key=None)
 
 
 async def first_event(trigger: OlympiaCatalogTrigger) -> dict[str, Any]:
@@ -175,24 +165,31 @@ def test_object_changed_sensor(conn: tuple[str, Catalog]) -> None:
     assert created.poke({}).is_done
 
 
-def test_sensor_baseline_is_the_version_latest_when_the_run_started(
+class TaskStateStore(dict):  # type: ignore[type-arg]
+    """The get/set of Airflow's per-task-instance state store (the e2e test uses the real
+    one, through a rescheduled sensor)."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+def test_sensor_baseline_is_the_version_seen_when_the_task_first_ran(
         conn: tuple[str, Catalog]) -> None:
     conn_id, catalog = conn
-    started = datetime.now(UTC)
-    time.sleep(0.01)
+    store = TaskStateStore()
+    first = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id)
+    first._condition = first._pinned({"task_state_store": store})
+    assert first._condition.after_version == catalog.version
+    assert not first.poke({}).is_done
     catalog.create_table("s", "t", columns=COLS)
-    # a rescheduled or retried sensor is a new instance with no XCom: same baseline each time
-    for _ in range(2):
-        sensor = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id, timeout=5,
-                                      poke_interval=0.05)
-        assert sensor.execute({"dag_run": dag_run(started)}) == catalog.version
-    later = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id)
-    assert later._baseline({"dag_run": dag_run(datetime.now(UTC))}) == catalog.version
-    early = datetime(2000, 1, 1, tzinfo=UTC)  # before the catalog: all versions new
-    assert later._baseline({"dag_run": dag_run(early)}) == -1
+    # a rescheduled or retried sensor is a new instance: it takes the baseline from the store
+    again = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id, timeout=5,
+                                 poke_interval=0.05)
+    assert again.execute({"task_state_store": store}) == catalog.version
     new_object = OlympiaObjectChangedSensor(task_id="o", olympia_conn_id=conn_id, kind="view",
                                             namespace="s", name="v", poke_interval=0.05)
-    new_object._condition = new_object._pinned({"dag_run": dag_run(early)})
+    new_object._condition = new_object._pinned({})
+    assert new_object._condition.before == ""  # absent at the baseline
     assert not new_object.poke({}).is_done
     catalog.create_view("s", "v", sql="SELECT 1")
     assert new_object.poke({}).is_done

@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
-from olympia.exceptions import NotFoundError, OlympiaError
-from olympia.versions import at_timestamp
+from olympia.exceptions import OlympiaError
 
 KINDS = {"namespace": ObjectType.NAMESPACE, "table": ObjectType.TABLE, "view": ObjectType.VIEW}
 
@@ -70,8 +68,7 @@ class Condition:
         if self.kind is None or self.before is not None:
             return self
         assert self.after_version is not None
-        before = None if self.after_version < 0 else (  # -1: before the catalog existed
-            catalog.at_version(self.after_version).definition_path(self._ref()))
+        before = catalog.at_version(self.after_version).definition_path(self._ref())
         return replace(self, before=before or "")
 
     def check(self, uri: str, options: dict[str, Any]) -> int | None:
@@ -118,21 +115,6 @@ class OlympiaHook(BaseHook):
         """The catalog at its latest version."""
         uri, options = self.settings()
         return Catalog.open(uri, options)
-
-    def version_at(self, when: datetime | None) -> int:
-        """The version that was latest at ``when`` (None: now); if every kept version is
-        newer, the one before the oldest kept."""
-        catalog = self.get_catalog()
-        if when is None:
-            return catalog.version
-        try:
-            return at_timestamp(catalog, int(when.timestamp() * 1000)).version
-        except NotFoundError:
-            return catalog.files.oldest_version() - 1
-
-    def pin(self, condition: Condition) -> Condition:
-        """``condition`` with what it compares against read now (see :meth:`Condition.pinned`)."""
-        return condition.pinned(self.get_catalog())
 
     def test_connection(self) -> tuple[bool, str]:
         try:

@@ -29,26 +29,21 @@ class _CatalogSensor(BaseSensorOperator):
     def condition(self, baseline: int) -> Condition:
         raise NotImplementedError
 
-    def _baseline(self, context: Context) -> int:
-        """``after_version``, else the version that was latest when the DAG run started:
-        the same answer on every poke, reschedule and retry."""
-        if self.after_version is not None:
-            return int(self.after_version)
-        dag_run = context.get("dag_run")
-        return OlympiaHook(self.olympia_conn_id).version_at(
-            getattr(dag_run, "start_date", None))
-
     def _pinned(self, context: Context) -> Condition:
-        """The condition, pinned when the task first runs and kept in the task state store
-        (Airflow 3.3+), so a reschedule or retry reuses it without reading the baseline
-        version again (expiry may have removed it meanwhile)."""
+        """The condition, fixed when the task first runs: its baseline (``after_version``,
+        else the latest version then) and, for an object, its definition at the baseline.
+        It is kept in the task state store (Airflow 3.3), so reschedules and retries reuse it
+        without reading the baseline version again (expiry may have removed it meanwhile)."""
         store = context.get("task_state_store")
         saved = store.get(STATE_KEY) if store is not None else None
         if isinstance(saved, dict):
             return Condition(**saved)
+        hook = OlympiaHook(self.olympia_conn_id)
         try:
-            condition = OlympiaHook(self.olympia_conn_id).pin(
-                self.condition(self._baseline(context)))
+            catalog = hook.get_catalog()
+            baseline = (catalog.version if self.after_version is None
+                        else int(self.after_version))
+            condition = self.condition(baseline).pinned(catalog)
         except OlympiaError as exc:
             raise AirflowException(f"Olympia sensor baseline: {exc}") from exc
         if store is not None:
@@ -86,8 +81,8 @@ class _CatalogSensor(BaseSensorOperator):
 
 
 class OlympiaVersionSensor(_CatalogSensor):
-    """Waits until the latest version exceeds ``after_version`` (default: the version latest
-    when the DAG run started), or reaches ``target_version``. Returns the version (XCom)."""
+    """Waits until the latest version exceeds ``after_version`` (default: the version seen
+    when the task first ran), or reaches ``target_version``. Returns the version (XCom)."""
 
     template_fields: Sequence[str] = ("after_version", "target_version")
 
@@ -102,7 +97,7 @@ class OlympiaVersionSensor(_CatalogSensor):
 
 class OlympiaObjectChangedSensor(_CatalogSensor):
     """Waits until a namespace, table or view is created, or its definition changes, after
-    ``after_version`` (default: the version latest when the DAG run started)."""
+    ``after_version`` (default: the version seen when the task first ran)."""
 
     template_fields: Sequence[str] = ("namespace", "name", "after_version")
 
