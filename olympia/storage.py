@@ -309,7 +309,8 @@ def _is_transient(exc: BaseException | str) -> bool:
     return any(
         marker in text
         for marker in ("SlowDown", "Throttl", "RequestTimeout", "ServiceUnavailable",
-                       "InternalError", "Connection reset", "503", "500 ")
+                       "InternalError", "Connection reset", "500 ", "(500)", "(502)", "503",
+                       "(504)")
     )
 
 

@@ -90,6 +90,8 @@ class ReadTimeoutError(Exception):
     (OSError(errno.EBUSY, "SlowDown"), True),  # what s3fs makes of a 503 SlowDown
     (OSError(errno.EREMOTEIO, "server error"), True),  # and of other 5xx answers
     (ReadTimeoutError("read timed out"), True),
+    # s3fs's form of a code it has no errno for, e.g. a gateway error on a HEAD request
+    (OSError(errno.EIO, "An error occurred (502) when calling the HeadObject operation"), True),
     (ConnectionResetError("reset by peer"), True),
     (PermissionError("access denied"), False),
     (OSError(errno.EINVAL, "bad request"), False),
