@@ -57,7 +57,10 @@ class Catalog(CatalogReader):
     opened, refreshed by :meth:`refresh` and by every commit made through it.
     """
 
-    commit_attempts = 10
+    # Storage-level commit attempts before CommitConflict "other writers kept winning"; with
+    # the jittered backoff between them (up to 1.28 s each) a writer under heavy contention
+    # keeps trying for about 15 s rather than starving after a couple of seconds.
+    commit_attempts = 25
 
     def __init__(self, files: CatalogFiles, root: Root) -> None:
         self.files = files

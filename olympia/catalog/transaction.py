@@ -573,7 +573,7 @@ class Transaction(CatalogReader):
                 storage.create_exclusive(version_path(version), root_bytes)
             except FileAlreadyExists:
                 base = self._rebase(base)
-                time.sleep(random.uniform(0, 0.02 * 2 ** min(attempt, 5)))
+                time.sleep(random.uniform(0, 0.02 * 2 ** min(attempt, 6)))
                 continue
             committed = Root(version, version_path(version), root, cdef)
             self.files.remember_root(committed)
