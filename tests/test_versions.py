@@ -183,9 +183,8 @@ def test_full_export_is_self_contained(location: Location, tmp_path: Any) -> Non
     assert "full1" in catalog.catalog_def.exported_snapshots
 
 
-def test_interrupted_export_resumes(location: Location) -> None:
-    catalog = build(location, tables=30, order=3)
-    target = location.sub("exports/resumed")
+def interrupt_export(catalog: Catalog, target: Location) -> None:
+    """Start exporting ``catalog`` as "r" to ``target`` and stop it after five copies."""
     calls = {"n": 0}
 
     def flaky(done: int, total: int) -> None:
@@ -196,6 +195,12 @@ def test_interrupted_export_resumes(location: Location) -> None:
     with pytest.raises(RuntimeError, match="interrupted"):
         versions.export(catalog, "r", target.uri, target_storage_options=target.storage_options,
                         progress=flaky)
+
+
+def test_interrupted_export_resumes(location: Location) -> None:
+    catalog = build(location, tables=30, order=3)
+    target = location.sub("exports/resumed")
+    interrupt_export(catalog, target)
     assert "r" not in catalog.catalog_def.exported_snapshots
     result = versions.export(catalog, "r", target.uri,
                              target_storage_options=target.storage_options)
@@ -365,16 +370,7 @@ def test_full_export_over_other_versions_is_refused(location: Location) -> None:
 def test_resumed_export_skips_only_identical_files(location: Location) -> None:
     catalog = build(location, tables=30, order=3)
     target = location.sub("exports/resumed")
-    calls = {"n": 0}
-
-    def flaky(done: int, total: int) -> None:
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise RuntimeError("interrupted")
-
-    with pytest.raises(RuntimeError, match="interrupted"):
-        versions.export(catalog, "r", target.uri, target_storage_options=target.storage_options,
-                        progress=flaky)
+    interrupt_export(catalog, target)
     storage = Storage(target.uri, target.storage_options)
     copied = sorted(f.path for f in storage.list() if f.path.startswith("node/"))
     assert copied
