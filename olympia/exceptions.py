@@ -75,6 +75,42 @@ class NotFoundError(CatalogError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NoSuchCatalogError(NotFoundError):
+    """No Olympia catalog exists at the URI."""
+
+
+class NoSuchNamespaceError(NotFoundError):
+    """The namespace does not exist."""
+
+
+class NoSuchTableError(NotFoundError):
+    """The table does not exist."""
+
+
+class NoSuchViewError(NotFoundError):
+    """The view does not exist."""
+
+
+class NoSuchColumnError(NotFoundError):
+    """The column does not exist in its table."""
+
+
+class NoSuchVersionError(NotFoundError):
+    """The catalog version does not exist (yet)."""
+
+
+class VersionExpiredError(NoSuchVersionError):
+    """The catalog version existed but has been expired (it is below ``vn/oldest``)."""
+
+
+class NoSuchExportError(NotFoundError):
+    """No export of that name is recorded in the catalog."""
+
+
+class NoSuchTransactionError(NotFoundError):
+    """No saved distributed transaction of that id exists."""
+
+
 class AlreadyExistsError(CatalogError):
     """The object already exists."""
 

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.files import LATEST, CatalogFiles, Root
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path, version_path
-from olympia.catalog.reader import CatalogReader, Snapshot
+from olympia.catalog.objects import Column, Namespace, Table, View
+from olympia.catalog.reader import CatalogReader, Identifier, Snapshot
 from olympia.catalog.transaction import Transaction, now_millis
 from olympia.exceptions import (
     AlreadyExistsError,
     FileAlreadyExists,
     InvalidArgumentError,
-    NotFoundError,
+    NoSuchVersionError,
+    VersionExpiredError,
 )
 from olympia.storage import Storage
 from olympia.tree.node import Node, encode_node
@@ -38,16 +40,6 @@ def isolation_level(value: str | int) -> int:
         raise InvalidArgumentError(
             f"unknown isolation level {value!r}; use SNAPSHOT or SERIALIZABLE")
     return level
-
-
-def _one_shot(name: str) -> Callable[..., Any]:
-    def method(self: Catalog, *args: Any, **kwargs: Any) -> Any:
-        with self.transaction() as txn:
-            return getattr(txn, name)(*args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"Run :meth:`Transaction.{name}` in a transaction of its own."
-    return method
 
 
 class Catalog(CatalogReader):
@@ -177,10 +169,10 @@ class Catalog(CatalogReader):
         """A read-only view of ``version``."""
         oldest = self.files.oldest_version()
         if version < oldest:
-            raise NotFoundError(
+            raise VersionExpiredError(
                 f"version {version} has expired; the oldest kept version is {oldest}")
         if version > self.version and version > self.refresh():
-            raise NotFoundError(f"version {version} does not exist; latest is {self.version}")
+            raise NoSuchVersionError(f"version {version} does not exist; latest is {self.version}")
         return Snapshot(self.files, self.files.read_root(version))
 
     # --- writes ----------------------------------------------------------------------------
@@ -197,16 +189,254 @@ class Catalog(CatalogReader):
         return Transaction(self, self._snapshot, level)
 
 
-    # one-shot changes, each in a transaction of its own
-    create_namespace = _one_shot("create_namespace")
-    alter_namespace = _one_shot("alter_namespace")
-    drop_namespace = _one_shot("drop_namespace")
-    rename_namespace = _one_shot("rename_namespace")
-    create_table = _one_shot("create_table")
-    alter_table = _one_shot("alter_table")
-    drop_table = _one_shot("drop_table")
-    rename_table = _one_shot("rename_table")
-    create_view = _one_shot("create_view")
-    replace_view = _one_shot("replace_view")
-    drop_view = _one_shot("drop_view")
-    rename_view = _one_shot("rename_view")
+    # --- one-shot changes, each in a transaction (and a version) of its own ---------------
+
+    def create_namespace(self, namespace: str, properties: Mapping[str, str] | None = None,
+                         comment: str = "", protected: bool = False) -> Namespace:
+        """Create a namespace.
+
+        Args:
+            namespace: The namespace name (format naming rules apply).
+            properties: String properties stored with the namespace.
+            comment: A free-text description.
+            protected: Refuse drops of this namespace (plans never drop it).
+
+        Returns:
+            The created namespace.
+
+        Raises:
+            AlreadyExistsError: The namespace exists.
+            InvalidNameError: The name breaks the naming rules.
+            CommitConflict: A concurrent commit created the same namespace.
+        """
+        with self.transaction() as txn:
+            return txn.create_namespace(namespace, properties, comment, protected)
+
+    def alter_namespace(self, namespace: str, set_properties: Mapping[str, str] | None = None,
+                        unset_properties: Sequence[str] = (), comment: str | None = None,
+                        protected: bool | None = None) -> Namespace:
+        """Change a namespace's properties, comment or protected flag (None keeps it).
+
+        Args:
+            namespace: The namespace to change.
+            set_properties: Properties to add or overwrite.
+            unset_properties: Property names to remove.
+            comment: The new comment.
+            protected: The new protected flag.
+
+        Returns:
+            The namespace as changed (unchanged, and no version written, if nothing differs).
+
+        Raises:
+            NoSuchNamespaceError: The namespace does not exist.
+            CommitConflict: A concurrent commit changed the namespace.
+        """
+        with self.transaction() as txn:
+            return txn.alter_namespace(namespace, set_properties, unset_properties, comment,
+                                       protected)
+
+    def drop_namespace(self, namespace: str, cascade: bool = False) -> None:
+        """Drop a namespace, and with ``cascade`` every table and view in it.
+
+        Raises:
+            NoSuchNamespaceError: The namespace does not exist.
+            NamespaceNotEmptyError: It holds objects and ``cascade`` is False.
+            ProtectedObjectError: The namespace (or, with cascade, an object in it) is
+                protected.
+        """
+        with self.transaction() as txn:
+            txn.drop_namespace(namespace, cascade)
+
+    def rename_namespace(self, namespace: str, new_name: str) -> Namespace:
+        """Rename a namespace, moving its tables and views with it.
+
+        Returns:
+            The renamed namespace.
+
+        Raises:
+            NoSuchNamespaceError: ``namespace`` does not exist.
+            AlreadyExistsError: ``new_name`` exists.
+        """
+        with self.transaction() as txn:
+            return txn.rename_namespace(namespace, new_name)
+
+    def create_table(self, identifier: Identifier, name: str | None = None,
+                     columns: Sequence[Column | Mapping[str, Any]] = (),
+                     properties: Mapping[str, str] | None = None, *, format: str = "iceberg",
+                     table_type: str = "external", location: str = "",
+                     format_properties: Mapping[str, str] | None = None, comment: str = "",
+                     protected: bool = False) -> Table:
+        """Create a table.
+
+        Args:
+            identifier: ``"ns.table"``, ``("ns", "table")``, or the namespace with ``name``.
+            name: The table name when ``identifier`` is only the namespace.
+            columns: :class:`Column` objects or mappings such as
+                ``{"name": "id", "type": "int8", "nullable": False}``; ids are assigned.
+            properties: String table properties.
+            format: The table format (``iceberg``, ``delta``, ``parquet``, ...).
+            table_type: ``external`` or ``managed``.
+            location: The format's location, e.g. an Iceberg metadata file.
+            format_properties: Format-specific string properties.
+            comment: A free-text description.
+            protected: Refuse drops of this table.
+
+        Returns:
+            The created table.
+
+        Raises:
+            NoSuchNamespaceError: The namespace does not exist.
+            AlreadyExistsError: A table or view of that name exists.
+            InvalidNameError: A name breaks the naming rules.
+            InvalidArgumentError: A column is malformed.
+        """
+        with self.transaction() as txn:
+            return txn.create_table(identifier, name, columns, properties, format=format,
+                                    table_type=table_type, location=location,
+                                    format_properties=format_properties, comment=comment,
+                                    protected=protected)
+
+    def alter_table(
+        self, identifier: Identifier, name: str | None = None, *,
+        set_properties: Mapping[str, str] | None = None, unset_properties: Sequence[str] = (),
+        add_columns: Sequence[Column | Mapping[str, Any]] = (),
+        remove_columns: Sequence[str] = (), rename_columns: Mapping[str, str] | None = None,
+        update_columns: Mapping[str, Column | Mapping[str, Any]] | None = None,
+        column_order: Sequence[str] | None = None, comment: str | None = None,
+        location: str | None = None, format_properties: Mapping[str, str] | None = None,
+        protected: bool | None = None,
+    ) -> Table:
+        """Change a table; column changes apply in the order remove, rename, update, add,
+        reorder (see :meth:`Transaction.alter_table`). None leaves an attribute as it is.
+
+        Returns:
+            The table as changed (unchanged, and no version written, if nothing differs).
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            NoSuchColumnError: A removed, renamed or updated column does not exist.
+            AlreadyExistsError: An added or renamed column's name is taken.
+            InvalidArgumentError: ``column_order`` does not list exactly the columns.
+        """
+        with self.transaction() as txn:
+            return txn.alter_table(
+                identifier, name, set_properties=set_properties,
+                unset_properties=unset_properties, add_columns=add_columns,
+                remove_columns=remove_columns, rename_columns=rename_columns,
+                update_columns=update_columns, column_order=column_order, comment=comment,
+                location=location, format_properties=format_properties, protected=protected)
+
+    def drop_table(self, identifier: Identifier, name: str | None = None) -> None:
+        """Drop a table (its definition; the format's data files are not touched).
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            ProtectedObjectError: The table is protected.
+        """
+        with self.transaction() as txn:
+            txn.drop_table(identifier, name)
+
+    def rename_table(self, identifier: Identifier, new_name: str) -> Table:
+        """Rename a table within its namespace.
+
+        Returns:
+            The renamed table.
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            AlreadyExistsError: A table or view named ``new_name`` exists.
+        """
+        with self.transaction() as txn:
+            return txn.rename_table(identifier, new_name)
+
+    def create_view(self, identifier: Identifier, name: str | None = None, sql: str = "", *,
+                    dialect: str = "ansi", columns: Sequence[Column | Mapping[str, Any]] = (),
+                    referenced_objects: Sequence[Identifier] = (), default_namespace: str = "",
+                    properties: Mapping[str, str] | None = None, comment: str = "",
+                    protected: bool = False) -> View:
+        """Create a view.
+
+        Args:
+            identifier: ``"ns.view"``, ``("ns", "view")``, or the namespace with ``name``.
+            name: The view name when ``identifier`` is only the namespace.
+            sql: The view's query text (required).
+            dialect: The SQL dialect of ``sql``.
+            columns: The declared output columns.
+            referenced_objects: Tables and views the query reads; each must exist.
+            default_namespace: The namespace unqualified names in ``sql`` resolve in.
+            properties: String view properties.
+            comment: A free-text description.
+            protected: Refuse drops of this view.
+
+        Returns:
+            The created view.
+
+        Raises:
+            NoSuchNamespaceError: The namespace does not exist.
+            NotFoundError: A referenced object does not exist.
+            AlreadyExistsError: A table or view of that name exists.
+            InvalidArgumentError: ``sql`` is empty or a column is malformed.
+        """
+        with self.transaction() as txn:
+            return txn.create_view(identifier, name, sql, dialect=dialect, columns=columns,
+                                   referenced_objects=referenced_objects,
+                                   default_namespace=default_namespace, properties=properties,
+                                   comment=comment, protected=protected)
+
+    def replace_view(self, identifier: Identifier, name: str | None = None, sql: str = "", *,
+                     dialect: str = "ansi", columns: Sequence[Column | Mapping[str, Any]] = (),
+                     referenced_objects: Sequence[Identifier] = (),
+                     default_namespace: str = "", properties: Mapping[str, str] | None = None,
+                     comment: str = "", protected: bool = False) -> View:
+        """Replace a view's whole definition (arguments as :meth:`create_view`).
+
+        Returns:
+            The new view (the old one, and no version written, if nothing differs).
+
+        Raises:
+            NoSuchViewError: The view does not exist.
+            NotFoundError: A referenced object does not exist.
+        """
+        with self.transaction() as txn:
+            return txn.replace_view(identifier, name, sql, dialect=dialect, columns=columns,
+                                    referenced_objects=referenced_objects,
+                                    default_namespace=default_namespace,
+                                    properties=properties, comment=comment, protected=protected)
+
+    def drop_view(self, identifier: Identifier, name: str | None = None) -> None:
+        """Drop a view.
+
+        Raises:
+            NoSuchViewError: The view does not exist.
+            ProtectedObjectError: The view is protected.
+        """
+        with self.transaction() as txn:
+            txn.drop_view(identifier, name)
+
+    def rename_view(self, identifier: Identifier, new_name: str) -> View:
+        """Rename a view within its namespace.
+
+        Returns:
+            The renamed view.
+
+        Raises:
+            NoSuchViewError: The view does not exist.
+            AlreadyExistsError: A table or view named ``new_name`` exists.
+        """
+        with self.transaction() as txn:
+            return txn.rename_view(identifier, new_name)
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the storage's thread pool; the object must not be used afterwards.
+
+        ``with Catalog.open(uri) as catalog:`` closes on exit.
+        """
+        self.storage.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()

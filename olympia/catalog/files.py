@@ -11,7 +11,13 @@ from google.protobuf.message import DecodeError, Message
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.keys import KeyCodec, NameLimits, version_path
-from olympia.exceptions import CorruptFileError, FileNotFound, NotFoundError
+from olympia.exceptions import (
+    CorruptFileError,
+    FileNotFound,
+    NoSuchCatalogError,
+    NoSuchVersionError,
+    NotFoundError,
+)
 from olympia.storage import Storage
 from olympia.tree.btree import NodeStore
 from olympia.tree.node import Node, parse_node_file
@@ -123,7 +129,7 @@ class CatalogFiles:
         try:
             data = self.storage.read(path)
         except FileNotFound:
-            raise NotFoundError(
+            raise NoSuchVersionError(
                 f"version {version} does not exist in {self.storage.uri} ({path})"
             ) from None
         root = self._decode_root(version, path, data)
@@ -185,7 +191,7 @@ class CatalogFiles:
             root = self.read_root(start)
         except NotFoundError:
             if start == 0:
-                raise NotFoundError(f"no Olympia catalog at {self.storage.uri}") from None
+                raise NoSuchCatalogError(f"no Olympia catalog at {self.storage.uri}") from None
             root = self.read_root(start - 1)
             return root
         low, step = start, 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -12,7 +12,13 @@ from olympia.catalog import actions
 from olympia.catalog.files import CatalogFiles, Root
 from olympia.catalog.keys import PREFIX, KeyCodec, ObjectRef, ObjectType
 from olympia.catalog.objects import Namespace, Table, View, as_identifier
-from olympia.exceptions import NotFoundError, ReadOnlyError
+from olympia.exceptions import (
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    NotFoundError,
+    ReadOnlyError,
+)
 from olympia.tree import btree
 
 Identifier = str | tuple[str, str]
@@ -122,32 +128,34 @@ class CatalogReader(ABC):
 
     def _list_children(self, kind: ObjectType, namespace: str) -> list[str]:
         if not self.namespace_exists(namespace):
-            raise NotFoundError(f"namespace {namespace} does not exist")
+            raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
         return [self.codec.decode(k).name for k, _ in self._scan(kind, namespace)]
 
     def _require(self, ref: ObjectRef, cls: type[M]) -> M:
         path = self._get(ref)
         if path is None:
-            raise NotFoundError(f"{ref.label} does not exist")
+            raise missing(ref)
         return self.files.read_def(path, cls)
 
     def _prefix(self, kind: ObjectType, namespace: str | None) -> str:
         return PREFIX[kind] if namespace is None else self.codec.children_prefix(kind, namespace)
 
 
+_MISSING: dict[ObjectType, type[NotFoundError]] = {
+    ObjectType.NAMESPACE: NoSuchNamespaceError,
+    ObjectType.TABLE: NoSuchTableError,
+    ObjectType.VIEW: NoSuchViewError,
+}
+
+
+def missing(ref: ObjectRef) -> NotFoundError:
+    """The precise "does not exist" error for ``ref`` (NoSuchTableError for a table, ...)."""
+    return _MISSING.get(ref.type, NotFoundError)(f"{ref.label} does not exist")
+
+
 def _ref(kind: ObjectType, identifier: Identifier, name: str | None) -> ObjectRef:
     namespace, obj = as_identifier(identifier, name)
     return ObjectRef(kind, namespace, obj)
-
-
-def _read_only(name: str) -> Callable[..., NoReturn]:
-    def method(self: Snapshot, *args: object, **kwargs: object) -> NoReturn:
-        raise ReadOnlyError(f"version {self.version} is a read-only view of the catalog: "
-                            f"{name} is refused; write through the latest catalog")
-
-    method.__name__ = name
-    method.__doc__ = f"Refused: a version view is read-only (use ``Catalog.{name}``)."
-    return method
 
 
 class Snapshot(CatalogReader):
@@ -185,18 +193,23 @@ class Snapshot(CatalogReader):
     def depth(self) -> int:
         return btree.depth(self.nodes, self.root.node)
 
-    # Snapshots are read-only: every write of Catalog is refused, naming the version.
-    transaction = _read_only("transaction")
-    create_namespace = _read_only("create_namespace")
-    alter_namespace = _read_only("alter_namespace")
-    drop_namespace = _read_only("drop_namespace")
-    rename_namespace = _read_only("rename_namespace")
-    create_table = _read_only("create_table")
-    alter_table = _read_only("alter_table")
-    drop_table = _read_only("drop_table")
-    rename_table = _read_only("rename_table")
-    create_view = _read_only("create_view")
-    replace_view = _read_only("replace_view")
-    drop_view = _read_only("drop_view")
-    rename_view = _read_only("rename_view")
+    if not TYPE_CHECKING:  # type checkers see no write methods at all
+        def __getattr__(self, name: str) -> Callable[..., NoReturn]:
+            """The write methods a :class:`Catalog` has exist here only to refuse, by name."""
+            if name not in WRITE_METHODS:
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}")
 
+            def refuse(*args: object, **kwargs: object) -> NoReturn:
+                raise ReadOnlyError(
+                    f"version {self.version} is a read-only view of the catalog: {name} is "
+                    f"refused; write through the latest catalog")
+            return refuse
+
+
+# Catalog methods that change the catalog; a Snapshot refuses each with ReadOnlyError.
+WRITE_METHODS = frozenset({
+    "transaction", "create_namespace", "alter_namespace", "drop_namespace", "rename_namespace",
+    "create_table", "alter_table", "drop_table", "rename_table", "create_view", "replace_view",
+    "drop_view", "rename_view",
+})

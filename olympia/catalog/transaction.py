@@ -43,6 +43,8 @@ from olympia.exceptions import (
     FileAlreadyExists,
     InvalidArgumentError,
     NamespaceNotEmptyError,
+    NoSuchColumnError,
+    NoSuchNamespaceError,
     NotFoundError,
     ProtectedObjectError,
     StorageError,
@@ -239,7 +241,7 @@ class Transaction(CatalogReader):
 
     def _require_namespace(self, namespace: str) -> None:
         if not self.namespace_exists(namespace):
-            raise NotFoundError(f"namespace {namespace} does not exist")
+            raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
 
     def _require_free(self, namespace: str, name: str) -> None:
         for kind in (TABLE, VIEW):
@@ -369,7 +371,7 @@ class Transaction(CatalogReader):
         refs = tuple(as_identifier(r) for r in referenced_objects)
         for ns, obj in refs:
             if not (self.table_exists(ns, obj) or self.view_exists(ns, obj)):
-                raise NotFoundError(
+                raise NotFoundError(  # the view's referenced object, table or view
                     f"view {namespace}.{name} references {ns}.{obj}, which does not exist")
         if not sql.strip():
             raise InvalidArgumentError(f"view {namespace}.{name} needs SQL text")
@@ -475,7 +477,12 @@ class Transaction(CatalogReader):
     # --- commit --------------------------------------------------------------------------
 
     def abort(self) -> None:
-        """Discard the transaction; nothing has been written."""
+        """Discard the transaction: no version will refer to anything it staged.
+
+        Staging writes nothing. A commit that failed (a conflict, a storage error) may
+        already have written its definition and node files before the root race; they stay
+        behind unreferenced, and expiry removes them once older than its grace period.
+        """
         if self._state == "open":
             self._state = "aborted"
             self._ended()
@@ -640,6 +647,6 @@ def _alter_properties(current: Mapping[str, str], set_properties: Mapping[str, s
 
 def _require_column(table: Table, columns: Mapping[str, Column], name: str) -> None:
     if name not in columns:
-        raise NotFoundError(
+        raise NoSuchColumnError(
             f"column {name} does not exist in table {table.namespace}.{table.name}")
 

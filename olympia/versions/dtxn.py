@@ -31,7 +31,7 @@ from olympia.exceptions import (
     CorruptFileError,
     FileNotFound,
     InvalidArgumentError,
-    NotFoundError,
+    NoSuchTransactionError,
     TransactionExpiredError,
 )
 from olympia.tree import btree
@@ -89,7 +89,7 @@ def load_transaction(catalog: Catalog, txn_id: str) -> pb.DistributedTransaction
     try:
         data = catalog.storage.read(path)
     except FileNotFound:
-        raise NotFoundError(f"no distributed transaction {txn_id!r} (it may have been "
+        raise NoSuchTransactionError(f"no distributed transaction {txn_id!r} (it may have been "
                             "committed, aborted or expired)") from None
     return parse_def(data, catalog.storage.display(path), pb.DistributedTransactionDef)
 
@@ -172,6 +172,6 @@ def list_transactions(catalog: Catalog) -> list[pb.DistributedTransactionDef]:
     for txn_id in ids:
         try:
             records.append(load_transaction(catalog, unquote(txn_id)))
-        except NotFoundError:
+        except NoSuchTransactionError:
             continue  # committed or aborted since the listing
     return sorted(records, key=lambda r: r.began_at_millis)

@@ -37,7 +37,7 @@ from olympia.exceptions import (
     FileAlreadyExists,
     FileNotFound,
     InvalidArgumentError,
-    NotFoundError,
+    VersionExpiredError,
 )
 from olympia.storage import FsspecBackend, LocalBackend, MemoryBackend, Storage
 from olympia.tree.node import parse_node_file
@@ -250,7 +250,8 @@ def _record(catalog: Catalog, record: pb.SnapshotExportDef) -> int:
         new_def.exported_snapshots[record.name] = record.root_path
         new_def.exports[record.name].CopyFrom(record)
         if record.version < catalog.files.oldest_version():
-            raise NotFoundError(f"version {record.version} expired while it was being exported")
+            raise VersionExpiredError(
+                f"version {record.version} expired while it was being exported")
         txn.set_catalog_def(new_def, actions.make(
             A.CATALOG_EXPORT, None, export=apb.ExportDef(
                 name=record.name, mode=pb.ExportMode.Name(record.mode).lower(),

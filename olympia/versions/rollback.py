@@ -6,7 +6,7 @@ from olympia._proto import actions_pb2 as apb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
-from olympia.exceptions import InvalidArgumentError, NotFoundError
+from olympia.exceptions import InvalidArgumentError, VersionExpiredError
 
 
 def rollback(catalog: Catalog, to_version: int | str) -> int:
@@ -28,7 +28,7 @@ def rollback(catalog: Catalog, to_version: int | str) -> int:
                                    f"got {to_version!r}")
     oldest = catalog.files.oldest_version()
     if target < oldest:
-        raise NotFoundError(f"cannot roll back to version {target}: the oldest kept version "
+        raise VersionExpiredError(f"cannot roll back to version {target}: the oldest kept version "
                             f"is {oldest}")
     if target >= latest:
         raise InvalidArgumentError(
@@ -37,7 +37,7 @@ def rollback(catalog: Catalog, to_version: int | str) -> int:
 
     def target_still_kept(_: object) -> None:  # expiry may have raised vn/oldest meanwhile
         if target < catalog.files.oldest_version():
-            raise NotFoundError(f"version {target} expired while rolling back to it")
+            raise VersionExpiredError(f"version {target} expired while rolling back to it")
 
     txn.before_commit.append(target_still_kept)
     txn.restore_tree(root, actions.make(

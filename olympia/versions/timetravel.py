@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import path_version
 from olympia.catalog.reader import Snapshot
-from olympia.exceptions import InvalidArgumentError, NotFoundError
+from olympia.exceptions import InvalidArgumentError, NoSuchExportError, VersionExpiredError
 
 
 def at_version(catalog: Catalog, version: int) -> Snapshot:
@@ -26,7 +26,7 @@ def at_timestamp(catalog: Catalog, millis: int) -> Snapshot:
     oldest = catalog.files.oldest_version()
     low_root = catalog.files.read_root(oldest)
     if millis < low_root.created_at_millis:
-        raise NotFoundError(
+        raise VersionExpiredError(
             f"no version was latest at {format_millis(millis)}: the oldest kept version "
             f"{oldest} was created at {format_millis(low_root.created_at_millis)}")
     low, high = oldest, latest  # invariant: created_at(low) <= millis
@@ -45,10 +45,11 @@ def at_export(catalog: Catalog, name: str) -> Snapshot:
     exported = catalog.catalog_def.exported_snapshots
     if name not in exported:
         known = ", ".join(sorted(exported)) or "none"
-        raise NotFoundError(f"unknown export {name!r} (exports: {known})")
+        raise NoSuchExportError(f"unknown export {name!r} (exports: {known})")
     version = path_version(exported[name])
     if version is None:
-        raise NotFoundError(f"export {name!r} records an invalid root path {exported[name]!r}")
+        raise NoSuchExportError(
+            f"export {name!r} records an invalid root path {exported[name]!r}")
     return Snapshot(catalog.files, catalog.files.read_root(version))
 
 
