@@ -23,6 +23,7 @@ from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
+from olympia.catalog.columns import change_columns
 from olympia.catalog.files import LATEST, Root
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path, version_path
 from olympia.catalog.objects import (
@@ -33,7 +34,6 @@ from olympia.catalog.objects import (
     as_identifier,
     assign_column_ids,
     coerce_columns,
-    max_column_id,
 )
 from olympia.catalog.reader import CatalogReader, Identifier, Snapshot
 from olympia.exceptions import (
@@ -43,7 +43,6 @@ from olympia.exceptions import (
     FileAlreadyExists,
     InvalidArgumentError,
     NamespaceNotEmptyError,
-    NoSuchColumnError,
     NoSuchNamespaceError,
     NotFoundError,
     ProtectedObjectError,
@@ -286,45 +285,11 @@ class Transaction(CatalogReader):
         table = self.load_table(identifier, name)
         ref = ObjectRef(TABLE, table.namespace, table.name)
         props, prop_changes = _alter_properties(table.properties, set_properties, unset_properties)
-        cols = list(table.columns)
-        by_name = {c.name: c for c in cols}
-        for removed in remove_columns:
-            _require_column(table, by_name, removed)
-            del by_name[removed]
-        cols = [c for c in cols if c.name in by_name]
         renames = dict(rename_columns or {})
-        for old_name, new_name in renames.items():
-            _require_column(table, by_name, old_name)
-            if new_name in by_name and new_name not in renames:
-                raise AlreadyExistsError(f"column {new_name} already exists in table {ref}")
-        cols = [replace(c, name=renames.get(c.name, c.name)) for c in cols]
-        next_id = max_column_id(table.columns) + 1
-        updates = {k: Column.coerce(v, k) for k, v in (update_columns or {}).items()}
-        for i, col in enumerate(cols):
-            if col.name in updates:
-                new_col = replace(updates.pop(col.name), name=col.name)
-                (new_col,) = assign_column_ids([new_col], next_id)
-                next_id = max_column_id([new_col]) + 1
-                cols[i] = replace(new_col, id=col.id)
-        if updates:
-            _require_column(table, {c.name: c for c in cols}, next(iter(updates)))
-        added = assign_column_ids(coerce_columns(add_columns), next_id)
-        names = {c.name for c in cols}
-        for col in added:
-            if col.name in names:
-                raise AlreadyExistsError(f"column {col.name} already exists in table {ref}")
-        cols += added
-        unordered = [c.name for c in cols]
-        if column_order is not None:
-            if sorted(column_order) != sorted(c.name for c in cols):
-                raise InvalidArgumentError(
-                    f"column_order for table {ref} must list exactly its columns: "
-                    f"{', '.join(c.name for c in cols)}"
-                )
-            position = {n: i for i, n in enumerate(column_order)}
-            cols.sort(key=lambda c: position[c.name])
+        change = change_columns(str(ref), table.columns, remove=remove_columns, rename=renames,
+                                update=update_columns, add=add_columns, order=column_order)
         new = replace(
-            table, columns=tuple(cols), properties=props,
+            table, columns=change.columns, properties=props,
             comment=table.comment if comment is None else comment,
             location=table.location if location is None else location,
             format_properties=table.format_properties if format_properties is None
@@ -340,13 +305,13 @@ class Transaction(CatalogReader):
             (A.TABLE_ALTER_REMOVE_COLUMNS, list(remove_columns)),
             (A.TABLE_ALTER_RENAME_COLUMN, [f"{o}->{n}" for o, n in renames.items()]),
             (A.TABLE_ALTER_UPDATE_COLUMN, list((update_columns or {}).keys())),
-            (A.TABLE_ALTER_ADD_COLUMNS, [c.name for c in added]),
+            (A.TABLE_ALTER_ADD_COLUMNS, [c.name for c in change.added]),
         ]
         for type_, names_ in col_actions:
             if names_:
                 self._record(type_, ref, path,
                              columns=apb.ColumnNamesDef(column_names=names_))
-        if [c.name for c in new.columns] != unordered:
+        if change.reordered:
             self._record(A.TABLE_ALTER_REORDER_COLUMNS, ref, path,
                          columns=apb.ColumnNamesDef(column_names=[c.name for c in new.columns]))
         others = (new.comment, new.location, dict(new.format_properties), new.protected)
@@ -643,10 +608,3 @@ def _alter_properties(current: Mapping[str, str], set_properties: Mapping[str, s
     for key in unset_keys:
         del props[key]
     return props, (set_keys, unset_keys)
-
-
-def _require_column(table: Table, columns: Mapping[str, Column], name: str) -> None:
-    if name not in columns:
-        raise NoSuchColumnError(
-            f"column {name} does not exist in table {table.namespace}.{table.name}")
-
