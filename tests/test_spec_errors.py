@@ -248,8 +248,8 @@ def test_alias_cycles_and_alias_bombs_are_errors(tmp_path: Path,
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n"
         for i in range(7))
-    assert one(tmp_path, "namespace: s\n" + bomb) == (
-        "F:1:1: more than 10000 values after expanding aliases")
+    assert one(tmp_path, "namespace: s\n" + bomb) == (  # where the limit was reached
+        "F:2:32: more than 10000 values after expanding aliases")
 
 
 # --- problems found against the catalog (plan time): nothing is written ------------------------

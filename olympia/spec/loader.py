@@ -21,17 +21,26 @@ from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
 from olympia.spec import schema
 from olympia.spec import variables as spec_variables
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
-from olympia.spec.yamlpos import Document, Path_, Position, Problem, load_documents
+from olympia.spec.yamlpos import (
+    Document,
+    Path_,
+    Position,
+    Problem,
+    excerpt,
+    load_documents,
+    read_text,
+)
 
 DEFAULT_NAME_LIMIT = 100  # the format's default; plans check the catalog's own limits
 SUFFIXES = (".yaml", ".yml")
 
 
 def spec_files(path: Path) -> list[Path]:
-    """``path`` itself, or every ``*.yaml``/``*.yml`` under it outside hidden folders."""
+    """``path`` itself, or every ``*.yaml``/``*.yml`` under it outside hidden folders (any
+    kind of file but a folder: reading one that is not a regular file is an error)."""
     if not path.is_dir():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
+    return sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and not p.is_dir()
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
@@ -73,10 +82,8 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
     digest = hashlib.sha256()
     for file in files:
         name = file.relative_to(root).as_posix() if root.is_dir() else file.name
-        try:
-            text = file.read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            builder.problems.append(Problem(Position(str(file), 1, 1), f"cannot read: {exc}"))
+        text = read_text(file, builder.problems)
+        if text is None:
             continue
         digest.update(f"file\0{name}\0{text}\0".encode())
         for doc in load_documents(text, str(file), substitute, builder.problems):
@@ -175,7 +182,7 @@ class _Builder:
             return None
         where = doc.at((*path, "renamed_from"))
         if old == name:
-            self.problem(where, f"renamed_from {old!r} is the {kind}'s own name")
+            self.problem(where, f"renamed_from {excerpt(old)} is the {kind}'s own name")
             return None
         first = self.renames.get((kind, ns, old))
         if first is not None:
@@ -247,8 +254,8 @@ class _Builder:
         for i, body in enumerate(raw):
             name = body["name"]
             if name in seen:
-                self.problem(doc.at((*path, i, "name")),
-                             f"duplicate column {name!r} (also at {doc.at((*path, seen[name]))})")
+                self.problem(doc.at((*path, i, "name")), f"duplicate column {excerpt(name)} "
+                                                         f"(also at {doc.at((*path, seen[name]))})")
                 ok = False
             seen.setdefault(name, i)
             column = self._column(doc, (*path, i), name)
@@ -263,23 +270,25 @@ class _Builder:
                 continue
             where = doc.at((*path, i, "renamed_from"))
             if old == body["name"]:
-                self.problem(where, f"renamed_from {old!r} is the column's own name")
+                self.problem(where, f"renamed_from {excerpt(old)} is the column's own name")
                 ok = False
             elif old in seen:
-                self.problem(where, f"renamed_from {old!r}: a column {old!r} is declared too; "
-                                    "a renamed column's old name cannot stay")
+                self.problem(where, f"renamed_from {excerpt(old)}: a column {excerpt(old)} is "
+                                    "declared too; a renamed column's old name cannot stay")
                 ok = False
             elif list(renames.values()).count(old) > 1:
-                self.problem(where, f"column {old!r} is renamed twice")
+                self.problem(where, f"column {excerpt(old)} is renamed twice")
                 ok = False
         return (tuple(columns), renames) if ok else None
 
     def _column(self, doc: Document, path: Path_, name: str) -> Column | None:
         """One column (or struct field, list element, map key/value) at ``path``."""
         body: dict[str, Any] = doc.get(path)
-        what = f"column {name!r}"
+        what = f"column {excerpt(name)}"
         try:
-            canonical_type(body["type"])
+            if canonical_type(body["type"]) == "varchar(0)":
+                raise InvalidArgumentError("varchar(0) is not a length: the catalog stores "
+                                           "length 0 as unbounded text; write varchar")
         except InvalidArgumentError as exc:
             self.problem(doc.at((*path, "type")), f"{what}: {exc}")
             return None
@@ -289,7 +298,7 @@ class _Builder:
         for i, item in enumerate(body.get("fields") or []):
             if item["name"] in seen:
                 self.problem(doc.at((*path, "fields", i, "name")),
-                             f"{what}: duplicate field {item['name']!r}")
+                             f"{what}: duplicate field {excerpt(item['name'])}")
                 ok = False
             seen.add(item["name"])
             field = self._column(doc, (*path, "fields", i), item["name"])
@@ -323,15 +332,15 @@ class _Builder:
             old = item.renamed_from
             if old is not None and old in spec.namespaces:
                 self.problem(self.renames[("namespace", "", old)],
-                             f"renamed_from {old!r}: namespace {old} is declared too; a "
+                             f"renamed_from {excerpt(old)}: namespace {old} is declared too; a "
                              "renamed namespace's old name cannot stay")
         for kind, items in (("table", spec.tables), ("view", spec.views)):
             for (ns, _), obj in items.items():
                 old = obj.renamed_from
                 if old is not None and self.declared(ns, old):
                     self.problem(self.renames[(kind, ns, old)],
-                                 f"renamed_from {old!r}: {ns}.{old} is declared too; a renamed "
-                                 f"{kind}'s old name cannot stay")
+                                 f"renamed_from {excerpt(old)}: {ns}.{old} is declared too; a "
+                                 f"renamed {kind}'s old name cannot stay")
         renamed_ns = {s.renamed_from: n for n, s in spec.namespaces.items() if s.renamed_from}
         renamed_obj = {(ns, s.renamed_from): name for items in (spec.tables, spec.views)
                        for (ns, name), s in items.items() if s.renamed_from}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -18,9 +19,14 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from olympia.spec.yamlpos import Document, Path_, Problem
+from olympia.spec.yamlpos import Document, Path_, Problem, excerpt
 
 SCHEMA_FILE_NAME = "olympia-spec.schema.json"
+# the largest type parameter the schema's type pattern admits: the largest length a Java
+# engine (Spark, Trino, Hive) can hold, within the format's uint32 fields
+MAX_TYPE_PARAMETER = 2**31 - 1
+# a type's shape without the schema's bound on its parameters
+_TYPE_SHAPE = re.compile(r"\s*[A-Za-z][A-Za-z0-9]*\s*(\(\s*[0-9]+\s*(,\s*[0-9]+\s*)?\))?\s*")
 
 
 def schema_path() -> Path:
@@ -117,6 +123,11 @@ def _is_type_pattern(error: ValidationError) -> bool:
                 and error.validator_value == schema()["$defs"]["type"]["pattern"])
 
 
+_QUOTING = {"type": "is not of type", "enum": "is not one of",
+            "anyOf": "is not valid under any of the given schemas",
+            "oneOf": "is not valid under any of the given schemas"}
+
+
 def _where(path: Path_) -> str:
     out = ""
     for part in path:
@@ -133,8 +144,8 @@ def _message(error: ValidationError, key: str | None) -> str:
             message = ("a type with a comma was split by YAML flow syntax: quote it, e.g. "
                        'type: "decimal(12,2)"')
         else:
-            guess = difflib.get_close_matches(key, allowed, n=1)
-            message = f"unknown key {key!r}" + (
+            guess = difflib.get_close_matches(key[:100], allowed, n=1)
+            message = f"unknown key {excerpt(key)}" + (
                 f" (did you mean {guess[0]!r}?)" if guess else "") + (
                 f"; allowed: {', '.join(allowed)}")
     elif error.validator == "anyOf" and not path:
@@ -143,18 +154,28 @@ def _message(error: ValidationError, key: str | None) -> str:
     elif error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         message = f"missing required key {missing[0]!r}" if missing else error.message
+    elif _is_type_pattern(error) and _TYPE_SHAPE.fullmatch(error.instance):
+        message = (f"{excerpt(error.instance)}: type parameters are whole numbers from 0 to "
+                   f"{MAX_TYPE_PARAMETER}, written without leading zeros")
     elif _is_type_pattern(error):
-        message = (f"{error.instance!r} is not a type: write a type name, with parameters "
+        message = (f"{excerpt(error.instance)} is not a type: write a type name, with parameters "
                    "where it takes them (int8, varchar(20), decimal(12,2)); nested types are "
                    "type: struct, list or map with fields, element or key and value")
     elif error.validator == "pattern":
-        message = (f"{error.instance!r} is not allowed here: names may not contain control "
+        message = (f"{excerpt(error.instance)} is not allowed here: names may not contain control "
                    "characters, space or DEL, and references are written namespace.name")
     elif error.validator == "oneOf" and len(path) >= 2 and path[-2] == "references":
         message = ("a reference is 'namespace.name' or {namespace: NS, name: NAME} (for "
                    "namespaces containing dots)")
     elif error.validator == "minLength" and error.validator_value == 1:
         message = "must not be empty" if key is None else "a key must not be empty"
+    elif error.validator in _QUOTING:  # jsonschema's message holds the whole value
+        message = f"{excerpt(error.instance)} {_QUOTING[error.validator]}"
+        value = error.validator_value
+        if error.validator == "type":
+            message += " " + ", ".join(map(repr, [value] if isinstance(value, str) else value))
+        elif error.validator == "enum":
+            message += f" {value!r}"
     else:
         message = error.message
     where = _where(path)

@@ -13,7 +13,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from olympia.exceptions import SpecError
-from olympia.spec.yamlpos import Position, Problem, Substitute, load_documents
+from olympia.spec.yamlpos import (
+    Position,
+    Problem,
+    Substitute,
+    excerpt,
+    load_documents,
+    read_text,
+)
 
 ENV_PREFIX = "OLYMPIA_VAR_"
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -29,12 +36,9 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
 def read_var_file(path: str | Path) -> dict[str, str]:
     """A YAML mapping of NAME: scalar; raises SpecError (file:line:col) when it is not one."""
     file = str(path)
-    try:
-        text = Path(path).read_text("utf-8")
-    except OSError as exc:
-        raise SpecError([f"{file}: cannot read vars file ({exc.strerror or exc})"]) from None
     problems: list[Problem] = []
-    docs = load_documents(text, file, None, problems)
+    text = read_text(path, problems)
+    docs = [] if text is None else load_documents(text, file, None, problems)
     found: dict[str, str] = {}
     for doc in docs:
         if not isinstance(doc.data, dict):
@@ -42,10 +46,12 @@ def read_var_file(path: str | Path) -> dict[str, str]:
             continue
         for name, value in doc.data.items():
             if not re.fullmatch(NAME, name):
-                problems.append(Problem(doc.at_key((name,)), f"{name!r} is not a variable name "
-                                        "(letters, digits and _, not starting with a digit)"))
+                problems.append(Problem(doc.at_key((name,)), f"{excerpt(name)} is not a variable "
+                                        "name (letters, digits and _, not starting with a "
+                                        "digit)"))
             elif isinstance(value, dict | list) or value is None:
-                problems.append(Problem(doc.at((name,)), f"variable {name} needs a scalar value"))
+                problems.append(Problem(doc.at((name,)),
+                                        f"variable {name} needs a scalar value"))
             else:
                 found[name] = doc.text((name,))
     if problems:
@@ -74,9 +80,9 @@ def expander(variables: Mapping[str, str], used: dict[str, str]) -> Substitute:
                 return match.group(0)[1:]
             if in_key:
                 problems.append(Problem(position, f"variables are allowed in values only, not "
-                                        f"in the key {text!r}"))
+                                        f"in the key {excerpt(text)}"))
             elif name not in variables:
-                problems.append(Problem(position, f"undefined variable {name!r}: give --var "
+                problems.append(Problem(position, f"undefined variable {excerpt(name)}: give --var "
                                         f"{name}=VALUE, a --var-file, or the environment "
                                         f"variable {ENV_PREFIX}{name}"))
             else:

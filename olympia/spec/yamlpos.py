@@ -4,16 +4,26 @@ Scalars follow the YAML 1.2 core schema rather than PyYAML's YAML 1.1 default: o
 ``true``/``false`` are booleans (``NO``, ``on``, ``yes`` stay strings), only ``~``/``null``
 /empty is null, integers are decimal (``012`` stays a string), and dates stay strings.
 Mapping keys are always their source text (a table named ``on`` or ``1`` keeps its name).
+
+Files are untrusted input: only regular files of at most MAX_FILE_BYTES are read, characters
+YAML forbids end a file with their position, a document may expand (aliases counted at
+their expanded size) to at most MAX_EXPANDED_CHARS characters of values and keys, and
+messages quote values only as short excerpts.
 """
 
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from olympia.exceptions import InvalidArgumentError
+from olympia.inputs import MIB, read_user_file
 
 Path_ = tuple[str | int, ...]
 # (text, position, problems, in_key) -> text with variables expanded (in a key: only escapes
@@ -21,6 +31,25 @@ Path_ = tuple[str | int, ...]
 Substitute = Callable[[str, "Position", list["Problem"], bool], str]
 MAX_NODES = 2_000_000  # alias expansion guard ("billion laughs")
 MAX_DEPTH = 100  # collections nested deeper are refused (libyaml composes on the C stack)
+MAX_FILE_BYTES = 32 * MIB  # a spec or vars file
+MAX_EXPANDED_CHARS = 32 * MIB  # scalars and keys of one document, aliases expanded
+EXCERPT_CHARS = 80  # the most of a value a message quotes
+MAX_MESSAGE_CHARS = 1000  # a message built from other errors' text is cut to this
+# what YAML forbids in a stream (everything else is printable): C0 controls but tab and
+# line breaks, DEL, C1 controls but NEL, surrogates, U+FFFE and U+FFFF
+_FORBIDDEN = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd"
+                        "\U00010000-\U0010ffff]")
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = EXCERPT_CHARS
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 4
+_REPR.maxlevel = 2
+
+
+def excerpt(value: Any) -> str:
+    """``repr(value)`` cut to at most EXCERPT_CHARS characters (``...`` marks the cut), so a
+    message never holds a whole large value; a string's repr is cut in its middle."""
+    text = _REPR.repr(value)
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True, order=True)
@@ -39,6 +68,10 @@ class Problem:
 
     position: Position
     message: str
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MAX_MESSAGE_CHARS:  # e.g. an error quoting a huge name
+            object.__setattr__(self, "message", self.message[:MAX_MESSAGE_CHARS - 3] + "...")
 
     def __str__(self) -> str:
         return f"{self.position}: {self.message}"
@@ -154,6 +187,14 @@ class _Converter:
         self.problems = problems
         self.loader = CoreLoader("")
         self.nodes = 0
+        self.chars = 0  # of scalars and keys converted, aliases counted every time
+
+    def count(self, text: str, node: yaml.Node) -> None:
+        """Count ``text`` (of ``node``) into the document's expanded size."""
+        self.chars += len(text)
+        if self.chars > MAX_EXPANDED_CHARS:
+            raise _TooLarge(node, f"more than {MAX_EXPANDED_CHARS // MIB} Mi characters of "
+                            "values and keys after expanding aliases")
 
     def document(self, node: yaml.Node) -> Document:
         doc = Document(self.file, None)
@@ -171,7 +212,7 @@ class _Converter:
         """``active``: the collections being converted (id -> path), to catch alias cycles."""
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise _TooLarge(MAX_NODES)
+            raise _TooLarge(node, f"more than {MAX_NODES} values after expanding aliases")
         doc.positions[path] = _pos(node, self.file)
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path, doc)
@@ -193,6 +234,7 @@ class _Converter:
                 self.problem(key_node, "mapping keys must be plain names, not collections")
                 continue
             key = key_node.value
+            self.count(key, key_node)
             if key == "<<" and not key_node.style:
                 self.problem(key_node, "merge keys (<<) are not supported; use anchors and "
                                        "aliases (&name / *name) for whole values")
@@ -201,7 +243,8 @@ class _Converter:
                 key = self.substitute(key, _pos(key_node, self.file), self.problems, True)
             if key in out:
                 first = doc.key_positions[(*path, key)]
-                self.problem(key_node, f"duplicate key {key!r} (first at line {first.line})")
+                self.problem(key_node, f"duplicate key {excerpt(key)} (first at line "
+                                       f"{first.line})")
                 continue
             doc.key_positions[(*path, key)] = _pos(key_node, self.file)
             out[key] = self.convert(value_node, (*path, key), doc, active)
@@ -217,6 +260,7 @@ class _Converter:
             tag = "bool" if plain and _BOOL.match(text) else "str"
             node = yaml.ScalarNode(f"tag:yaml.org,2002:{tag}", text, node.start_mark,
                                    node.end_mark, style=node.style)
+        self.count(text, node)
         try:
             value = self.loader.construct_object(node)
         except yaml.constructor.ConstructorError as exc:
@@ -254,13 +298,49 @@ def _check_depth(text: str) -> None:
 _LOADER = _fast_loader()
 
 
+def _offset_position(text: str, offset: int, file: str) -> Position:
+    """The line and column of the character at ``offset`` in ``text``."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return Position(file, text.count("\n", 0, offset) + 1, offset - line_start + 1)
+
+
+def read_text(path: str | Path, problems: list[Problem]) -> str | None:
+    """The text of the spec or vars file ``path``, or None with a problem when it is not a
+    regular file, is larger than MAX_FILE_BYTES, cannot be read or is not UTF-8 (at the first
+    byte that is not)."""
+    file = str(path)
+    try:
+        data = read_user_file(path, MAX_FILE_BYTES)
+    except InvalidArgumentError as exc:
+        problems.append(Problem(Position(file, 1, 1), f"cannot read: {exc}"))
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start].decode("utf-8")
+        problems.append(Problem(_offset_position(before, len(before), file),
+                                f"not UTF-8 text: byte 0x{data[exc.start]:02x}"))
+        return None
+
+
 def load_documents(text: str, file: str, substitute: Substitute | None,
                    problems: list[Problem]) -> list[Document]:
     """Parse every document of a YAML stream (empty documents are skipped).
 
     Problems (invalid YAML, duplicate keys, undefined variables...) are appended to
-    ``problems``; a syntax error or too deep nesting ends the file, other problems do not.
+    ``problems``; a character YAML forbids, a syntax error or too deep nesting ends the
+    file, a document too large once expanded ends it from that document on; other problems
+    do not.
     """
+    forbidden = _FORBIDDEN.search(text)
+    if forbidden:
+        code = ord(forbidden.group())
+        problems.append(Problem(
+            _offset_position(text, forbidden.start(), file),
+            f"character U+{code:04X} is not allowed in YAML (no control characters but tab "
+            f"and line breaks, no U+FFFE or U+FFFF); in a double-quoted string write it as "
+            f"the escape \\u{code:04x}"))
+        return []
     converter = _Converter(file, substitute, problems)
     docs = []
     try:
@@ -279,8 +359,7 @@ def load_documents(text: str, file: str, substitute: Substitute | None,
         where = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
         problems.append(Problem(where, f"invalid YAML: {exc.problem or exc.context}"))
     except _TooLarge as exc:
-        problems.append(Problem(Position(file, 1, 1), f"more than {exc.args[0]} values after "
-                                                      "expanding aliases"))
+        problems.append(Problem(_pos(exc.args[0], file), exc.args[1]))
     except _TooDeep as exc:
         problems.append(Problem(_pos(exc.args[0], file), TOO_DEEP))
     return docs
