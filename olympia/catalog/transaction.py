@@ -135,8 +135,9 @@ class Transaction(CatalogReader):
             raise CatalogError(f"transaction is already {self._state}")
 
     def _put(self, ref: ObjectRef, message: Message) -> str:
-        path = def_path(ref)
-        self._new_defs[path] = message.SerializeToString(deterministic=True)
+        content = message.SerializeToString(deterministic=True)
+        path = def_path(ref, content)
+        self._new_defs[path] = content
         self.files.remember_def(path, message)
         self._pending[self.codec.key(ref)] = path
         return path
@@ -327,6 +328,34 @@ class Transaction(CatalogReader):
         """Rename a table within its namespace."""
         return self._rename(TABLE, identifier, new_name)  # type: ignore[return-value]
 
+    def put_table(self, table: Table, *, create: bool = False) -> Table:
+        """Stage a table's whole definition exactly as given, column ids included (for
+        formats whose own metadata owns the schema, such as Iceberg field ids).
+
+        Args:
+            table: The new definition.
+            create: Add a new table; otherwise replace an existing one (one TABLE_ALTER).
+
+        Returns:
+            ``table``.
+
+        Raises:
+            NoSuchNamespaceError, AlreadyExistsError: ``create`` and the namespace is missing
+                or the name is taken.
+            NoSuchTableError: not ``create`` and the table does not exist.
+        """
+        self._check_open()
+        ref = ObjectRef(TABLE, table.namespace, table.name)
+        self.codec.key(ref)
+        if create:
+            self._require_namespace(table.namespace)
+            self._require_free(table.namespace, table.name)
+        elif self.load_table(table.namespace, table.name) == table:
+            return table
+        self._record(A.TABLE_CREATE if create else A.TABLE_ALTER, ref,
+                     self._put(ref, table.to_proto()))
+        return table
+
     # --- views ---------------------------------------------------------------------------
 
     def _view(self, namespace: str, name: str, sql: str, dialect: str,
@@ -423,8 +452,9 @@ class Transaction(CatalogReader):
     def set_catalog_def(self, catalog_def: pb.CatalogDef, action: apb.ActionDef) -> None:
         """Replace the catalog definition in this version, recording ``action``."""
         self._check_open()
-        path = def_path(None)
-        self._new_defs[path] = catalog_def.SerializeToString(deterministic=True)
+        content = catalog_def.SerializeToString(deterministic=True)
+        path = def_path(None, content)
+        self._new_defs[path] = content
         self.files.remember_def(path, catalog_def)
         self._catalog_def = (path, catalog_def)
         self._actions.append(action)
