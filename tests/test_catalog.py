@@ -8,7 +8,7 @@ from google.protobuf.message import Message
 
 from olympia import Catalog, Column
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog.files import LATEST, OLDEST
+from olympia.catalog.files import LATEST, OLDEST, parse_def
 from olympia.catalog.keys import KeyCodec, NameLimits, ObjectRef, ObjectType, version_path
 from olympia.exceptions import (
     AlreadyExistsError,
@@ -332,10 +332,15 @@ def test_empty_or_incomplete_definition_is_corrupt(location: Location, kind: str
         content = message.SerializeToString()
     catalog.storage.write(path, content)
     name = cls.__name__
-    reason = f"empty file, not a {name}" if cleared is None else (
-        f"{name} without its required {cleared}")
+    # the content no longer matches the checksum in the file name (ruling 13); a file
+    # written before the ruling (no checksum) is refused for the missing field itself
+    reason = f"empty file, not a {name}" if cleared is None else "checksum mismatch"
     with pytest.raises(CorruptFileError, match=f"corrupt file .*{path}: {reason}"):
         Catalog.open(location.uri, location.storage_options).load_all()
+    if cleared is not None:
+        old_name = f"def/{kind}/0b2d4492-d5d0-40f8-9125-093e2d705bc4-s.binpb"
+        with pytest.raises(CorruptFileError, match=f"{name} without its required {cleared}"):
+            parse_def(content, old_name, cls)
 
 
 def test_key_encoding_matches_spec() -> None:

@@ -10,7 +10,7 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError, Message
 
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog.keys import KeyCodec, NameLimits, version_path
+from olympia.catalog.keys import KeyCodec, NameLimits, verify_def, version_path
 from olympia.exceptions import (
     CorruptFileError,
     FileNotFound,
@@ -41,11 +41,22 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def parse_def(data: bytes, where: str, cls: type[M]) -> M:
-    """Parse a definition file (``where`` names it in errors); refuse an empty one or one
-    without a required field."""
+    """Parse a definition file; refuse an empty one, one whose content does not match the
+    checksum in its name (ruling 13) or one without a required field.
+
+    Args:
+        data: the file's bytes.
+        where: the file's path or display URI (named in errors; its last segment is the
+            file name, which may carry the checksum).
+        cls: the protobuf message the file holds.
+
+    Raises:
+        CorruptFileError: naming the file.
+    """
     name = cls.__name__
     if not data:
         raise CorruptFileError(where, f"empty file, not a {name}")
+    verify_def(data, where)
     message = cls()
     try:
         message.ParseFromString(data)

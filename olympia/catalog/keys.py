@@ -1,7 +1,10 @@
-"""Object keys, names and file paths of the format (spec "Tree Key Encoding", rulings 1, 5-7)."""
+"""Object keys, names and file paths of the format (spec "Tree Key Encoding", rulings 1,
+5-7, 12-13)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import uuid
 from dataclasses import dataclass
 from enum import IntEnum
@@ -163,16 +166,73 @@ def _ident(name: str) -> str:
     return quote(name, safe="")
 
 
-def def_path(ref: ObjectRef | None) -> str:
-    """A fresh definition file path for an object (None: the catalog definition)."""
-    uid = uuid.uuid4()
+MAX_FILE_NAME_BYTES = 255  # ruling 12: the common limit of local file systems
+DIGEST_HEX = 32  # hex digits kept of a SHA-256: 128 bits
+_DEF_EXT = ".binpb"
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# {uuid4}.{digest} starts a definition file name written since ruling 13; before it, the
+# uuid4 was followed by "-" or by ".binpb", never by "." and 32 hex digits.
+_DIGEST_NAME = re.compile(rf"{_UUID}\.([0-9a-f]{{{DIGEST_HEX}}})(?:-|\.binpb$)")
+
+
+def content_digest(content: bytes) -> str:
+    """The checksum a definition file's name carries: the first 32 hex digits of the
+    SHA-256 of the file's bytes."""
+    return hashlib.sha256(content).hexdigest()[:DIGEST_HEX]
+
+
+def _hashed(name: str) -> str:
+    """Ruling 12: ``~`` + the first 32 hex digits of the SHA-256 of the raw UTF-8 name."""
+    return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:DIGEST_HEX]
+
+
+def def_file_name(stem: str, names: list[str]) -> str:
+    """``{stem}-{name}...binpb`` with each name percent-encoded; while the result exceeds
+    255 bytes, the longest part still encoded in full (the first on a tie) is replaced by
+    its ``~`` hash (ruling 12)."""
+    parts = [_ident(n) for n in names]
+    hashed = [False] * len(parts)
+    while len(stem) + sum(len(p) + 1 for p in parts) + len(_DEF_EXT) > MAX_FILE_NAME_BYTES:
+        candidates = [i for i in range(len(parts)) if not hashed[i]]
+        if not candidates:  # cannot happen with a 36 + 1 + 32 byte stem and <= 2 names
+            raise ValueError(f"definition file name for {names!r} cannot fit 255 bytes")
+        i = max(candidates, key=lambda j: len(parts[j]))
+        parts[i], hashed[i] = _hashed(names[i]), True
+    return stem + "".join(f"-{p}" for p in parts) + _DEF_EXT
+
+
+def def_path(ref: ObjectRef | None, content: bytes) -> str:
+    """A fresh path for a definition file holding ``content`` (``ref`` None: the catalog
+    definition): ``def/{kind}/{uuid4}.{digest}[-{ns}[-{name}]].binpb`` (rulings 6, 12, 13)."""
+    stem = f"{uuid.uuid4()}.{content_digest(content)}"
     if ref is None:
-        return f"def/catalog/{uid}.binpb"
-    ident = _ident(ref.namespace)
+        return f"def/catalog/{stem}{_DEF_EXT}"
     if ref.type == ObjectType.NAMESPACE:
-        return f"def/namespace/{uid}-{ident}.binpb"
+        return f"def/namespace/{def_file_name(stem, [ref.namespace])}"
     folder = "table" if ref.type == ObjectType.TABLE else "view"
-    return f"def/{folder}/{uid}-{ident}-{_ident(ref.name)}.binpb"
+    return f"def/{folder}/{def_file_name(stem, [ref.namespace, ref.name])}"
+
+
+def def_digest(path: str) -> str | None:
+    """The content checksum a definition file's name carries (its last path segment), or
+    None for a file written before ruling 13."""
+    match = _DIGEST_NAME.match(path.rsplit("/", 1)[-1])
+    return match.group(1) if match else None
+
+
+def verify_def(content: bytes, where: str) -> None:
+    """Check a definition file's bytes against the checksum in its name (``where``: its
+    path or display URI). Files without one are accepted unverified.
+
+    Raises:
+        CorruptFileError: the content does not match.
+    """
+    expected = def_digest(where)
+    if expected is not None:
+        actual = content_digest(content)
+        if actual != expected:
+            raise CorruptFileError(where, f"checksum mismatch: content hashes to {actual}, "
+                                   f"the file name records {expected}")
 
 
 def dtxn_path(transaction_id: str) -> str:

@@ -77,27 +77,71 @@ class NodeStore:
 # --- reads over immutable nodes ---------------------------------------------------------
 
 
+def check_placement(child: Node, lo: str | None, hi: str | None, parent: str) -> None:
+    """Refuse a child whose keys are not all strictly between ``lo`` and ``hi``, the bounds
+    its ancestors give it (None: unbounded); ``parent`` names the parent in the error.
+
+    Every file may carry a valid checksum and still sit in the wrong place (two node files
+    swapped): this is the cheap check made on every descent.
+    """
+    if child.keys and ((lo is not None and child.keys[0] <= lo)
+                       or (hi is not None and child.keys[-1] >= hi)):
+        raise CorruptFileError(
+            child.source or "node",
+            f"misplaced node: its keys {child.keys[0].rstrip()!r}..{child.keys[-1].rstrip()!r} "
+            f"lie outside the range {_bound(lo)}..{_bound(hi)} that its parent {parent} "
+            "gives it (node files swapped or overwritten?)")
+
+
+def _bound(key: str | None) -> str:
+    return "-inf" if key is None else repr(key.rstrip())
+
+
+def _name(node: Node) -> str:
+    return node.source or "root"
+
+
+def _load_child(store: NodeStore, parent: Node, i: int, lo: str | None,
+                hi: str | None) -> Node:
+    """Child ``i`` of ``parent`` (whose own bounds are ``lo``/``hi``), placement checked."""
+    assert parent.children is not None
+    child = store.load(parent.children[i])
+    bounds = (parent.keys[i - 1] if i > 0 else lo, parent.keys[i] if i < len(parent.keys) else hi)
+    check_placement(child, *bounds, _name(parent))
+    return child
+
+
 def get(store: NodeStore, root: Node, key: str) -> str | None:
-    """The value stored under ``key``, or None."""
-    node = root
+    """The value stored under ``key``, or None.
+
+    Raises CorruptFileError for an unreadable or misplaced node on the way down.
+    """
+    node, lo, hi = root, None, None
     while True:
         i = bisect_left(node.keys, key)
         if i < len(node.keys) and node.keys[i] == key:
             return node.values[i]
         if node.children is None:
             return None
-        node = store.load(node.children[i])
+        child = _load_child(store, node, i, lo, hi)
+        lo = node.keys[i - 1] if i > 0 else lo
+        hi = node.keys[i] if i < len(node.keys) else hi
+        node = child
 
 
 def scan(
     store: NodeStore, root: Node, lo: str = "", hi: str | None = None
 ) -> Iterator[tuple[str, str]]:
-    """Entries with ``lo <= key < hi`` in key order, reading only overlapping subtrees."""
+    """Entries with ``lo <= key < hi`` in key order, reading only overlapping subtrees.
+
+    Raises CorruptFileError for an unreadable or misplaced node, or siblings that are not
+    all leaves or all internal nodes.
+    """
 
     def below(key: str) -> bool:
         return hi is None or key < hi
 
-    def walk(node: Node) -> Iterator[tuple[str, str]]:
+    def walk(node: Node, low: str | None, high: str | None) -> Iterator[tuple[str, str]]:
         first = bisect_left(node.keys, lo)
         if node.children is None:
             for i in range(first, len(node.keys)):
@@ -107,13 +151,18 @@ def scan(
             return
         last = len(node.keys) if hi is None else bisect_left(node.keys, hi)
         children = store.load_many(list(node.children[first : last + 1]))
+        bounds = [low, *node.keys, high]
         for offset, child in enumerate(children):
-            yield from walk(child)
             i = first + offset
+            check_placement(child, bounds[i], bounds[i + 1], _name(node))
+            if child.is_leaf != children[0].is_leaf:
+                raise CorruptFileError(child.source or "node", "a leaf beside an internal "
+                                       f"node under {_name(node)}: leaves at different depths")
+            yield from walk(child, bounds[i], bounds[i + 1])
             if i < last:
                 yield node.keys[i], node.values[i]
 
-    yield from walk(root)
+    yield from walk(root, None, None)
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -231,7 +280,10 @@ class TreeWriter:
         assert node.children is not None
         child = node.children[i]
         if isinstance(child, str):
-            child = _Work.of(self.store.load(child), child)
+            loaded = self.store.load(child)
+            check_placement(loaded, node.keys[i - 1] if i > 0 else None,
+                            node.keys[i] if i < len(node.keys) else None, node.path or "root")
+            child = _Work.of(loaded, child)
             node.children[i] = child
         return child
 

@@ -8,11 +8,17 @@ Layout of the single record batch (schema ``key: utf8, value: utf8, pnode: utf8`
 2. exactly ``order`` pivot rows: row 0 is (NULL, NULL, leftmost child), rows 1..n_keys are
    (key, value, right child), the rest are all NULL; children are NULL in a leaf;
 3. root only: one (object key, base64 ActionDef, NULL) row per action of its transaction.
+
+Ruling 13: the schema's custom metadata carries ``olympia.rows.sha256``, the SHA-256 of the
+rows (see :func:`rows_digest`), written on every encode and checked on every parse; a file
+without the key (written before the ruling) is read unverified.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -30,11 +36,29 @@ PREVIOUS_ROOT = "previous_root"
 ROLLBACK_FROM_ROOT = "rollback_from_root"
 ROOT_ONLY_KEYS = (CATALOG_DEF, PREVIOUS_ROOT, ROLLBACK_FROM_ROOT)
 SYSTEM_KEYS = (CREATED_AT, N_KEYS, *ROOT_ONLY_KEYS)
+CHECKSUM_KEY = b"olympia.rows.sha256"
+
+
+def rows_digest(keys: Iterable[str | None], values: Iterable[str | None],
+                pnodes: Iterable[str | None]) -> str:
+    """SHA-256 (64 lowercase hex digits) of a node's rows, in row order: each cell of a row
+    (key, value, pnode) is ``00`` for NULL, else ``01``, its UTF-8 length as 4 big-endian
+    bytes, then its UTF-8 bytes."""
+    digest = hashlib.sha256()
+    for row in zip(keys, values, pnodes, strict=True):
+        for cell in row:
+            if cell is None:
+                digest.update(b"\x00")
+            else:
+                raw = cell.encode("utf-8")
+                digest.update(b"\x01" + len(raw).to_bytes(4, "big") + raw)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
 class Node:
-    """A parsed node. ``children`` is None for a leaf, else has ``len(keys) + 1`` paths."""
+    """A parsed node. ``children`` is None for a leaf, else has ``len(keys) + 1`` paths;
+    ``source`` names the file it was read from (empty for a node built in memory)."""
 
     keys: tuple[str, ...]
     values: tuple[str, ...]
@@ -44,6 +68,7 @@ class Node:
     previous_root: str | None = None
     rollback_from_root: str | None = None
     actions: tuple[tuple[str, str], ...] = ()
+    source: str = field(default="", compare=False)
 
     @property
     def is_leaf(self) -> bool:
@@ -127,6 +152,7 @@ class NodeFile:
             previous_root=system.get(PREVIOUS_ROOT),
             rollback_from_root=system.get(ROLLBACK_FROM_ROOT),
             actions=tuple(actions),
+            source=self.path,
         )
 
 
@@ -141,7 +167,8 @@ def _parse_int(path: str, key: str, value: str) -> int:
 
 
 def parse_node_file(data: bytes, path: str) -> NodeFile:
-    """Read the Arrow IPC file; reject anything that is not exactly the node schema."""
+    """Read the Arrow IPC file; reject anything that is not exactly the node schema, and
+    rows that do not match the file's checksum (ruling 13)."""
     try:
         reader = ipc.open_file(pa.BufferReader(data))
         if reader.num_record_batches != 1:
@@ -149,18 +176,28 @@ def parse_node_file(data: bytes, path: str) -> NodeFile:
                 path, f"expected one record batch, found {reader.num_record_batches}"
             )
         batch = reader.get_batch(0)
+        if not batch.schema.equals(SCHEMA):
+            raise CorruptFileError(
+                path, f"schema is {batch.schema}, expected key/value/pnode utf8")
+        batch.validate(full=True)  # offsets and UTF-8 checked before any value is read
+        expected = (reader.schema.metadata or {}).get(CHECKSUM_KEY)
+        raw = NodeFile(
+            path=path,
+            keys=batch.column(0).to_pylist(),
+            values=batch.column(1).to_pylist(),
+            pnodes=batch.column(2).to_pylist(),
+        )
     except CorruptFileError:
         raise
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptFileError(path, f"not an Arrow IPC file ({exc})") from None
-    if not batch.schema.equals(SCHEMA):
-        raise CorruptFileError(path, f"schema is {batch.schema}, expected key/value/pnode utf8")
-    return NodeFile(
-        path=path,
-        keys=batch.column(0).to_pylist(),
-        values=batch.column(1).to_pylist(),
-        pnodes=batch.column(2).to_pylist(),
-    )
+    if expected is not None:
+        actual = rows_digest(raw.keys, raw.values, raw.pnodes)
+        if expected != actual.encode("ascii"):
+            raise CorruptFileError(
+                path, f"checksum mismatch: rows hash to {actual}, the file records "
+                f"{expected.decode('ascii', errors='replace')}")
+    return raw
 
 
 def decode_node(data: bytes, path: str, order: int, root: bool = False) -> Node:
@@ -196,11 +233,12 @@ def encode_node(node: Node, order: int) -> bytes:
         keys.append(key)
         values.append(value)
         pnodes.append(None)
+    schema = SCHEMA.with_metadata({CHECKSUM_KEY: rows_digest(keys, values, pnodes)})
     batch = pa.record_batch(
         [pa.array(keys, pa.utf8()), pa.array(values, pa.utf8()), pa.array(pnodes, pa.utf8())],
-        schema=SCHEMA,
+        schema=schema,
     )
     sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, SCHEMA) as writer:
+    with ipc.new_file(sink, schema) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue().to_pybytes())
