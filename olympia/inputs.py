@@ -24,7 +24,7 @@ def _kind(mode: int) -> str:
                        (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
-    return "an unknown kind of file"
+    return "a special file"
 
 
 def read_user_file(path: str | Path, limit: int) -> bytes:
@@ -45,12 +45,12 @@ def read_user_file(path: str | Path, limit: int) -> bytes:
     try:
         mode = os.stat(path).st_mode  # before opening: opening a FIFO may have effects
         if not stat.S_ISREG(mode):
-            raise InvalidArgumentError(f"not a regular file ({_kind(mode)})")
+            raise InvalidArgumentError(f"{_kind(mode)}, not a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
             mode = os.fstat(fd).st_mode  # what was opened, should the path have changed
             if not stat.S_ISREG(mode):
-                raise InvalidArgumentError(f"not a regular file ({_kind(mode)})")
+                raise InvalidArgumentError(f"{_kind(mode)}, not a regular file")
             chunks: list[bytes] = []
             size = 0
             while size <= limit:

@@ -23,6 +23,7 @@ from olympia.catalog.keys import ObjectType
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
 from olympia.exceptions import InvalidArgumentError, OlympiaError, SpecError
+from olympia.inputs import MIB, read_user_file
 from olympia.plan import render
 from olympia.plan.changes import OPS, VERBS, Change
 from olympia.plan.diff import check_names, compute_changes
@@ -31,6 +32,7 @@ from olympia.spec.model import Key, Spec
 
 PLAN_FORMAT = "olympia-plan"
 PLAN_FORMAT_VERSION = 1
+MAX_PLAN_BYTES = 256 * MIB  # a saved plan is read only up to this size
 
 
 @dataclass
@@ -110,8 +112,9 @@ class Plan:
         """A plan saved by :meth:`save`; InvalidArgumentError if it is not one, or was
         edited since."""
         try:
-            data = json.loads(Path(path).read_text("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            data = json.loads(read_user_file(path, MAX_PLAN_BYTES))
+        except (InvalidArgumentError, UnicodeDecodeError, json.JSONDecodeError,
+                RecursionError) as exc:
             raise InvalidArgumentError(f"{path}: not a readable plan file ({exc})") from None
         return cls.from_dict(data, str(path))
 
