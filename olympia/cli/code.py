@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from olympia.cli.common import (
     open_catalog,
 )
 from olympia.plan import Change, Plan, apply_plan, inspect, make_plan
-from olympia.plan.apply import check_allowed
+from olympia.plan.apply import check_allowed, review
+from olympia.plan.planfile import KEY_ENV
 from olympia.spec import collect_variables, load_spec, schema_path
 from olympia.spec.loader import SUFFIXES, git_commit_of
 from olympia.versions import at_version
@@ -66,7 +68,8 @@ def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...]) 
 @click.argument("spec", type=click.Path())
 @variable_options
 @click.option("--out", "out", type=click.Path(dir_okay=False),
-              help="Save the plan, to apply exactly it later with `olympia apply FILE`.")
+              help="Save the plan, to apply exactly it later with `olympia apply FILE` "
+                   f"(signed when {KEY_ENV} is set).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as versioned JSON.")
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when there are changes, 0 when there are none.")
@@ -85,7 +88,7 @@ def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
     result = make_plan(open_catalog(catalog_uri, storage_option), loaded,
                        git_commit=git_commit or git_commit_of(spec))
     if out:
-        result.save(out)
+        result.save(out, _plan_key())
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -98,8 +101,10 @@ def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
 
 
 def _is_plan_file(source: str) -> bool:
+    """Whether SOURCE names a saved plan: anything but a folder or a YAML file (a FIFO or a
+    device is then refused by the plan reader rather than read as a spec)."""
     path = Path(source)
-    return path.is_file() and path.suffix not in SUFFIXES
+    return path.exists() and not path.is_dir() and path.suffix not in SUFFIXES
 
 
 @click.command("apply")
@@ -126,14 +131,15 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
 
     Shows the plan (on stderr with --json) and asks for confirmation unless --auto-approve.
     A saved plan refuses to apply when an object it manages changed since it was made
-    (exit 4).
+    (exit 4); with OLYMPIA_PLAN_KEY set, it must be signed with that key.
     """
     catalog = open_catalog(catalog_uri, storage_option)
     if _is_plan_file(source):
         if var_pairs or var_files:
             raise click.ClickException("--var and --var-file apply to specs; a saved plan "
                                        "already holds its values")
-        the_plan = Plan.load(source)
+        the_plan = Plan.load(source, _plan_key())
+        review(catalog, the_plan)  # classify it from its operations before showing it
     else:
         the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)),
                              git_commit=git_commit or git_commit_of(source))
@@ -157,6 +163,11 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
         echo_json(result.to_dict())
     else:
         click.echo(f"Applied {len(result.changes)} changes as version {result.version}.")
+
+
+def _plan_key() -> str | None:
+    """The key saved plans are signed with and must be signed with, if one is set."""
+    return os.environ.get(KEY_ENV) or None
 
 
 def _progress(done: int, total: int, change: Change) -> None:

@@ -193,7 +193,7 @@ class _Converter:
         """Count ``text`` (of ``node``) into the document's expanded size."""
         self.chars += len(text)
         if self.chars > MAX_EXPANDED_CHARS:
-            raise _TooLarge(node, f"more than {MAX_EXPANDED_CHARS // MIB} Mi characters of "
+            raise _TooLarge(node, f"more than {MAX_EXPANDED_CHARS:,} characters of "
                             "values and keys after expanding aliases")
 
     def document(self, node: yaml.Node) -> Document:
