@@ -12,11 +12,13 @@ import builtins
 import contextlib
 import errno
 import os
+import random
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 from olympia.exceptions import (
     FileAlreadyExists,
     FileNotFound,
+    InvalidArgumentError,
     PartialDeleteError,
     StorageError,
     TransientStorageError,
@@ -33,7 +36,60 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_CONCURRENCY = 16
-TRANSIENT_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """Olympia's own storage options (every other option goes to the backend).
+
+    ``retry_attempts`` bounds how often one operation is tried when it fails transiently;
+    the pauses between tries start at ``retry_backoff`` seconds and double (jittered, at most
+    ``MAX_BACKOFF``). On S3, ``connect_timeout`` and ``read_timeout`` (seconds) bound each
+    request, which botocore and s3fs then do not retry themselves: a dead endpoint fails
+    after ``retry_attempts`` quick tries instead of their nested retries (30-45 s).
+    """
+
+    max_concurrency: int = DEFAULT_CONCURRENCY
+    retry_attempts: int = 4
+    retry_backoff: float = 0.05
+    connect_timeout: float = 2.0
+    read_timeout: float = 15.0
+
+    @classmethod
+    def pop(cls, options: dict[str, Any]) -> StorageSettings:
+        """Take (and validate) the settings out of ``options``.
+
+        Raises:
+            InvalidArgumentError: a setting is not a number in its range (named by key; the
+                value is never echoed).
+        """
+        ints: dict[str, tuple[float, float]] = {"max_concurrency": (1, 1024),
+                                                "retry_attempts": (1, 100)}
+        floats: dict[str, tuple[float, float]] = {
+            "retry_backoff": (0.0, 60.0), "connect_timeout": (0.001, 3600.0),
+            "read_timeout": (0.001, 3600.0)}
+        values: dict[str, Any] = {}
+        for key, (low, high) in {**ints, **floats}.items():
+            if key not in options:
+                continue
+            value: Any = options.pop(key)
+            if isinstance(value, str):
+                with contextlib.suppress(ValueError):
+                    value = int(value) if key in ints else float(value)
+            number = isinstance(value, int) or (key in floats and isinstance(value, float))
+            if isinstance(value, bool) or not number or not low <= value <= high:
+                kind = "an integer" if key in ints else "a number"
+                raise InvalidArgumentError(
+                    f"storage option {key} must be {kind} from {low} to {high}")
+            values[key] = value
+        return cls(**values)
+
+    def pause(self, attempt: int) -> float:
+        """Seconds to wait after failed try number ``attempt`` (0-based)."""
+        return float(min(MAX_BACKOFF, self.retry_backoff * 2**attempt)) * random.uniform(0.5, 1)
+
+
+MAX_BACKOFF = 2.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +107,8 @@ class StorageStats:
 
     Every operation issued counts, whatever its outcome: a read of an absent file is a
     round trip too. ``misses`` counts the reads that found no file, ``failures`` the
-    operations that ended in any other error (after retries).
+    operations that ended in any other error (after retries), ``retries`` the tries made
+    again after a transient failure.
     """
 
     reads: int = 0
@@ -63,6 +120,7 @@ class StorageStats:
     bytes_written: int = 0
     misses: int = 0
     failures: int = 0
+    retries: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -107,7 +165,10 @@ class LocalBackend:
 
     def _temp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError:  # a parent is a file: no "file already exists" for `path`
+            raise NotADirectoryError(errno.ENOTDIR, "a parent folder is a file", path) from None
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "wb") as f:
             f.write(data)
@@ -260,11 +321,22 @@ class FsspecBackend:
                 for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"}
 
 
-def _s3_filesystem(options: Mapping[str, Any]) -> Any:
+OBJECT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
+
+
+def _s3_filesystem(options: Mapping[str, Any], settings: StorageSettings) -> Any:
     import s3fs
 
     opts = dict(options)
-    client_kwargs = dict(opts.pop("client_kwargs", {}) or {})
+    for key in OBJECT_OPTIONS:
+        if not isinstance(opts.get(key) or {}, dict):
+            raise InvalidArgumentError(f"storage option {key} must be a JSON object")
+    client_kwargs = dict(opts.pop("client_kwargs", None) or {})
+    # one retry layer (Storage's): botocore makes one attempt per call, s3fs none of its own
+    config = {"connect_timeout": settings.connect_timeout,
+              "read_timeout": settings.read_timeout,
+              "retries": {"total_max_attempts": 1, "mode": "standard"},
+              **dict(opts.pop("config_kwargs", None) or {})}
     for short, long in (("endpoint_url", "endpoint_url"), ("region", "region_name")):
         if short in opts:
             client_kwargs[long] = opts.pop(short)
@@ -274,44 +346,95 @@ def _s3_filesystem(options: Mapping[str, Any]) -> Any:
     # listings are never cached (another writer may have added a version); the client itself
     # is: fsspec reuses one per thread for equal options, which saves ~100 ms per open
     opts.setdefault("use_listings_cache", False)
-    return s3fs.S3FileSystem(client_kwargs=client_kwargs, **opts)
+    try:
+        fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, config_kwargs=config, **opts)
+    except (TypeError, ValueError, KeyError) as exc:  # s3fs names no value in these
+        raise InvalidArgumentError(f"invalid S3 storage options ({exc})") from None
+    fs.retries = 1
+    return fs
 
 
-def _is_precondition_failure(exc: BaseException) -> bool:
-    text = str(exc)
-    return (
-        isinstance(exc, FileExistsError)
-        or "PreconditionFailed" in text
-        or "pre-conditions you specified did not hold" in text
-        or "412" in text.split(":", 1)[0]
-    )
+# How storage errors are told apart, from what the error carries (never from free text):
+# errno values (s3fs's translations: 503 SlowDown and 409 -> EBUSY, 500 -> EREMOTEIO),
+# S3 error codes and HTTP status codes (botocore's ``response``, on the error or its cause),
+# and the classes of network failures (by name: botocore and aiohttp are not imported here).
+TRANSIENT_ERRNOS = frozenset({errno.EBUSY, errno.EREMOTEIO, errno.EAGAIN, errno.ETIMEDOUT,
+                              errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED,
+                              errno.EPIPE, errno.ENETUNREACH, errno.EHOSTUNREACH})
+TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "ThrottledException",
+                             "RequestThrottled", "TooManyRequests", "RequestLimitExceeded",
+                             "RequestTimeout", "RequestTimeoutException", "InternalError",
+                             "ServiceUnavailable", "ConditionalRequestConflict",
+                             "OperationAborted"})
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
+MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+TRANSIENT_CLASSES = frozenset({
+    "ConnectTimeoutError", "ReadTimeoutError", "EndpointConnectionError",
+    "ConnectionClosedError", "ResponseStreamingError", "IncompleteRead",
+    "ServerDisconnectedError", "ClientConnectorError", "ClientPayloadError", "FSTimeoutError"})
+# botocore's message for a code it has no response object left for (s3fs drops the cause of
+# some errors, e.g. a HEAD request's 502): "An error occurred (502) when calling the ..."
+BOTOCORE_MESSAGE = re.compile(r"An error occurred \((\w+)\) when calling the \w+ operation")
+
+Kind = type[StorageError]
 
 
-# errno values s3fs gives throttling and server errors (503 SlowDown -> EBUSY, 5xx ->
-# EREMOTEIO); botocore's network failures, by class name (no botocore import here).
-TRANSIENT_ERRNOS = {errno.EBUSY, errno.EREMOTEIO, errno.EAGAIN, errno.ETIMEDOUT,
-                    errno.ECONNRESET, errno.ECONNREFUSED}
-TRANSIENT_CLASSES = {"ConnectTimeoutError", "ReadTimeoutError", "EndpointConnectionError",
-                     "ConnectionClosedError", "ResponseStreamingError",
-                     "ServerDisconnectedError", "ClientConnectorError"}
+def _chain(exc: BaseException) -> Iterable[BaseException]:
+    """The error and the errors it was raised from or while handling (unless suppressed with
+    ``from None``); bounded, as chains may loop."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__)
 
 
-def _is_transient(exc: BaseException | str) -> bool:
-    """Whether an error (or a storage's error text) may go away on retry."""
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return True
-    if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
-        return True
-    if isinstance(exc, BaseException) and any(
-            cls.__name__ in TRANSIENT_CLASSES for cls in type(exc).__mro__):
-        return True
-    text = str(exc)
-    return any(
-        marker in text
-        for marker in ("SlowDown", "Throttl", "RequestTimeout", "ServiceUnavailable",
-                       "InternalError", "Connection reset", "500 ", "(500)", "(502)", "503",
-                       "(504)")
-    )
+def _kind_of_code(code: str, status: int | None = None) -> Kind:
+    if code in EXISTS_CODES or status == 412:
+        return FileAlreadyExists
+    if code in MISSING_CODES or status == 404:
+        return FileNotFound
+    if code in TRANSIENT_CODES or (code.isdigit() and int(code) in TRANSIENT_STATUS) or (
+            status in TRANSIENT_STATUS):
+        return TransientStorageError
+    return StorageError
+
+
+def classify(error: BaseException | str) -> Kind:
+    """Which StorageError an operation's failure becomes.
+
+    Args:
+        error: the exception a backend raised, or the ``Code: Message`` text a bulk delete
+            reported for one key.
+
+    Returns:
+        FileNotFound, FileAlreadyExists, TransientStorageError (may go away on retry) or
+        StorageError (permanent).
+    """
+    if isinstance(error, str):
+        return _kind_of_code(error.partition(":")[0].strip())
+    for exc in _chain(error):
+        if isinstance(exc, StorageError):
+            return type(exc)
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict) and isinstance(response.get("Error"), dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            return _kind_of_code(str(response["Error"].get("Code") or ""),
+                                 status if isinstance(status, int) else None)
+        if isinstance(exc, FileNotFoundError):
+            return FileNotFound
+        if isinstance(exc, FileExistsError):
+            return FileAlreadyExists
+        if isinstance(exc, TimeoutError | ConnectionError) or any(
+                cls.__name__ in TRANSIENT_CLASSES for cls in type(exc).__mro__):
+            return TransientStorageError
+        if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
+            return TransientStorageError
+    found = BOTOCORE_MESSAGE.search(str(error))
+    return _kind_of_code(found.group(1)) if found else StorageError
 
 
 class Storage:
@@ -320,7 +443,8 @@ class Storage:
     def __init__(self, uri: str, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
         options = dict(self.options)
-        self.concurrency = int(options.pop("max_concurrency", DEFAULT_CONCURRENCY))
+        self.settings = StorageSettings.pop(options)
+        self.concurrency = self.settings.max_concurrency
         self.uri = uri.rstrip("/")
         self.stats = StorageStats()
         parts = urlsplit(uri)
@@ -337,7 +461,7 @@ class Storage:
             self.backend = MemoryBackend(name)
         elif scheme in ("s3", "s3a"):
             self.root = (parts.netloc + parts.path).strip("/") + "/"
-            self.backend = FsspecBackend(_s3_filesystem(options))
+            self.backend = FsspecBackend(_s3_filesystem(options, self.settings))
         else:
             raise StorageError(
                 f"unsupported storage scheme {scheme!r} (use a local path, file://, memory:// "
@@ -357,25 +481,30 @@ class Storage:
 
     # --- single-file operations ---------------------------------------------------
 
-    def _call(self, op: str, path: str, fn: Callable[[], T], retry: bool = True) -> T:
-        attempts = TRANSIENT_ATTEMPTS if retry else 1
+    def _call(self, op: str, path: str, fn: Callable[[], T]) -> T:
+        """Run one storage operation: a transient failure is tried again (at most
+        ``retry_attempts`` tries, with backoff) and then raised as TransientStorageError;
+        anything else is raised at once as its StorageError subclass."""
+        attempts = self.settings.retry_attempts
         for attempt in range(attempts):
             try:
                 return fn()
-            except StorageError:
-                self.stats.add(failures=1)
-                raise
-            except FileNotFoundError:
-                self.stats.add(misses=1)
-                raise FileNotFound("file not found", self.display(path)) from None
             except Exception as exc:
-                if _is_transient(exc) and attempt + 1 < attempts:
-                    time.sleep(0.05 * 2**attempt)
+                kind = classify(exc)
+                if kind is TransientStorageError and attempt + 1 < attempts:
+                    self.stats.add(retries=1)
+                    time.sleep(self.settings.pause(attempt))
                     continue
+                if kind is FileNotFound:
+                    self.stats.add(misses=1)
+                    raise FileNotFound("file not found", self.display(path)) from None
                 self.stats.add(failures=1)
-                if _is_transient(exc):
-                    raise TransientStorageError(f"{op} failed ({exc})", self.display(path)) from exc
-                raise StorageError(f"{op} failed ({exc})", self.display(path)) from exc
+                if isinstance(exc, StorageError):
+                    raise
+                if kind is FileAlreadyExists:
+                    raise FileAlreadyExists("file already exists", self.display(path)) from None
+                tries = f" after {attempts} tries" if kind is TransientStorageError else ""
+                raise kind(f"{op} failed{tries} ({exc})", self.display(path)) from exc
         raise AssertionError("unreachable")
 
     def read(self, path: str) -> bytes:
@@ -393,25 +522,21 @@ class Storage:
         """Create a file only if it does not exist; raise FileAlreadyExists otherwise."""
         full = self.full(path)
         self.stats.add(writes=1, bytes_written=len(data))
-        uncertain = False
-        for attempt in range(TRANSIENT_ATTEMPTS):
+        tried = False  # a try after a (transient) failure: our first one may have landed
+
+        def create() -> None:
+            nonlocal tried
             try:
                 self.backend.create_exclusive(full, data)
-                return
             except Exception as exc:
-                if _is_precondition_failure(exc) or (
-                    isinstance(exc, OSError) and exc.errno == errno.EEXIST
-                ):
-                    # After a transient failure our own first attempt may have landed.
-                    if uncertain and self._read_or_none(path) == data:
-                        return
-                    raise FileAlreadyExists("file already exists", self.display(path)) from None
-                if _is_transient(exc) and attempt + 1 < TRANSIENT_ATTEMPTS:
-                    uncertain = True
-                    time.sleep(0.05 * 2**attempt)
-                    continue
-                self.stats.add(failures=1)
-                raise StorageError(f"exclusive create failed ({exc})", self.display(path)) from exc
+                if tried and classify(exc) is FileAlreadyExists and (
+                        self._read_or_none(path) == data):
+                    return
+                raise
+            finally:
+                tried = True
+
+        self._call("exclusive create", path, create)
 
     def _read_or_none(self, path: str) -> bytes | None:
         try:
@@ -440,13 +565,29 @@ class Storage:
     # --- batched operations ---------------------------------------------------------
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
-        """Run ``fn`` over ``items`` with bounded concurrency, results in input order."""
+        """Run ``fn`` over ``items`` with bounded concurrency, results in input order.
+
+        Raises:
+            Exception: the first failure (in input order), once the calls that had not
+                started are cancelled and those that had have finished: nothing runs on
+                after map returns or raises.
+        """
         items = builtins.list(items)
         if len(items) <= 1:
             return [fn(i) for i in items]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="olympia-io")
-        return builtins.list(self._pool.map(fn, items))
+        futures: builtins.list[Future[R]] = [self._pool.submit(fn, i) for i in items]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:  # also when this thread is interrupted
+            for future in futures:
+                future.cancel()
+            wait(futures)
+        for future in futures:
+            if not future.cancelled() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+        return [future.result() for future in futures]
 
     def read_many(self, paths: Iterable[str]) -> builtins.list[bytes]:
         return self.map(self.read, paths)
@@ -471,11 +612,15 @@ class Storage:
         if left:
             self.stats.add(failures=len(left))
             raise PartialDeleteError({
-                path: (TransientStorageError if _is_transient(why) else StorageError)(
-                    f"delete failed ({why})", self.display(path))
+                path: _not_deleted(why)(f"delete failed ({why})", self.display(path))
                 for path, why in sorted(left.items())})
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+
+
+def _not_deleted(why: str) -> Kind:
+    """The error for a key a bulk delete left: transient or permanent by its S3 code."""
+    return TransientStorageError if classify(why) is TransientStorageError else StorageError

@@ -6,6 +6,7 @@ a grace period, then SIGKILL (weed does not always exit promptly on SIGTERM).
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import signal
@@ -13,10 +14,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 STARTUP_TIMEOUT = 90.0
 STOP_GRACE = 5.0
@@ -140,3 +145,103 @@ class SeaweedS3Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class FaultProxy(ThreadingHTTPServer):
+    """A relay in front of a real S3 server that answers chosen requests with an S3 error.
+
+    While ``fault`` is set, a request whose method is in ``fault.methods`` is answered with
+    ``fault.status`` and an XML body naming ``fault.code`` (a HEAD answer has no body), at
+    most ``fault.times`` times (None: every time). With ``fault.after_relay`` the request
+    first reaches the server (a write lands) and only the answer is replaced: what a client
+    sees when a connection breaks after the server acted. ``refused`` counts the replaced
+    answers, ``requests`` every request.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Relay)
+        self.upstream = urlsplit(upstream).netloc
+        self.fault: Fault | None = None
+        self.refused = 0
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def storage_options(self, base: dict[str, Any]) -> dict[str, Any]:
+        """``base`` (a server's options) pointed at this proxy, with a client of its own."""
+        return {**base, "skip_instance_cache": True, "client_kwargs": {
+            "endpoint_url": self.endpoint_url, "region_name": "us-east-1"}}
+
+    def take(self, method: str) -> Fault | None:
+        """The fault to answer this request with, if any (counted)."""
+        with self._lock:
+            self.requests += 1
+            fault = self.fault
+            if fault is None or method not in fault.methods or fault.times == 0:
+                return None
+            if fault.times is not None:
+                self.fault = Fault(fault.methods, fault.status, fault.code, fault.times - 1,
+                                   fault.after_relay)
+            self.refused += 1
+            return fault
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An S3 error answer (see :class:`FaultProxy`)."""
+
+    methods: frozenset[str]
+    status: int
+    code: str
+    times: int | None = None
+    after_relay: bool = False
+
+
+class _Relay(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FaultProxy
+    HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+    def relay(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        fault = self.server.take(self.command)
+        if fault is None or fault.after_relay:
+            upstream = http.client.HTTPConnection(self.server.upstream, timeout=30)
+            upstream.request(self.command, self.path, body=body or None,
+                             headers=dict(self.headers.items()))
+            response = upstream.getresponse()
+            status, headers, data = response.status, response.getheaders(), response.read()
+            upstream.close()
+        if fault is not None:
+            status, headers = fault.status, [("Content-Type", "application/xml")]
+            data = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
+                    f"<Message>injected</Message></Error>").encode()
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in self.HOP_BY_HOP or (
+                    self.command == "HEAD" and name.lower() == "content-length"):
+                self.send_header(name, value)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = relay
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

@@ -4,22 +4,28 @@ per-key errors (a SeaweedFS server whose DeleteObjects answers are doctored per 
 from __future__ import annotations
 
 import errno
+import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import Location
+from s3server import Fault, FaultProxy
 
 from olympia import Catalog
 from olympia.exceptions import (
+    FileAlreadyExists,
     FileNotFound,
+    InvalidArgumentError,
     PartialDeleteError,
     StorageError,
     TransientStorageError,
 )
 from olympia.expire.reachability import delete_paths
-from olympia.storage import FileInfo, Storage
+from olympia.storage import FileInfo, Storage, classify
 
 
 def test_stats_count_every_read_including_misses(location: Location) -> None:
@@ -202,3 +208,216 @@ def test_expiry_deletes_retry_throttled_keys_and_report_the_rest(s3_storage: Sto
     assert len(report.errors) == 1 and denied in report.errors[0]
     assert "AccessDenied" in report.errors[0]
     assert {f.path for f in storage.list("node/")} == {denied}
+
+
+# --- one retry helper: classified by errno, S3 code, HTTP status and error type ----------
+
+
+def test_a_permanent_local_error_is_raised_at_once(tmp_path: Any) -> None:
+    """A path that cannot exist (a component is a file) fails permanently, even though it
+    holds "503": nothing is retried and the error is no TransientStorageError."""
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("node", b"a file where a folder should be")
+    path = "node/1b503c7e-0000-4000-8000-000000000000.arrow"
+    for op in (lambda: storage.read(path), lambda: storage.write(path, b"x"),
+               lambda: storage.create_exclusive(path, b"x")):
+        storage.stats.reset()
+        with pytest.raises(StorageError) as raised:
+            op()
+        assert type(raised.value) is StorageError and storage.display(path) in str(raised.value)
+        assert (storage.stats.retries, storage.stats.failures) == (0, 1)
+
+
+def test_a_denied_local_file_is_a_permanent_error(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("node/x.arrow", b"x")
+    target = tmp_path / "c" / "node" / "x.arrow"
+    target.chmod(0)
+    try:
+        readable = os.access(target, os.R_OK)  # root reads anything: nothing to test then
+        if readable:
+            pytest.skip("running as a user whom file permissions do not stop")
+        with pytest.raises(StorageError) as raised:
+            storage.read("node/x.arrow")
+    finally:
+        target.chmod(0o644)
+    assert type(raised.value) is StorageError and storage.stats.retries == 0
+
+
+@pytest.mark.parametrize(("error", "kind"), [
+    (OSError(errno.ENOTDIR, "Not a directory: node/1b503c7e.arrow"), StorageError),
+    (FileNotFoundError("gone"), FileNotFound),
+    (FileExistsError("there"), FileAlreadyExists),
+    (TimeoutError("timed out"), TransientStorageError),
+])
+def test_classify_builtin_errors(error: Exception, kind: type) -> None:
+    assert classify(error) is kind
+
+
+def test_classify_bulk_delete_codes() -> None:
+    assert classify("SlowDown: Please reduce your request rate.") is TransientStorageError
+    assert classify("InternalError: 503 in the message") is TransientStorageError
+    assert classify("AccessDenied: node/1b503c7e.arrow") is StorageError
+
+
+GETS = frozenset({"GET", "HEAD"})
+
+
+@pytest.fixture
+def proxy(s3_server: Any) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_server.endpoint_url) as relay:
+        yield relay
+
+
+def _through(proxy: FaultProxy, s3_server: Any, **settings: Any) -> Storage:
+    options = {**proxy.storage_options(s3_server.storage_options), **settings}
+    return Storage(f"s3://{s3_server.bucket}/{uuid.uuid4().hex}", options)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(("status", "code", "methods"), [
+    (503, "SlowDown", GETS), (500, "InternalError", GETS), (502, "BadGateway", GETS),
+    (504, "GatewayTimeout", GETS), (429, "TooManyRequests", GETS),
+    (503, "ServiceUnavailable", GETS),
+    (400, "RequestTimeout", frozenset({"GET"})),  # a HEAD answer has no body: only 400
+])
+def test_s3_transient_answers_are_retried_then_reported(
+        proxy: FaultProxy, s3_server: Any, status: int, code: str,
+        methods: frozenset[str]) -> None:
+    storage = _through(proxy, s3_server, retry_attempts=3, retry_backoff=0)
+    storage.write("vn/latest", b"7")
+    proxy.fault = Fault(methods, status, code, times=2)  # two failures, then the real answer
+    assert storage.read("vn/latest") == b"7"
+    assert storage.stats.retries == 2 and proxy.refused == 2
+    proxy.fault = Fault(methods, status, code)  # never recovers
+    storage.stats.reset()
+    with pytest.raises(TransientStorageError, match="after 3 tries") as raised:
+        storage.read("vn/latest")
+    assert storage.display("vn/latest") in str(raised.value)
+    assert (storage.stats.retries, storage.stats.failures) == (2, 1)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(("status", "code"), [(403, "AccessDenied"), (400, "InvalidRequest"),
+                                              (501, "NotImplemented")])
+def test_s3_permanent_answers_are_raised_at_once(
+        proxy: FaultProxy, s3_server: Any, status: int, code: str) -> None:
+    storage = _through(proxy, s3_server, retry_attempts=5)
+    path = "node/1b503c7e-0000-4000-8000-000000000000.arrow"
+    storage.write(path, b"x")
+    proxy.fault = Fault(GETS | {"PUT"}, status, code)
+    for op in (lambda: storage.read(path), lambda: storage.write(path, b"y"),
+               lambda: storage.create_exclusive("vn/00000000000000000000000000000001", b"r")):
+        proxy.refused = 0
+        with pytest.raises(StorageError) as raised:
+            op()
+        assert not isinstance(raised.value, TransientStorageError | FileAlreadyExists)
+        assert proxy.refused < 5  # s3fs may ask twice (HEAD), but no retry_attempts tries
+    assert storage.stats.retries == 0
+
+
+@pytest.mark.s3
+def test_s3_exclusive_create_shares_the_retry_helper(proxy: FaultProxy,
+                                                     s3_server: Any) -> None:
+    storage = _through(proxy, s3_server, retry_attempts=3, retry_backoff=0)
+    put = frozenset({"PUT"})
+    proxy.fault = Fault(put, 503, "SlowDown", times=1)
+    storage.create_exclusive("a", b"1")  # throttled once, then created
+    # the server created the file but the answer was lost: the retry's 412 is our own file
+    proxy.fault = Fault(put, 500, "InternalError", times=1, after_relay=True)
+    storage.create_exclusive("b", b"2")
+    assert storage.read("b") == b"2" and storage.stats.retries == 2
+    with pytest.raises(FileAlreadyExists):  # a real loser: another writer's file
+        storage.create_exclusive("b", b"other")
+    proxy.fault = Fault(put, 503, "SlowDown")
+    with pytest.raises(TransientStorageError, match="exclusive create failed after 3 tries"):
+        storage.create_exclusive("c", b"3")
+
+
+@pytest.mark.s3
+def test_a_closed_port_fails_after_the_configured_tries() -> None:
+    """No server: each try is one request (botocore and s3fs do not retry on their own),
+    and the error is transient and names the file."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the socket is
+    storage = Storage("s3://bucket/prefix", {
+        "key": "k", "secret": "not-echoed", "retry_attempts": 3, "retry_backoff": 0,
+        "skip_instance_cache": True,
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "x"}})
+    fs = storage.backend.fs  # type: ignore[attr-defined]
+    fs.connect()
+    sent: list[str] = []
+    fs.s3.meta.events.register("before-send.s3", lambda **kw: sent.append(kw["event_name"]))
+    with pytest.raises(TransientStorageError, match="after 3 tries") as raised:
+        storage.read("vn/latest")
+    assert len(sent) == 3 and storage.stats.retries == 2
+    assert "s3://bucket/prefix/vn/latest" in str(raised.value)
+    assert "not-echoed" not in str(raised.value)
+    config = fs.s3.meta.config
+    assert (config.connect_timeout, config.retries["total_max_attempts"]) == (2.0, 1)
+
+
+# --- storage options ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"max_concurrency": "abc"}, "max_concurrency must be an integer from 1 to 1024"),
+    ({"max_concurrency": 0}, "max_concurrency must be an integer"),
+    ({"max_concurrency": True}, "max_concurrency must be an integer"),
+    ({"retry_attempts": 1.5}, "retry_attempts must be an integer"),
+    ({"connect_timeout": "soon"}, "connect_timeout must be a number"),
+    ({"read_timeout": -1}, "read_timeout must be a number"),
+])
+def test_bad_settings_are_named_not_echoed(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message) as raised:
+        Storage("memory://x", options)
+    assert str(next(iter(options.values()))) not in str(raised.value).split("must be")[0]
+
+
+def test_settings_from_text_values() -> None:
+    storage = Storage("memory://x", {"max_concurrency": "3", "connect_timeout": "0.5"})
+    assert (storage.concurrency, storage.settings.connect_timeout) == (3, 0.5)
+
+
+@pytest.mark.parametrize("key", ["client_kwargs", "config_kwargs", "s3_additional_kwargs"])
+def test_s3_object_options_must_be_objects(key: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"storage option {key} must be a JSON"):
+        Storage("s3://bucket/p", {key: "endpoint_url=http://x", "secret": "s3cr3t"})
+
+
+# --- map: nothing runs on after it raised -------------------------------------------------
+
+
+def test_map_cancels_the_rest_and_waits_for_the_started(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path / "c"), {"max_concurrency": 2})
+    lock = threading.Lock()
+    started: list[int] = []
+    finished: list[int] = []
+    first_running, second_failed = threading.Event(), threading.Event()
+
+    def work(i: int) -> int:
+        with lock:
+            started.append(i)
+        if i == 0:  # still running when item 1 fails
+            first_running.set()
+            assert second_failed.wait(30)
+        elif i == 1:
+            assert first_running.wait(30)
+            second_failed.set()
+            raise RuntimeError("interrupted")
+        storage.write(f"f{i}", b"x")
+        with lock:
+            finished.append(i)
+        return i
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        storage.map(work, range(2000))
+    with lock:
+        seen = (list(started), list(finished))
+    assert 0 in seen[1]  # item 0 had started: map waited for it
+    assert sorted(seen[1]) == sorted(i for i in seen[0] if i != 1)  # none still running
+    assert len(seen[0]) < 2000  # the rest were cancelled
+    storage.close()  # the pool's threads end; nothing else ran after map raised
+    assert (started, finished) == seen
+    assert storage.map(lambda i: i * 2, range(5)) == [0, 2, 4, 6, 8]
