@@ -28,6 +28,7 @@ from olympia.exceptions import (
     StalePlanError,
 )
 from olympia.plan import Change, Plan, apply_plan, make_plan
+from olympia.plan.ops import RenameTable
 from olympia.spec import load_spec
 from olympia.versions import history
 
@@ -59,10 +60,10 @@ def test_example_applies_as_one_version_everywhere(location: Location) -> None:
 def test_a_failing_change_leaves_the_catalog_unchanged(tmp_path: Path) -> None:
     catalog = memory_catalog()
     plan = plan_for(catalog, write_spec(tmp_path, docs(hr={"namespace": "hr"})))
-    bad = Change("update", "namespace", "hr",
-                 ops=[{"op": "alter_namespace", "args": {"namespace": "nope", "comment": "x"}}])
+    bad = Change("rename", "table", "hr.new", "hr.nope",
+                 ops=[RenameTable(identifier=("hr", "nope"), new_name="new")])
     plan.changes.append(bad)  # fails after the plan's other changes were staged
-    with pytest.raises(NotFoundError, match="namespace nope does not exist"):
+    with pytest.raises(NotFoundError, match="hr.nope does not exist"):
         apply_plan(catalog, plan)
     assert catalog.refresh() == 0 and catalog.list_namespaces() == []
 
@@ -117,7 +118,7 @@ def test_saved_plan_files_are_checked(tmp_path: Path) -> None:
     plan_file = tmp_path / "plan.json"
     plan_for(catalog, write_spec(tmp_path / "s", docs())).save(plan_file)
     data = json.loads(plan_file.read_text())
-    data["changes"][0]["ops"][0]["args"]["namespace"] = "evil"
+    data["changes"][0]["ops"][0]["namespace"] = "evil"
     (tmp_path / "edited.json").write_text(json.dumps(data))
     with pytest.raises(InvalidArgumentError, match="modified after it was saved"):
         Plan.load(tmp_path / "edited.json")

@@ -135,7 +135,7 @@ def test_json_outputs_and_variables(cli: Cli, tmp_path: Path, ) -> None:
     assert out.output == "Valid: 4 files, 4 namespaces, 5 tables, 5 views.\n"
     out = cli("plan", str(EXAMPLE), "--json", "--var", "finance_retention=1y")
     data = json.loads(out.output)
-    assert data["format"] == "olympia-plan" and data["format_version"] == 1
+    assert data["format"] == "olympia-plan" and data["format_version"] == 2
     assert data["summary"]["create"] == 14
     cli.env["OLYMPIA_VAR_finance_retention"] = "2y"
     out = cli("apply", str(EXAMPLE), "--auto-approve", "--json")

@@ -320,7 +320,7 @@ def test_plans_are_deterministic_and_json_is_versioned(tmp_path: Path) -> None:
         data.pop("created_at")
         data.pop("checksum")
     assert first == second
-    assert first["format"] == "olympia-plan" and first["format_version"] == 1
+    assert first["format"] == "olympia-plan" and first["format_version"] == 2
     assert first["catalog"]["id"] == catalog.catalog_def.id and first["base_version"] == 0
     change = first["changes"][0]
     assert set(change) >= {"action", "type", "name", "destructive", "details", "actions", "ops"}

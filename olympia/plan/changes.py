@@ -4,44 +4,40 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from olympia.catalog.objects import Column
-from olympia.catalog.transaction import Transaction
 from olympia.exceptions import InvalidArgumentError
+from olympia.plan.ops import Action, Kind, Op, parse_ops
 
-VERBS = ("create", "update", "rename", "replace", "drop")
-KINDS = ("namespace", "table", "view")
-# transaction calls a plan may hold, and the action each one records when it cannot be staged
-OPS = {
-    "create_namespace": "NAMESPACE_CREATE", "alter_namespace": "NAMESPACE_ALTER",
-    "rename_namespace": "NAMESPACE_RENAME", "drop_namespace": "NAMESPACE_DROP",
-    "create_table": "TABLE_CREATE", "alter_table": "TABLE_ALTER",
-    "rename_table": "TABLE_RENAME", "drop_table": "TABLE_DROP",
-    "create_view": "VIEW_CREATE", "replace_view": "VIEW_REPLACE",
-    "rename_view": "VIEW_RENAME", "drop_view": "VIEW_DROP",
-}
+if TYPE_CHECKING:
+    from olympia.catalog.transaction import Transaction
 
 
 @dataclass
 class Change:
     """A planned change of one object.
 
-    ``ops`` are the Transaction calls that make it (JSON-able, so a saved plan applies
-    exactly what was reviewed); ``actions`` the action types the transaction records for
-    them (found by staging the plan when it was made).
+    ``ops`` are the typed Transaction calls that make it (saved with the plan, so a saved
+    plan applies exactly what was reviewed); ``actions`` the action types the transaction
+    records for them. ``reasons`` (why it is destructive) and ``blocked`` (why it may not be
+    applied) are derived from the operations against the catalog when the plan is staged
+    (:mod:`olympia.plan.gate`), never read from a saved plan.
     """
 
-    action: str  # create | update | rename | replace | drop
-    kind: str  # namespace | table | view
+    action: Action
+    kind: Kind
     name: str  # "ns" or "ns.name", after the change
     from_name: str = ""  # renames, and replacements of another kind
     details: list[dict[str, Any]] = field(default_factory=list)
-    ops: list[dict[str, Any]] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)  # why it is destructive
-    blocked: str = ""  # why it may not be applied (protected objects)
+    reasons: list[str] = field(default_factory=list)
+    blocked: str = ""
     source: str = ""  # file:line:col of the declaration
+
+    def __post_init__(self) -> None:
+        self.action, self.kind = Action(self.action), Kind(self.kind)
 
     @property
     def destructive(self) -> bool:
@@ -51,40 +47,45 @@ class Change:
         return f"{self.action} {self.kind} {self.name}"
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"action": self.action, "type": self.kind, "name": self.name,
-                               "destructive": self.destructive, "reasons": self.reasons,
-                               "details": self.details, "actions": self.actions,
-                               "ops": self.ops}
+        out: dict[str, Any] = {"action": str(self.action), "type": str(self.kind),
+                               "name": self.name, "destructive": self.destructive,
+                               "reasons": self.reasons, "details": self.details,
+                               "actions": self.actions,
+                               "ops": [o.to_dict() for o in self.ops]}
         for key in ("from_name", "blocked", "source"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Change:
-        action, kind = data["action"], data["type"]
-        if action not in VERBS or kind not in KINDS:
+    def from_dict(cls, data: Any) -> Change:
+        """A change as saved; its operations are validated, its classification (reasons,
+        blocked) is not read: it is re-derived when the plan is staged.
+
+        Raises:
+            InvalidArgumentError: the change or one of its operations is malformed.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError("a change must be an object")
+        action, kind, name = data.get("action"), data.get("type"), data.get("name")
+        if action not in set(Action) or kind not in set(Kind) or not isinstance(name, str):
             raise InvalidArgumentError(f"unknown change {action!r} of {kind!r}")
-        ops = [dict(op) for op in data.get("ops", [])]
-        for op in ops:
-            if op.get("op") not in OPS or not isinstance(op.get("args"), dict):
-                raise InvalidArgumentError(f"unknown operation {op.get('op')!r}")
-        return cls(action, kind, data["name"], data.get("from_name", ""),
-                   list(data.get("details", [])), ops, list(data.get("actions", [])),
-                   list(data.get("reasons", [])), data.get("blocked", ""),
-                   data.get("source", ""))
+        where = f"{action} {kind} {name}"
+        details, actions = data.get("details", []), data.get("actions", [])
+        if not (isinstance(details, list) and all(isinstance(d, dict) for d in details)
+                and isinstance(actions, list) and all(isinstance(a, str) for a in actions)):
+            raise InvalidArgumentError(f"{where}: details and actions must be lists")
+        try:
+            ops = parse_ops(data.get("ops", []))
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: {exc}") from None
+        return cls(Action(action), Kind(kind), name, str(data.get("from_name", "")),
+                   list(details), ops, list(actions), source=str(data.get("source", "")))
 
     def run(self, txn: Transaction) -> None:
         """Stage this change's operations in ``txn``."""
         for op in self.ops:
-            args = dict(op["args"])
-            if "identifier" in args:
-                args["identifier"] = tuple(args["identifier"])
-            getattr(txn, op["op"])(**args)
-
-
-def op(name: str, **args: Any) -> dict[str, Any]:
-    return {"op": name, "args": args}
+            op.apply(txn)
 
 
 def detail(attr: str, before: Any, after: Any, **flags: Any) -> dict[str, Any]:

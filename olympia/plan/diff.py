@@ -8,12 +8,13 @@ the same inputs always give the same plan.
 Comparison is normalised — type spellings are canonical, property maps compare as maps, SQL
 ignores surrounding whitespace, column ids are not compared, column order is a change of
 its own — so a spec that was applied plans to no changes. Renames come only from
-``renamed_from`` hints.
+``renamed_from`` hints. Whether a change is destructive or refused is derived from its
+operations when the plan is staged (:mod:`olympia.plan.gate`); type compatibility lives in
+:mod:`olympia.plan.compat`, the order of view changes in :mod:`olympia.plan.order`.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -22,13 +23,28 @@ from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import CatalogReader
 from olympia.exceptions import InvalidNameError, SpecError
-from olympia.plan.changes import Change, column_text, detail, op, property_details
+from olympia.plan.changes import Change, column_text, detail, property_details
+from olympia.plan.compat import is_safe_change
+from olympia.plan.ops import (
+    Action,
+    AlterNamespace,
+    AlterTable,
+    CreateNamespace,
+    CreateTable,
+    CreateView,
+    DropNamespace,
+    DropTable,
+    DropView,
+    Kind,
+    RenameNamespace,
+    RenameTable,
+    RenameView,
+    ReplaceView,
+)
+from olympia.plan.order import reading_order
 from olympia.plan.state import Current, Observed
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import Problem
-
-_INT_WIDTH = {"int1": 1, "int2": 2, "int4": 3, "int8": 4}
-UNPROTECT = "removes protection"
 
 
 def check_names(reader: CatalogReader, spec: Spec) -> None:
@@ -61,11 +77,6 @@ def _reference_position(spec: Spec, ref: Key) -> Any:
 
 def _name(ns: str, obj: str = "") -> str:
     return f"{ns}.{obj}" if obj else ns
-
-
-def _protected(kind: str, name: str, protected: bool) -> str:
-    return (f"{kind} {name} is protected in the catalog; to drop it, first apply a spec that "
-            "sets protected: false") if protected else ""
 
 
 class Differ:
@@ -109,21 +120,18 @@ class Differ:
                                                               tables.get(key)))
             if key not in views and key in tables:
                 claimed_tables.add(key)
-        out += _reading_order(view_changes, spec)
+        out += reading_order(view_changes, spec)
         dropped_views = [k for k in sorted(views) if k not in spec.views
                          and k not in claimed_views]
         dropped_tables = [k for k in sorted(tables) if k not in spec.tables
                           and k not in claimed_tables]
-        out += [self._drop("view", k, views[k]) for k in dropped_views]
-        out += [self._drop("table", k, tables[k]) for k in dropped_tables]
-        blocked_in = {k[0] for k in dropped_views if views[k].protected} | {
-            k[0] for k in dropped_tables if tables[k].protected}
-        for ns in sorted(set(self.current.namespaces) - set(moved) - set(spec.namespaces)):
-            namespace = self.current.namespaces[ns]
-            blocked = _protected("namespace", ns, namespace.protected) or (
-                f"namespace {ns} holds protected objects" if ns in blocked_in else "")
-            out.append(Change("drop", "namespace", ns, ops=[op("drop_namespace", namespace=ns)],
-                              reasons=[f"drops namespace {ns}"], blocked=blocked))
+        out += [Change(Action.DROP, Kind.VIEW, _name(*k), ops=[DropView(identifier=k)])
+                for k in dropped_views]
+        out += [Change(Action.DROP, Kind.TABLE, _name(*k), ops=[DropTable(identifier=k)])
+                for k in dropped_tables]
+        out += [Change(Action.DROP, Kind.NAMESPACE, ns, ops=[DropNamespace(namespace=ns)])
+                for ns in sorted(set(self.current.namespaces) - set(moved)
+                                 - set(spec.namespaces))]
         if self.problems:
             raise SpecError([str(p) for p in sorted(self.problems)])
         return out
@@ -167,8 +175,9 @@ class Differ:
         return moved
 
     def _namespace_rename(self, new: str, old: str) -> Change:
-        return Change("rename", "namespace", new, old, details=[detail("name", old, new)],
-                      ops=[op("rename_namespace", namespace=old, new_name=new)],
+        return Change(Action.RENAME, Kind.NAMESPACE, new, old,
+                      details=[detail("name", old, new)],
+                      ops=[RenameNamespace(namespace=old, new_name=new)],
                       source=str(self.spec.namespaces[new].position))
 
     def _namespace(self, item: NamespaceSpec, moved: Mapping[str, str]) -> list[Change]:
@@ -178,17 +187,17 @@ class Differ:
         existing = self.current.namespaces.get(old)
         if existing is None:
             return [Change(
-                "create", "namespace", name, source=str(item.position),
+                Action.CREATE, Kind.NAMESPACE, name, source=str(item.position),
                 details=_new_attributes(Namespace(name), desired, ("comment", "protected"))
                 + property_details({}, desired.properties),
-                ops=[op("create_namespace", namespace=name,
-                        properties=dict(sorted(desired.properties.items())),
-                        comment=desired.comment, protected=desired.protected)])]
-        args, details, reasons = _alter_common(existing, desired, name)
+                ops=[CreateNamespace(namespace=name,
+                                     properties=dict(sorted(desired.properties.items())),
+                                     comment=desired.comment, protected=desired.protected)])]
+        args, details = _alter_common(existing, desired)
         if not args:
             return []
-        return [Change("update", "namespace", name, details=details, reasons=reasons,
-                       ops=[op("alter_namespace", namespace=name, **args)],
+        return [Change(Action.UPDATE, Kind.NAMESPACE, name, details=details,
+                       ops=[AlterNamespace(namespace=name, **args)],
                        source=str(item.position))]
 
     # --- tables and views ---------------------------------------------------------------
@@ -212,37 +221,31 @@ class Differ:
                                  f" both exist in the catalog; remove the hint to keep "
                                  f"{ns}.{name} (and drop {ns}.{old}), or drop {ns}.{name} first")
                     continue
+                rename = RenameTable if kind == "table" else RenameView
                 out[source] = (Change(
-                    "rename", kind, _name(ns, name), _name(ns, old),
+                    Action.RENAME, Kind(kind), _name(ns, name), _name(ns, old),
                     details=[detail("name", old, name)],
-                    ops=[op(f"rename_{kind}", identifier=[ns, old], new_name=name)],
+                    ops=[rename(identifier=source, new_name=name)],
                     source=str(item.position)), key)
             elif source in other:
                 self.problem(item.position, f"renamed_from {old}: {ns}.{old} is a {other_kind}, "
                              f"not a {kind}")
         return out
 
-    def _drop(self, kind: str, key: Key, obj: Table | View) -> Change:
-        name = _name(*key)
-        return Change("drop", kind, name, ops=[op(f"drop_{kind}", identifier=list(key))],
-                      reasons=[f"drops {kind} {name}"],
-                      blocked=_protected(kind, name, obj.protected))
-
     def _replacement(self, kind: str, item: TableSpec | ViewSpec, gone: Table | View,
-                     gone_kind: str, create: dict[str, Any],
+                     gone_kind: str, create: CreateTable | CreateView,
                      details: list[dict[str, Any]]) -> Change:
         name = _name(gone.namespace, gone.name)
-        return Change("replace", kind, name, name if gone_kind != kind else "",
-                      details=details, reasons=[f"drops {gone_kind} {name} and creates it anew"],
-                      blocked=_protected(gone_kind, name, gone.protected),
-                      ops=[op(f"drop_{gone_kind}", identifier=[gone.namespace, gone.name]),
-                           create], source=str(item.position))
+        drop = DropTable if gone_kind == "table" else DropView
+        return Change(Action.REPLACE, Kind(kind), name, name if gone_kind != kind else "",
+                      details=details, ops=[drop(identifier=(gone.namespace, gone.name)), create],
+                      source=str(item.position))
 
     def _table(self, item: TableSpec, current: Table | None, view: View | None,
                ) -> list[Change]:
         desired = item.table
         name = _name(desired.namespace, desired.name)
-        create = op("create_table", **_table_args(desired))
+        create = CreateTable(**_table_args(desired))
         if current is None:
             details = _new_attributes(Table(desired.namespace, desired.name), desired,
                                       ("comment", "protected", "format", "table_type",
@@ -254,13 +257,13 @@ class Differ:
             if view is not None:
                 return [self._replacement("table", item, view, "view", create,
                                           [detail("type", "view", "table"), *details])]
-            return [Change("create", "table", name, details=details, ops=[create],
+            return [Change(Action.CREATE, Kind.TABLE, name, details=details, ops=[create],
                            source=str(item.position))]
         if (current.format, current.table_type) != (desired.format, desired.table_type):
             return [self._replacement("table", item, current, "table", create,
                                       _attribute_details(current, desired,
                                                          ("format", "table_type")))]
-        args, details, reasons = _alter_common(current, desired, name)
+        args, details = _alter_common(current, desired)
         if item.manages_location and current.location != desired.location:
             args["location"] = desired.location
             details.append(detail("location", current.location, desired.location))
@@ -269,17 +272,18 @@ class Differ:
             args["format_properties"] = dict(sorted(desired.format_properties.items()))
             details += property_details(current.format_properties, desired.format_properties,
                                         "format_properties")
-        column_args, column_details, column_reasons = self._columns(item, current)
+        column_args, column_details = self._columns(item, current)
         args.update(column_args)
         if not args:
             return []
-        return [Change("update", "table", name, details=details + column_details,
-                       reasons=reasons + column_reasons,
-                       ops=[op("alter_table", identifier=[desired.namespace, desired.name],
-                               **args)], source=str(item.position))]
+        return [Change(Action.UPDATE, Kind.TABLE, name, details=details + column_details,
+                       ops=[AlterTable(identifier=(desired.namespace, desired.name), **args)],
+                       source=str(item.position))]
 
     def _columns(self, item: TableSpec, current: Table,
-                 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The column arguments of an alter and their details (incompatible type changes
+        flagged)."""
         desired = item.table
         cur = {c.name: c.without_ids() for c in current.columns}
         want = {c.name: c for c in desired.columns}
@@ -299,8 +303,7 @@ class Differ:
         details = [detail(f"column {old}", old, new, rename=True) for old, new in rename.items()]
         details += [detail(f"column {n}", column_text(cur[n]), None, text=True)
                     for n in removed]
-        reasons = [f"removes column {n}" for n in removed]
-        updates: dict[str, Any] = {}
+        updates: dict[str, Column] = {}
         for col in desired.columns:
             before = kept.get(col.name)
             if before is None:
@@ -309,34 +312,32 @@ class Differ:
             before = replace(before, name=col.name)
             if before == col:
                 continue
-            updates[col.name] = col.to_dict()
+            updates[col.name] = col
             column_details = _column_details(before, col)
             if not is_safe_change(before, col):
                 column_details[0]["incompatible"] = True
-                reasons.append(f"changes column {col.name} incompatibly "
-                               f"({column_text(before)} -> {column_text(col)})")
             details += column_details
         order_now = [n for n in kept] + [c.name for c in added]
         order_want = [c.name for c in desired.columns]
         args: dict[str, Any] = {}
         if removed:
-            args["remove_columns"] = removed
+            args["remove_columns"] = tuple(removed)
         if rename:
             args["rename_columns"] = rename
         if updates:
             args["update_columns"] = updates
         if added:
-            args["add_columns"] = [c.to_dict() for c in added]
+            args["add_columns"] = tuple(added)
         if order_now != order_want:
-            args["column_order"] = order_want
+            args["column_order"] = tuple(order_want)
             details.append(detail("column order", order_now, order_want))
-        return args, details, reasons
+        return args, details
 
     def _view(self, item: ViewSpec, current: View | None, table: Table | None,
               ) -> list[Change]:
         desired = item.view
         name = _name(desired.namespace, desired.name)
-        ident = [desired.namespace, desired.name]
+        ident = (desired.namespace, desired.name)
         if current is None:
             details = _new_attributes(View(desired.namespace, desired.name, ""), desired,
                                       ("comment", "protected", "dialect", "default_namespace"))
@@ -348,11 +349,11 @@ class Differ:
                                                         for c in desired.columns]))
             details += property_details({}, desired.properties)
             details.append(detail("sql", None, desired.sql))
-            create = op("create_view", identifier=ident, **_view_args(desired))
+            create = CreateView(identifier=ident, **_view_args(desired))
             if table is not None:
                 return [self._replacement("view", item, table, "table", create,
                                           [detail("type", "table", "view"), *details])]
-            return [Change("create", "view", name, details=details, ops=[create],
+            return [Change(Action.CREATE, Kind.VIEW, name, details=details, ops=[create],
                            source=str(item.position))]
         if _comparable(current) == _comparable(desired):
             return []
@@ -368,9 +369,8 @@ class Differ:
                                               for c in current.columns],
                                   [f"{c.name}: {column_text(c)}" for c in desired.columns]))
         details += property_details(current.properties, desired.properties)
-        reasons = [UNPROTECT] if current.protected and not desired.protected else []
-        return [Change("update", "view", name, details=details, reasons=reasons,
-                       ops=[op("replace_view", identifier=ident, **_view_args(desired))],
+        return [Change(Action.UPDATE, Kind.VIEW, name, details=details,
+                       ops=[ReplaceView(identifier=ident, **_view_args(desired))],
                        source=str(item.position))]
 
 
@@ -401,10 +401,10 @@ def _attribute_details(before: Any, after: Any, attrs: tuple[str, ...]) -> list[
             if getattr(before, a) != getattr(after, a)]
 
 
-def _alter_common(before: Namespace | Table, after: Namespace | Table, name: str,
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+def _alter_common(before: Namespace | Table, after: Namespace | Table,
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Property, comment and protection changes shared by namespaces and tables: the alter
-    arguments (only what changes), the details and the destructive reasons."""
+    arguments (only what changes) and the details."""
     args: dict[str, Any] = {}
     set_props = {k: v for k, v in sorted(after.properties.items())
                  if before.properties.get(k) != v}
@@ -412,17 +412,14 @@ def _alter_common(before: Namespace | Table, after: Namespace | Table, name: str
     if set_props:
         args["set_properties"] = set_props
     if unset:
-        args["unset_properties"] = unset
+        args["unset_properties"] = tuple(unset)
     details = property_details(before.properties, after.properties)
     details += _attribute_details(before, after, ("comment", "protected"))
     if before.comment != after.comment:
         args["comment"] = after.comment
-    reasons = []
     if before.protected != after.protected:
         args["protected"] = after.protected
-        if before.protected:
-            reasons.append(UNPROTECT)
-    return args, details, reasons
+    return args, details
 
 
 def _column_details(before: Column, after: Column) -> list[dict[str, Any]]:
@@ -441,8 +438,8 @@ def _column_details(before: Column, after: Column) -> list[dict[str, Any]]:
 
 
 def _table_args(table: Table) -> dict[str, Any]:
-    return {"identifier": [table.namespace, table.name],
-            "columns": [c.to_dict() for c in table.columns],
+    return {"identifier": (table.namespace, table.name),
+            "columns": tuple(c.without_ids() for c in table.columns),
             "properties": dict(sorted(table.properties.items())), "format": table.format,
             "table_type": table.table_type, "location": table.location,
             "format_properties": dict(sorted(table.format_properties.items())),
@@ -451,8 +448,8 @@ def _table_args(table: Table) -> dict[str, Any]:
 
 def _view_args(view: View) -> dict[str, Any]:
     return {"sql": view.sql, "dialect": view.dialect,
-            "columns": [c.to_dict() for c in view.columns],
-            "referenced_objects": [list(r) for r in view.referenced_objects],
+            "columns": tuple(c.without_ids() for c in view.columns),
+            "referenced_objects": tuple(view.referenced_objects),
             "default_namespace": view.default_namespace,
             "properties": dict(sorted(view.properties.items())), "comment": view.comment,
             "protected": view.protected}
@@ -462,69 +459,3 @@ def _comparable(view: View) -> tuple[Any, ...]:
     return (view.sql.strip(), view.dialect, tuple(c.without_ids() for c in view.columns),
             tuple(view.referenced_objects), view.default_namespace, dict(view.properties),
             view.comment, view.protected)
-
-
-def is_safe_change(before: Column, after: Column) -> bool:
-    """Whether data written with ``before`` stays readable as ``after``: widening integers,
-    ``float4`` to ``float8``, more decimal precision at the same scale, longer or unbounded
-    ``varchar``, dropping NOT NULL, new nullable struct fields. Comments and properties never
-    matter."""
-    if before.nullable and not after.nullable:
-        return False
-    if before.type != after.type and not _widens(before.type, after.type):
-        return False
-    old_fields = {f.name: f for f in before.fields}
-    new_fields = {f.name: f for f in after.fields}
-    if set(old_fields) - set(new_fields):
-        return False
-    for name, new_field in new_fields.items():
-        if name in old_fields:
-            if not is_safe_change(old_fields[name], new_field):
-                return False
-        elif not new_field.nullable:
-            return False
-    for part in ("element", "key", "value"):
-        old_part, new_part = getattr(before, part), getattr(after, part)
-        if old_part is not None and new_part is not None and not is_safe_change(old_part,
-                                                                                 new_part):
-            return False
-    return True
-
-
-def _widens(old: str, new: str) -> bool:
-    if old in _INT_WIDTH and new in _INT_WIDTH:
-        return _INT_WIDTH[new] >= _INT_WIDTH[old]
-    if (old, new) == ("float4", "float8"):
-        return True
-    if old.startswith("decimal(") and new.startswith("decimal("):
-        (p1, s1), (p2, s2) = (tuple(int(x) for x in t[8:-1].split(",")) for t in (old, new))
-        return s1 == s2 and p2 >= p1
-    if old.startswith("varchar") and new.startswith("varchar"):
-        return new == "varchar" or (old != "varchar" and int(new[8:-1]) >= int(old[8:-1]))
-    return False
-
-
-def _reading_order(changes: Mapping[Key, Change], spec: Spec) -> list[Change]:
-    """View changes with each view after the views it reads; otherwise by name (a
-    reference cycle, which the catalog cannot hold anyway, keeps name order)."""
-    keys = sorted(changes)
-    index = {k: i for i, k in enumerate(keys)}
-    waits_for = {k: {r for r in spec.views[k].view.referenced_objects if r in changes and r != k}
-                 for k in keys}
-    readers: dict[Key, list[Key]] = {k: [] for k in keys}
-    for k, reads in waits_for.items():
-        for r in reads:
-            readers[r].append(k)
-    ready = [index[k] for k in keys if not waits_for[k]]
-    heapq.heapify(ready)
-    ordered: list[Key] = []
-    while ready:
-        k = keys[heapq.heappop(ready)]
-        ordered.append(k)
-        for reader in readers[k]:
-            waits_for[reader].discard(k)
-            if not waits_for[reader]:
-                heapq.heappush(ready, index[reader])
-    done = set(ordered)
-    ordered += [k for k in keys if k not in done]
-    return [changes[k] for k in ordered]

@@ -2,13 +2,13 @@
 
 A plan is made against one version (its base). It records the managed scope, one
 fingerprint per managed namespace, the spec's digest and the ordered changes with the
-Transaction calls that carry them out, so a saved plan applies exactly what was reviewed —
-or refuses when what it manages has changed since.
+typed operations that carry them out, so a saved plan applies exactly what was reviewed —
+or refuses when what it manages has changed since. Its saved form is in
+:mod:`olympia.plan.planfile`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog.actions import type_name
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectType
 from olympia.catalog.reader import CatalogReader, Snapshot
@@ -25,13 +24,23 @@ from olympia.catalog.transaction import Transaction
 from olympia.exceptions import InvalidArgumentError, OlympiaError, SpecError
 from olympia.inputs import MIB, read_user_file
 from olympia.plan import render
-from olympia.plan.changes import OPS, VERBS, Change
+from olympia.plan.changes import Change
 from olympia.plan.diff import check_names, compute_changes
+from olympia.plan.gate import Gate
+from olympia.plan.ops import (
+    Action,
+    DropNamespace,
+    DropTable,
+    DropView,
+    RenameNamespace,
+    RenameTable,
+    RenameView,
+)
+from olympia.plan.planfile import PLAN_FORMAT, PLAN_FORMAT_VERSION, seal, unseal
 from olympia.plan.state import Scope, fingerprint, load_current
 from olympia.spec.model import Key, Spec
 
-PLAN_FORMAT = "olympia-plan"
-PLAN_FORMAT_VERSION = 1
+__all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "Plan", "make_plan"]
 MAX_PLAN_BYTES = 256 * MIB  # a saved plan is read only up to this size
 
 
@@ -71,7 +80,7 @@ class Plan:
         return [c for c in self.changes if c.blocked]
 
     def summary(self) -> dict[str, int]:
-        counts = {verb: 0 for verb in VERBS}
+        counts = {str(verb): 0 for verb in Action}
         for change in self.changes:
             counts[change.action] += 1
         counts["destructive"] = sum(c.destructive for c in self.changes)
@@ -86,8 +95,9 @@ class Plan:
         colours on a terminal unless NO_COLOR is set (or as ``color`` says)."""
         return render.render(self, color)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The versioned JSON form (``format``/``format_version``), with a checksum."""
+    def to_dict(self, key: str | None = None) -> dict[str, Any]:
+        """The versioned JSON form (``format``/``format_version``), with a checksum and,
+        when ``key`` is given, an HMAC-SHA256 signature made with it."""
         body = {
             "format": PLAN_FORMAT, "format_version": PLAN_FORMAT_VERSION,
             "created_at": self.created_at, "olympia_version": _olympia_version(),
@@ -101,50 +111,50 @@ class Plan:
             "summary": self.summary(), "warnings": self.warnings,
             "changes": [c.to_dict() for c in self.changes],
         }
-        return {**body, "checksum": _checksum(body)}
+        return seal(body, key)
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True,
+    def save(self, path: str | Path, key: str | None = None) -> None:
+        """Write the JSON form to ``path``, signed when ``key`` is given."""
+        Path(path).write_text(json.dumps(self.to_dict(key), indent=2, sort_keys=True,
                                          ensure_ascii=False) + "\n", "utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> Plan:
-        """A plan saved by :meth:`save`; InvalidArgumentError if it is not one, or was
-        edited since."""
+    def load(cls, path: str | Path, key: str | None = None) -> Plan:
+        """A plan saved by :meth:`save`; InvalidArgumentError if it is not one, was edited
+        since, or (``key`` given) is not signed with ``key``."""
         try:
             data = json.loads(read_user_file(path, MAX_PLAN_BYTES))
         except (InvalidArgumentError, UnicodeDecodeError, json.JSONDecodeError,
                 RecursionError) as exc:
             raise InvalidArgumentError(f"{path}: not a readable plan file ({exc})") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(data, str(path), key)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "plan") -> Plan:
-        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
-            raise InvalidArgumentError(f"{where}: not an {PLAN_FORMAT} file")
-        if data.get("format_version") != PLAN_FORMAT_VERSION:
-            raise InvalidArgumentError(
-                f"{where}: plan format version {data.get('format_version')} is not supported "
-                f"(this olympia reads version {PLAN_FORMAT_VERSION}); re-plan")
-        body = {k: v for k, v in data.items() if k != "checksum"}
-        if data.get("checksum") != _checksum(body):
-            raise InvalidArgumentError(f"{where}: the plan file was modified after it was "
-                                       "saved (checksum mismatch); re-plan")
-        try:
-            plan = cls(data["catalog"]["uri"], data["catalog"]["id"], int(data["base_version"]),
-                       Scope.from_dict(data["scope"]), list(data["managed_namespaces"]),
-                       dict(data["fingerprints"]), data["spec"]["digest"],
-                       [Change.from_dict(c) for c in data["changes"]],
-                       list(data.get("warnings", [])), list(data["spec"].get("files", [])),
-                       data.get("created_at", ""), str(data["spec"].get("git_commit", "")))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"{where}: malformed plan ({exc!r})") from None
-        return plan
+    def from_dict(cls, data: Any, where: str = "plan", key: str | None = None) -> Plan:
+        """A plan from its JSON form, every field and operation validated (see
+        :func:`olympia.plan.planfile.unseal`); the changes' classification is not read.
 
-
-def _checksum(body: dict[str, Any]) -> str:
-    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+        Raises:
+            InvalidArgumentError: naming every malformed change and operation.
+        """
+        body = unseal(data, where, key)
+        changes, problems = [], []
+        for i, item in enumerate(body["changes"], 1):
+            try:
+                changes.append(Change.from_dict(item))
+            except InvalidArgumentError as exc:
+                problems.append(f"  change {i}: {exc}")
+        if problems:
+            raise InvalidArgumentError(f"{where}: malformed plan:\n" + "\n".join(problems))
+        spec = body["spec"]
+        scope = body["scope"]
+        return cls(body["catalog"]["uri"], body["catalog"]["id"], body["base_version"],
+                   Scope(tuple(scope["declared"]), tuple(scope.get("patterns", ())),
+                         tuple((a, b) for a, b in scope.get("references", ()))),
+                   list(body["managed_namespaces"]), dict(body["fingerprints"]),
+                   spec["digest"], changes, list(body.get("warnings", [])),
+                   list(spec.get("files", [])), body.get("created_at", ""),
+                   spec.get("git_commit", ""))
 
 
 def _olympia_version() -> str:
@@ -168,29 +178,26 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "") -> Plan:
     scope = Scope.of(spec)
     observed = scope.observe(snapshot)
     changes = compute_changes(spec, load_current(snapshot, observed), observed)
-    _stage(catalog, snapshot, changes)
+    _stage(catalog, snapshot, changes, observed.managed)
     return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,
                 observed.managed, observed.fingerprints(), spec.digest, changes,
                 _dependents(snapshot, observed.managed, changes), list(spec.files),
                 datetime.now(UTC).isoformat(timespec="seconds"), git_commit)
 
 
-def _stage(catalog: Catalog, snapshot: Snapshot, changes: list[Change]) -> None:
-    """Stage every change in a discarded transaction on ``snapshot``; fill in ``actions``."""
+def _stage(catalog: Catalog, snapshot: Snapshot, changes: list[Change],
+           managed: list[str]) -> None:
+    """Stage every change in a discarded transaction on ``snapshot``: classifies each
+    (destructive, refused) from its operations and fills in ``actions``."""
     txn = Transaction(catalog, snapshot, pb.SNAPSHOT)
+    gate = Gate(txn, managed)
     problems = []
     try:
         for change in changes:
-            if change.blocked:  # the catalog would refuse it: name what it would record
-                change.actions = [OPS[o["op"]] for o in change.ops]
-                continue
-            before = len(txn.actions)
             try:
-                change.run(txn)
+                gate.stage(change)
             except OlympiaError as exc:
                 problems.append(f"{change.source or change.name}: cannot {change}: {exc}")
-                continue
-            change.actions = [type_name(a) for a in txn.actions[before:]]
     finally:
         txn.abort()
     if problems:
@@ -203,11 +210,11 @@ def _dependents(reader: CatalogReader, managed: list[str], changes: list[Change]
     gone: set[Key] = set()
     for change in changes:
         for o in change.ops:
-            args = o["args"]
-            if o["op"] in ("drop_table", "drop_view", "rename_table", "rename_view"):
-                gone.add((args["identifier"][0], args["identifier"][1]))
-            elif o["op"] in ("drop_namespace", "rename_namespace"):
-                gone.update((args["namespace"], n) for n in _children(reader, args["namespace"]))
+            match o:
+                case DropTable() | DropView() | RenameTable() | RenameView():
+                    gone.add(o.identifier)
+                case DropNamespace() | RenameNamespace():
+                    gone.update((o.namespace, n) for n in _children(reader, o.namespace))
     if not gone:
         return []
     keep = set(managed)

@@ -1,0 +1,438 @@
+"""Typed plan operations: one frozen class per Transaction call a plan may hold.
+
+An operation serialises as a flat JSON object whose ``op`` field names its class (the
+discriminator). Reading one validates it against the operation's JSON Schema and then its
+values against the format (column types and sizes), so a malformed or forged operation is a
+clear :class:`InvalidArgumentError`, never a traceback. Applying one calls its Transaction
+method explicitly; nothing is looked up by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from jsonschema import Draft202012Validator
+
+from olympia.catalog.objects import Column
+from olympia.exceptions import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from olympia.catalog.transaction import Transaction
+
+Ident = tuple[str, str]  # (namespace, name)
+
+
+class Action(StrEnum):
+    """What a change does to its object."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    RENAME = "rename"
+    REPLACE = "replace"
+    DROP = "drop"
+
+
+class Kind(StrEnum):
+    """The kind of object a change is about."""
+
+    NAMESPACE = "namespace"
+    TABLE = "table"
+    VIEW = "view"
+
+
+# --- JSON Schema pieces ------------------------------------------------------------------------
+
+_MAX_TEXT = 1 << 20  # no name, comment or SQL text of a plan is longer than 1 MiB
+_TEXT: dict[str, Any] = {"type": "string", "maxLength": _MAX_TEXT}
+_NAME: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 4096}
+_IDENT: dict[str, Any] = {"type": "array", "items": _NAME, "minItems": 2, "maxItems": 2}
+_PROPS: dict[str, Any] = {"type": "object", "additionalProperties": _TEXT}
+_NAMES: dict[str, Any] = {"type": "array", "items": _NAME}
+_COLUMN: dict[str, Any] = {"$ref": "#/$defs/column"}
+_COLUMNS: dict[str, Any] = {"type": "array", "items": _COLUMN}
+_BOOL: dict[str, Any] = {"type": "boolean"}
+_COLUMN_DEF: dict[str, Any] = {
+    "type": "object", "required": ["type"], "additionalProperties": False,
+    "properties": {"name": _NAME, "type": {"type": "string", "maxLength": 200},
+                   "nullable": _BOOL, "comment": _TEXT, "fields": _COLUMNS,
+                   "element": _COLUMN, "key": _COLUMN, "value": _COLUMN,
+                   "properties": _PROPS, "id": {"type": "integer", "minimum": 0}},
+}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "null"}, schema]}
+
+
+# --- operations ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Op:
+    """Base of every operation: its JSON form and the action type the catalog records."""
+
+    op: str
+    action_type: ClassVar[str]
+    schema: ClassVar[dict[str, dict[str, Any]]]  # field -> JSON Schema of its value
+    required: ClassVar[tuple[str, ...]]
+
+    def apply(self, txn: Transaction) -> None:
+        """Stage this operation in ``txn``."""
+        raise NotImplementedError
+
+    def namespaces(self) -> tuple[str, ...]:
+        """The namespaces this operation changes (a rename: the old and the new one)."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``op`` plus every field that differs from its default."""
+        out: dict[str, Any] = {"op": self.op}
+        for f in fields(self):
+            if f.name == "op":
+                continue
+            value = getattr(self, f.name)
+            if f.name in self.required or value != _default(f):
+                out[f.name] = _jsonable(value)
+        return out
+
+
+def _default(f: Any) -> Any:
+    return f.default_factory() if callable(f.default_factory) else f.default
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Column):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceOp(Op):
+    namespace: str
+
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.namespace,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectOp(Op):
+    identifier: Ident
+
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.identifier[0],)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateNamespace(NamespaceOp):
+    op: Literal["create_namespace"] = "create_namespace"
+    properties: Mapping[str, str] = field(default_factory=dict)
+    comment: str = ""
+    protected: bool = False
+    action_type = "NAMESPACE_CREATE"
+    schema = {"namespace": _NAME, "properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
+    required = ("namespace",)
+
+    def apply(self, txn: Transaction) -> None:
+        txn.create_namespace(self.namespace, self.properties, self.comment, self.protected)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterNamespace(NamespaceOp):
+    op: Literal["alter_namespace"] = "alter_namespace"
+    set_properties: Mapping[str, str] = field(default_factory=dict)
+    unset_properties: tuple[str, ...] = ()
+    comment: str | None = None
+    protected: bool | None = None
+    action_type = "NAMESPACE_ALTER"
+    schema = {"namespace": _NAME, "set_properties": _PROPS, "unset_properties": _NAMES,
+              "comment": _nullable(_TEXT), "protected": _nullable(_BOOL)}
+    required = ("namespace",)
+
+    def apply(self, txn: Transaction) -> None:
+        txn.alter_namespace(self.namespace, self.set_properties, self.unset_properties,
+                            self.comment, self.protected)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenameNamespace(NamespaceOp):
+    op: Literal["rename_namespace"] = "rename_namespace"
+    new_name: str
+    action_type = "NAMESPACE_RENAME"
+    schema = {"namespace": _NAME, "new_name": _NAME}
+    required = ("namespace", "new_name")
+
+    def apply(self, txn: Transaction) -> None:
+        txn.rename_namespace(self.namespace, self.new_name)
+
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.namespace, self.new_name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropNamespace(NamespaceOp):
+    op: Literal["drop_namespace"] = "drop_namespace"
+    action_type = "NAMESPACE_DROP"
+    schema = {"namespace": _NAME}
+    required = ("namespace",)
+
+    def apply(self, txn: Transaction) -> None:
+        txn.drop_namespace(self.namespace)  # never cascades: a plan drops the contents first
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTable(ObjectOp):
+    op: Literal["create_table"] = "create_table"
+    columns: tuple[Column, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    format: str = "iceberg"
+    table_type: str = "external"
+    location: str = ""
+    format_properties: Mapping[str, str] = field(default_factory=dict)
+    comment: str = ""
+    protected: bool = False
+    action_type = "TABLE_CREATE"
+    schema = {"identifier": _IDENT, "columns": _COLUMNS, "properties": _PROPS,
+              "format": _NAME, "table_type": _NAME, "location": _TEXT,
+              "format_properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
+    required = ("identifier", "columns")
+
+    def apply(self, txn: Transaction) -> None:
+        txn.create_table(self.identifier, columns=self.columns, properties=self.properties,
+                         format=self.format, table_type=self.table_type,
+                         location=self.location, format_properties=self.format_properties,
+                         comment=self.comment, protected=self.protected)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterTable(ObjectOp):
+    op: Literal["alter_table"] = "alter_table"
+    set_properties: Mapping[str, str] = field(default_factory=dict)
+    unset_properties: tuple[str, ...] = ()
+    add_columns: tuple[Column, ...] = ()
+    remove_columns: tuple[str, ...] = ()
+    rename_columns: Mapping[str, str] = field(default_factory=dict)
+    update_columns: Mapping[str, Column] = field(default_factory=dict)
+    column_order: tuple[str, ...] | None = None
+    comment: str | None = None
+    location: str | None = None
+    format_properties: Mapping[str, str] | None = None
+    protected: bool | None = None
+    action_type = "TABLE_ALTER"
+    schema = {"identifier": _IDENT, "set_properties": _PROPS, "unset_properties": _NAMES,
+              "add_columns": _COLUMNS, "remove_columns": _NAMES,
+              "rename_columns": {"type": "object", "additionalProperties": _NAME},
+              "update_columns": {"type": "object", "additionalProperties": _COLUMN},
+              "column_order": _nullable(_NAMES), "comment": _nullable(_TEXT),
+              "location": _nullable(_TEXT), "format_properties": _nullable(_PROPS),
+              "protected": _nullable(_BOOL)}
+    required = ("identifier",)
+
+    def apply(self, txn: Transaction) -> None:
+        txn.alter_table(self.identifier, set_properties=self.set_properties,
+                        unset_properties=self.unset_properties, add_columns=self.add_columns,
+                        remove_columns=self.remove_columns, rename_columns=self.rename_columns,
+                        update_columns=self.update_columns, column_order=self.column_order,
+                        comment=self.comment, location=self.location,
+                        format_properties=self.format_properties, protected=self.protected)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenameTable(ObjectOp):
+    op: Literal["rename_table"] = "rename_table"
+    new_name: str
+    action_type = "TABLE_RENAME"
+    schema = {"identifier": _IDENT, "new_name": _NAME}
+    required = ("identifier", "new_name")
+
+    def apply(self, txn: Transaction) -> None:
+        txn.rename_table(self.identifier, self.new_name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropTable(ObjectOp):
+    op: Literal["drop_table"] = "drop_table"
+    action_type = "TABLE_DROP"
+    schema = {"identifier": _IDENT}
+    required = ("identifier",)
+
+    def apply(self, txn: Transaction) -> None:
+        txn.drop_table(self.identifier)
+
+
+_VIEW_SCHEMA = {"identifier": _IDENT, "sql": _TEXT, "dialect": _NAME, "columns": _COLUMNS,
+                "referenced_objects": {"type": "array", "items": _IDENT},
+                "default_namespace": {"type": "string", "maxLength": 4096},
+                "properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewOp(ObjectOp):
+    """The whole definition of a view, as created or replaced."""
+
+    sql: str
+    dialect: str = "ansi"
+    columns: tuple[Column, ...] = ()
+    referenced_objects: tuple[Ident, ...] = ()
+    default_namespace: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    comment: str = ""
+    protected: bool = False
+    schema = _VIEW_SCHEMA
+    required = ("identifier", "sql")
+
+    def view_args(self) -> dict[str, Any]:
+        return {"sql": self.sql, "dialect": self.dialect, "columns": self.columns,
+                "referenced_objects": self.referenced_objects,
+                "default_namespace": self.default_namespace, "properties": self.properties,
+                "comment": self.comment, "protected": self.protected}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateView(ViewOp):
+    op: Literal["create_view"] = "create_view"
+    action_type = "VIEW_CREATE"
+
+    def apply(self, txn: Transaction) -> None:
+        txn.create_view(self.identifier, **self.view_args())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaceView(ViewOp):
+    op: Literal["replace_view"] = "replace_view"
+    action_type = "VIEW_REPLACE"
+
+    def apply(self, txn: Transaction) -> None:
+        txn.replace_view(self.identifier, **self.view_args())
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenameView(ObjectOp):
+    op: Literal["rename_view"] = "rename_view"
+    new_name: str
+    action_type = "VIEW_RENAME"
+    schema = {"identifier": _IDENT, "new_name": _NAME}
+    required = ("identifier", "new_name")
+
+    def apply(self, txn: Transaction) -> None:
+        txn.rename_view(self.identifier, self.new_name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropView(ObjectOp):
+    op: Literal["drop_view"] = "drop_view"
+    action_type = "VIEW_DROP"
+    schema = {"identifier": _IDENT}
+    required = ("identifier",)
+
+    def apply(self, txn: Transaction) -> None:
+        txn.drop_view(self.identifier)
+
+
+OP_CLASSES: dict[str, type[Op]] = {
+    cls.__dataclass_fields__["op"].default: cls  # type: ignore[misc]
+    for cls in (CreateNamespace, AlterNamespace, RenameNamespace, DropNamespace, CreateTable,
+                AlterTable, RenameTable, DropTable, CreateView, ReplaceView, RenameView,
+                DropView)
+}
+
+
+def op_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of one operation's JSON form."""
+    cls = OP_CLASSES[name]
+    return {"type": "object", "required": ["op", *cls.required], "additionalProperties": False,
+            "properties": {"op": {"const": name}, **cls.schema},
+            "$defs": {"column": _COLUMN_DEF}}
+
+
+_VALIDATORS = {name: Draft202012Validator(op_schema(name)) for name in OP_CLASSES}
+_MESSAGE_LIMIT = 160
+
+
+def parse_op(data: Any) -> Op:
+    """An operation from its JSON form.
+
+    Raises:
+        InvalidArgumentError: an unknown operation, an unknown or missing keyword, a value of
+            the wrong type, or a column the format cannot hold; the message says which.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidArgumentError(f"an operation must be an object, got {_short(data)}")
+    name = data.get("op")
+    if not isinstance(name, str) or name not in OP_CLASSES:
+        raise InvalidArgumentError(f"unknown operation {_short(name)} (known: "
+                                   f"{', '.join(sorted(OP_CLASSES))})")
+    errors = sorted(_VALIDATORS[name].iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise InvalidArgumentError(f"{name}: " + "; ".join(_describe(e) for e in errors[:5]))
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "op":
+            continue
+        values[key] = _typed(key, value)
+    return OP_CLASSES[name](**values)
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A JSON value as the field holds it: identifiers and lists as tuples, columns checked."""
+    if key in ("columns", "add_columns"):
+        return tuple(_column(c) for c in value)
+    if key == "update_columns":
+        return {name: _column(c, name) for name, c in value.items()}
+    if key == "referenced_objects":
+        return tuple((a, b) for a, b in value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _column(data: Mapping[str, Any], name: str = "") -> Column:
+    label = data.get("name", name)
+    try:
+        column = Column.coerce(data, name)
+        column.to_proto()  # sizes the format cannot hold fail here, not at apply time
+    except (InvalidArgumentError, ValueError, TypeError) as exc:
+        raise InvalidArgumentError(f"column {_short(label)}: {_clip(str(exc))}") from None
+    return column
+
+
+def _describe(error: Any) -> str:
+    path = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        message = error.message.split(" were unexpected")[0].split(" was unexpected")[0]
+        message = "unknown keyword " + message.replace("Additional properties are not "
+                                                       "allowed ", "").strip("()")
+    elif error.validator == "required":
+        message = "missing keyword " + error.message.split(" is a required")[0]
+    else:
+        message = _clip(error.message)
+    return f"{path}: {message}" if path else message
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT] + "..."
+
+
+def _short(value: Any) -> str:
+    return _clip(repr(value))
+
+
+def parse_ops(items: Any) -> list[Op]:
+    """Every operation of a list, or InvalidArgumentError naming each malformed one."""
+    if not isinstance(items, Sequence) or isinstance(items, str):
+        raise InvalidArgumentError(f"ops must be a list, got {_short(items)}")
+    ops, problems = [], []
+    for i, item in enumerate(items):
+        try:
+            ops.append(parse_op(item))
+        except InvalidArgumentError as exc:
+            problems.append(f"operation {i + 1}: {exc}")
+    if problems:
+        raise InvalidArgumentError("; ".join(problems))
+    return ops
