@@ -106,6 +106,17 @@ def test_expansion_counts_aliases_at_their_expanded_size(
         f"{over}:2:10: more than 120 characters of values and keys after expanding aliases"]
 
 
+def test_a_type_of_a_million_spaces_is_refused(tmp_path: Path) -> None:
+    """The type pattern is matched in linear time (it once backtracked quadratically: hours
+    for this value, past the test's timeout)."""
+    spec = write_text(tmp_path, "a.yaml", table("a" + " " * 1_000_000 + "!"))
+    (problem,) = errors(run("validate", str(spec)))
+    assert problem.startswith(f"{spec}:5:25: tables.t.columns[0].type: 'a   ")
+    assert problem.endswith("' is not a type: write a type name, with parameters where it "
+                            "takes them (int8, varchar(20), decimal(12,2)); nested types are "
+                            "type: struct, list or map with fields, element or key and value")
+
+
 # --- characters YAML forbids ----------------------------------------------------------------
 
 

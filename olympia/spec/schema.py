@@ -26,7 +26,7 @@ SCHEMA_FILE_NAME = "olympia-spec.schema.json"
 # engine (Spark, Trino, Hive) can hold, within the format's uint32 fields
 MAX_TYPE_PARAMETER = 2**31 - 1
 # a type's shape without the schema's bound on its parameters
-_TYPE_SHAPE = re.compile(r"\s*[A-Za-z][A-Za-z0-9]*\s*(\(\s*[0-9]+\s*(,\s*[0-9]+\s*)?\))?\s*")
+_TYPE_SHAPE = re.compile(r"\s*[A-Za-z][A-Za-z0-9]*(\s*\(\s*[0-9]+\s*(,\s*[0-9]+\s*)?\))?\s*")
 
 
 def schema_path() -> Path:
