@@ -14,7 +14,8 @@ from test_plan_cli import Cli
 from olympia import Catalog
 from olympia.exceptions import DestructiveChangeError, InvalidArgumentError, ProtectedDropError
 from olympia.plan import Plan, apply_plan
-from olympia.plan.ops import OP_CLASSES, AlterTable, DropTable, parse_op
+from olympia.plan.opjson import parse_op
+from olympia.plan.ops import OP_CLASSES, AlterTable, DropTable
 from olympia.plan.planfile import checksum
 
 KEY = "s3cr3t-plan-key-do-not-print"

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from olympia.catalog.objects import Column
 from olympia.exceptions import InvalidArgumentError
-from olympia.plan.ops import Action, Kind, Op, parse_ops
+from olympia.plan.opjson import parse_ops
+from olympia.plan.ops import Action, Kind, Op
 
 if TYPE_CHECKING:
     from olympia.catalog.transaction import Transaction
@@ -111,3 +112,30 @@ def property_details(before: Mapping[str, str], after: Mapping[str, str],
     keys = sorted(set(before) | set(after))
     return [detail(f"{prefix}.{k}", before.get(k), after.get(k)) for k in keys
             if before.get(k) != after.get(k)]
+
+
+def new_attributes(default: Any, new: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Attributes of a new object that differ from the defaults, shown as additions."""
+    return [detail(a, None, getattr(new, a)) for a in attrs
+            if getattr(default, a) != getattr(new, a)]
+
+
+def attribute_details(before: Any, after: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The attributes ``attrs`` that differ between two objects, as before/after details."""
+    return [detail(a, getattr(before, a), getattr(after, a)) for a in attrs
+            if getattr(before, a) != getattr(after, a)]
+
+
+def column_details(before: Column, after: Column) -> list[dict[str, Any]]:
+    """How one column changes: its type text, comment and properties; when only something
+    nested differs (a field's comment), its whole definition."""
+    attr = f"column {after.name}"
+    out = []
+    if column_text(before) != column_text(after):
+        out.append(detail(attr, column_text(before), column_text(after), text=True))
+    if before.comment != after.comment:
+        out.append(detail(f"{attr} comment", before.comment, after.comment))
+    out += property_details(before.properties, after.properties, f"{attr} properties")
+    if not out:
+        out.append(detail(attr, before.to_dict(), after.to_dict()))
+    return out

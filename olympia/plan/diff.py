@@ -19,11 +19,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.objects import Column, Namespace, Table, View
-from olympia.catalog.reader import CatalogReader
-from olympia.exceptions import InvalidNameError, SpecError
-from olympia.plan.changes import Change, column_text, detail, property_details
+from olympia.exceptions import SpecError
+from olympia.plan.changes import (
+    Change,
+    attribute_details,
+    column_details,
+    column_text,
+    detail,
+    new_attributes,
+    property_details,
+)
 from olympia.plan.compat import is_safe_change
 from olympia.plan.ops import (
     Action,
@@ -45,34 +51,6 @@ from olympia.plan.order import reading_order
 from olympia.plan.state import Current, Observed
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import Problem
-
-
-def check_names(reader: CatalogReader, spec: Spec) -> None:
-    """Every declared name fits this catalog's name limits (the loader knows only the
-    format's default ones)."""
-    problems = []
-    items: list[tuple[ObjectRef, Any]] = [
-        (ObjectRef(ObjectType.NAMESPACE, n), s) for n, s in spec.namespaces.items()]
-    items += [(ObjectRef(ObjectType.TABLE, *k), s) for k, s in spec.tables.items()]
-    items += [(ObjectRef(ObjectType.VIEW, *k), s) for k, s in spec.views.items()]
-    for ref, item in items:
-        try:
-            reader.codec.key(ref)
-        except InvalidNameError as exc:
-            problems.append(Problem(item.position, str(exc)))
-    for ref_ns, ref_name in spec.external_references():
-        try:
-            reader.codec.key(ObjectRef(ObjectType.TABLE, ref_ns, ref_name))
-        except InvalidNameError as exc:
-            problems.append(Problem(_reference_position(spec, (ref_ns, ref_name)), str(exc)))
-    if problems:
-        raise SpecError([str(p) for p in sorted(problems)])
-
-
-def _reference_position(spec: Spec, ref: Key) -> Any:
-    return next(where for v in spec.views.values()
-                for r, where in zip(v.view.referenced_objects, v.reference_positions,
-                                    strict=True) if r == ref)
 
 
 def _name(ns: str, obj: str = "") -> str:
@@ -188,7 +166,7 @@ class Differ:
         if existing is None:
             return [Change(
                 Action.CREATE, Kind.NAMESPACE, name, source=str(item.position),
-                details=_new_attributes(Namespace(name), desired, ("comment", "protected"))
+                details=new_attributes(Namespace(name), desired, ("comment", "protected"))
                 + property_details({}, desired.properties),
                 ops=[CreateNamespace(namespace=name,
                                      properties=dict(sorted(desired.properties.items())),
@@ -247,7 +225,7 @@ class Differ:
         name = _name(desired.namespace, desired.name)
         create = CreateTable(**_table_args(desired))
         if current is None:
-            details = _new_attributes(Table(desired.namespace, desired.name), desired,
+            details = new_attributes(Table(desired.namespace, desired.name), desired,
                                       ("comment", "protected", "format", "table_type",
                                        "location"))
             details += property_details({}, desired.properties)
@@ -261,7 +239,7 @@ class Differ:
                            source=str(item.position))]
         if (current.format, current.table_type) != (desired.format, desired.table_type):
             return [self._replacement("table", item, current, "table", create,
-                                      _attribute_details(current, desired,
+                                      attribute_details(current, desired,
                                                          ("format", "table_type")))]
         args, details = _alter_common(current, desired)
         if item.manages_location and current.location != desired.location:
@@ -313,10 +291,10 @@ class Differ:
             if before == col:
                 continue
             updates[col.name] = col
-            column_details = _column_details(before, col)
+            changed = column_details(before, col)
             if not is_safe_change(before, col):
-                column_details[0]["incompatible"] = True
-            details += column_details
+                changed[0]["incompatible"] = True
+            details += changed
         order_now = [n for n in kept] + [c.name for c in added]
         order_want = [c.name for c in desired.columns]
         args: dict[str, Any] = {}
@@ -339,7 +317,7 @@ class Differ:
         name = _name(desired.namespace, desired.name)
         ident = (desired.namespace, desired.name)
         if current is None:
-            details = _new_attributes(View(desired.namespace, desired.name, ""), desired,
+            details = new_attributes(View(desired.namespace, desired.name, ""), desired,
                                       ("comment", "protected", "dialect", "default_namespace"))
             if desired.referenced_objects:
                 details.append(detail("references", None,
@@ -357,7 +335,7 @@ class Differ:
                            source=str(item.position))]
         if _comparable(current) == _comparable(desired):
             return []
-        details = _attribute_details(current, desired, ("dialect", "default_namespace",
+        details = attribute_details(current, desired, ("dialect", "default_namespace",
                                                         "comment", "protected"))
         if current.sql.strip() != desired.sql.strip():
             details.append(detail("sql", current.sql.strip(), desired.sql))
@@ -390,17 +368,6 @@ def _renamed(objects: dict[Key, Any], renames: Mapping[Key, tuple[Change, Key]],
     return out
 
 
-def _new_attributes(default: Any, new: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Attributes of a new object that differ from the defaults, shown as additions."""
-    return [detail(a, None, getattr(new, a)) for a in attrs
-            if getattr(default, a) != getattr(new, a)]
-
-
-def _attribute_details(before: Any, after: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:
-    return [detail(a, getattr(before, a), getattr(after, a)) for a in attrs
-            if getattr(before, a) != getattr(after, a)]
-
-
 def _alter_common(before: Namespace | Table, after: Namespace | Table,
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Property, comment and protection changes shared by namespaces and tables: the alter
@@ -414,27 +381,12 @@ def _alter_common(before: Namespace | Table, after: Namespace | Table,
     if unset:
         args["unset_properties"] = tuple(unset)
     details = property_details(before.properties, after.properties)
-    details += _attribute_details(before, after, ("comment", "protected"))
+    details += attribute_details(before, after, ("comment", "protected"))
     if before.comment != after.comment:
         args["comment"] = after.comment
     if before.protected != after.protected:
         args["protected"] = after.protected
     return args, details
-
-
-def _column_details(before: Column, after: Column) -> list[dict[str, Any]]:
-    """How one column changes: its type text, comment and properties; when only something
-    nested differs (a field's comment), its whole definition."""
-    attr = f"column {after.name}"
-    out = []
-    if column_text(before) != column_text(after):
-        out.append(detail(attr, column_text(before), column_text(after), text=True))
-    if before.comment != after.comment:
-        out.append(detail(f"{attr} comment", before.comment, after.comment))
-    out += property_details(before.properties, after.properties, f"{attr} properties")
-    if not out:
-        out.append(detail(attr, before.to_dict(), after.to_dict()))
-    return out
 
 
 def _table_args(table: Table) -> dict[str, Any]:

@@ -25,8 +25,9 @@ from olympia.exceptions import InvalidArgumentError, OlympiaError, SpecError
 from olympia.inputs import MIB, read_user_file
 from olympia.plan import render
 from olympia.plan.changes import Change
-from olympia.plan.diff import check_names, compute_changes
+from olympia.plan.diff import compute_changes
 from olympia.plan.gate import Gate
+from olympia.plan.names import check_names
 from olympia.plan.ops import (
     Action,
     DropNamespace,
