@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -110,3 +113,18 @@ def test_storage_options_from_pyiceberg_properties() -> None:
     with pytest.raises(InvalidArgumentError, match="request-timeout") as err:
         storage_options("s3://b/c", {"s3.request-timeout": "secret-ish"})
     assert "secret-ish" not in str(err.value)
+
+
+def test_olympia_imports_without_pyiceberg() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['pyiceberg'] = None  # as if not installed\n"
+        "import olympia, olympia.iceberg\n"
+        "try:\n"
+        "    olympia.iceberg.OlympiaCatalog\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert "pip install 'olympia-catalog[iceberg]'" in out.stdout
