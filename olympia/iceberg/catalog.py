@@ -59,7 +59,8 @@ T = TypeVar("T")
 ICEBERG = "iceberg"
 WAREHOUSE = "warehouse"
 CREATE_PROPERTY = "olympia.create"
-METADATA_CACHE_SIZE = 256
+CACHE_PROPERTY = "olympia.metadata-cache-size"
+DEFAULT_CACHE_SIZE = 256
 
 
 class OlympiaCatalog(MetastoreCatalog):
@@ -75,7 +76,9 @@ class OlympiaCatalog(MetastoreCatalog):
     ``warehouse`` (default table location; else the Olympia catalog's own ``warehouse``
     property), the pyiceberg ``s3.*`` properties (used for both the catalog files and the
     FileIO), ``olympia.storage.<option>`` (any Olympia storage option) and ``olympia.create``
-    (``true``: create the Olympia catalog if there is none at ``uri``). Properties missing from
+    (``true``: create the Olympia catalog if there is none at ``uri``) and
+    ``olympia.metadata-cache-size`` (parsed metadata files kept in memory, default 256; files
+    never change once written, so the cache is never stale). Properties missing from
     the call are read from ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__<NAME>__*`` as usual.
 
     Raises:
@@ -89,6 +92,7 @@ class OlympiaCatalog(MetastoreCatalog):
     _written: list[tuple[FileIO, str]]
     _metadata_cache: OrderedDict[str, TableMetadata]
     _cache_lock: threading.Lock
+    _cache_size: int
     _root: bool
 
     def __init__(self, name: str, **properties: str) -> None:
@@ -100,6 +104,9 @@ class OlympiaCatalog(MetastoreCatalog):
             raise oe.InvalidArgumentError(
                 f"catalog {name}: the property uri (where the Olympia catalog lives) is required")
         options = storage_options(uri, merged)
+        cache_size = merged.get(CACHE_PROPERTY, str(DEFAULT_CACHE_SIZE))
+        if not cache_size.isdigit():
+            raise oe.InvalidArgumentError(f"property {CACHE_PROPERTY} must be a whole number")
         try:
             store = OlympiaStore.open(uri, options)
         except oe.NoSuchCatalogError as exc:
@@ -119,6 +126,7 @@ class OlympiaCatalog(MetastoreCatalog):
         self._written = []
         self._metadata_cache = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._cache_size = int(cache_size)
         self._root = True
 
     def __repr__(self) -> str:
@@ -463,7 +471,7 @@ class OlympiaCatalog(MetastoreCatalog):
     def _remember(self, location: str, metadata: TableMetadata) -> None:
         with self._cache_lock:
             self._metadata_cache[location] = metadata
-            while len(self._metadata_cache) > METADATA_CACHE_SIZE:
+            while len(self._metadata_cache) > self._cache_size:
                 self._metadata_cache.popitem(last=False)
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT,
