@@ -282,7 +282,8 @@ def test_cli_versions(location: Location, tmp_path: Any) -> None:
     assert [v["version"] for v in json.loads(out.output)] == [5, 4]
     out = runner.invoke(main, ["diff", "1", "5", "--json"], env=env)
     assert len(json.loads(out.output)["added"]) == 4
-    out = runner.invoke(main, ["rollback", "--to", "previous", "--json"], env=env)
+    out = runner.invoke(main, ["rollback", "--to", "previous", "--json", "--auto-approve",
+                               "--allow-destructive"], env=env)
     assert json.loads(out.output)["version"] == 6
     out = runner.invoke(main, ["show", "--version", "2", "--json"], env=env)
     assert [t["name"] for t in json.loads(out.output)["tables"]] == ["s.t00"]

@@ -8,9 +8,9 @@ manages, and its destructive and refused changes re-derived from its operations
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from olympia.catalog import actions as catalog_actions
 from olympia.catalog.catalog import Catalog
@@ -129,15 +129,35 @@ def _stage_all(plan: Plan, txn: Any, progress: Progress | None) -> None:
             progress(done, total, change)
 
 
-def check_allowed(plan: Plan, allow_destructive: bool) -> None:
+class Classified(Protocol):
+    """Changes classified by the gate: a plan, or a rollback's changes."""
+
+    @property
+    def changes(self) -> Sequence[Change]: ...
+
+    @property
+    def blocked(self) -> list[Change]: ...
+
+    @property
+    def destructive(self) -> bool: ...
+
+
+def check_allowed(plan: Classified, allow_destructive: bool, what: str = "plan",
+                  command: str = "apply") -> None:
     """Refuse protected drops always, and destructive changes unless allowed (from the
-    classification the plan's changes got when staged)."""
+    classification the changes got when staged).
+
+    Raises:
+        ProtectedDropError: some change is refused whatever the options.
+        DestructiveChangeError: some change is destructive and ``allow_destructive`` is false.
+    """
     if plan.blocked:
-        raise ProtectedDropError("the plan drops objects protected in the catalog:\n" + "\n".join(
-            f"  {c.kind} {c.name}: {c.blocked}" for c in plan.blocked))
+        raise ProtectedDropError(f"the {what} drops objects protected in the catalog:\n"
+                                 + "\n".join(f"  {c.kind} {c.name}: {c.blocked}"
+                                             for c in plan.blocked))
     if plan.destructive and not allow_destructive:
         raise DestructiveChangeError(
-            "the plan has destructive changes; apply with --allow-destructive "
+            f"the {what} has destructive changes; {command} with --allow-destructive "
             "(allow_destructive=True) to make them:\n" + "\n".join(
                 f"  {SIGNS[c.action]} {c.kind} {c.name}: {'; '.join(c.reasons)}"
                 for c in plan.changes if c.destructive))

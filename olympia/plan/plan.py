@@ -94,7 +94,8 @@ class Plan:
     def render_text(self, color: bool | None = None) -> str:
         """Terraform-style text: ``+`` create, ``~`` change, ``-/+`` replace, ``-`` drop;
         colours on a terminal unless NO_COLOR is set (or as ``color`` says)."""
-        return render.render(self, color)
+        return render.render(self, f"Olympia plan for {self.catalog_uri}, based on version "
+                                   f"{self.base_version}.", color)
 
     def to_dict(self, key: str | None = None) -> dict[str, Any]:
         """The versioned JSON form (``format``/``format_version``), with a checksum and,

@@ -7,11 +7,24 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from olympia.plan.plan import Plan
+    from olympia.plan.changes import Change
+
+
+class Changes(Protocol):
+    """What can be rendered: a plan, or a rollback's changes."""
+
+    @property
+    def changes(self) -> Sequence[Change]: ...
+
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+    def summary(self) -> dict[str, int]: ...
+
 
 SIGNS = {"create": "+", "update": "~", "rename": "~", "replace": "-/+", "drop": "-"}
 _COLOR_OF_SIGN = {"+": "green", "~": "yellow", "-": "red", "-/+": "magenta", "!": "red"}
@@ -32,9 +45,10 @@ def paint(text: str, color: str, enabled: bool) -> str:
     return f"\033[{_CODES[color]}m{text}\033[0m" if enabled else text
 
 
-def summary_line(plan: Plan) -> str:
+def summary_line(plan: Changes, empty: str = "No changes. The catalog matches the spec.",
+                 ) -> str:
     if not plan.changes:
-        return "No changes. The catalog matches the spec."
+        return empty
     s = plan.summary()
     line = (f"Plan: {s['create']} to create, {s['update'] + s['rename']} to change, "
             f"{s['replace']} to replace, {s['drop']} to drop")
@@ -44,9 +58,12 @@ def summary_line(plan: Plan) -> str:
     return line + (f" ({', '.join(notes)})" if notes else "") + "."
 
 
-def render(plan: Plan, color: bool | None = None) -> str:
+def render(plan: Changes, title: str, color: bool | None = None,
+           empty: str = "No changes. The catalog matches the spec.") -> str:
+    """``title``, a line per change and its attribute changes, warnings, the summary line
+    (``empty`` when there are no changes)."""
     on = want_color() if color is None else color
-    lines = [f"Olympia plan for {plan.catalog_uri}, based on version {plan.base_version}."]
+    lines = [title]
     if plan.changes:
         lines += ["Symbols: + create, ~ change, -/+ replace, - drop.", ""]
     for change in plan.changes:
@@ -68,7 +85,7 @@ def render(plan: Plan, color: bool | None = None) -> str:
         lines += [paint(f"  ! {w}", "red", on) for w in plan.warnings]
     if plan.changes:
         lines.append("")
-    lines.append(paint(summary_line(plan), "bold", on))
+    lines.append(paint(summary_line(plan, empty), "bold", on))
     return "\n".join(lines)
 
 
