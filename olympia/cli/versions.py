@@ -10,6 +10,7 @@ import click
 from olympia import versions
 from olympia.catalog.objects import Column
 from olympia.catalog.reader import Snapshot
+from olympia.cli.code import color_option
 from olympia.cli.common import (
     catalog_options,
     echo_json,
@@ -17,6 +18,8 @@ from olympia.cli.common import (
     open_catalog,
     parse_storage_options,
 )
+from olympia.plan.apply import check_allowed
+from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.versions.dtxn import describe_transaction, transaction_dict
 from olympia.versions.timetravel import format_millis
 
@@ -132,18 +135,50 @@ def diff(catalog_uri: str, storage_option: tuple[str, ...], from_version: int,
 @click.command("rollback")
 @catalog_options
 @click.option("--to", "to_version", required=True, help="A version number, or 'previous'.")
-@json_option
+@click.option("--dry-run", is_flag=True, help="Show the changes; commit nothing.")
+@click.option("--allow-destructive", is_flag=True,
+              help="Make drops, column removals, incompatible type changes and removals of "
+                   "protection.")
+@click.option("--auto-approve", is_flag=True, help="Do not ask for confirmation (CI).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the changes (--dry-run) or the result as JSON; the changes to "
+                   "confirm go to stderr.")
+@color_option
 @handle_errors
 def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
-             as_json: bool) -> None:
-    """Roll back by committing a new version with an older version's contents."""
+             dry_run: bool, allow_destructive: bool, auto_approve: bool, as_json: bool,
+             color: bool | None) -> None:
+    """Roll back by committing a new version with an older version's contents.
+
+    Shows the changes like a plan and asks for confirmation unless --auto-approve; protected
+    objects are never dropped or changed incompatibly (exit 5), other destructive changes
+    need --allow-destructive (exit 5); a commit since the preview fails it (exit 4).
+    """
     catalog = open_catalog(catalog_uri, storage_option)
-    before = catalog.version
-    new = versions.rollback(catalog, to_version)
+    preview = plan_rollback(catalog, to_version)
+    if dry_run:
+        if as_json:
+            echo_json(preview.to_dict())
+        else:
+            click.echo(preview.render_text(color))
+        return
+    if not as_json or not auto_approve:
+        click.echo(preview.render_text(color), err=as_json)  # --json: stdout is the result
+    check_allowed(preview, allow_destructive, "rollback", "roll back")
+    if not auto_approve:
+        click.echo("", err=True)
+        answer = click.prompt(f"Roll the catalog back to version {preview.target}? Only "
+                              "'yes' will be accepted", default="", show_default=False,
+                              err=True)
+        if answer.strip() != "yes":
+            raise click.ClickException("rollback cancelled; nothing was changed")
+    new = apply_rollback(catalog, preview, allow_destructive=allow_destructive)
     if as_json:
-        echo_json({"version": new, "rolled_back_from": before, "to": to_version})
+        echo_json({"version": new, "rolled_back_from": preview.latest,
+                   "to": preview.target, "changes": preview.to_dict()["changes"]})
     else:
-        click.echo(f"Rolled back to {to_version}: version {new} (was {before})")
+        click.echo(f"Rolled back to version {preview.target}: version {new} (was "
+                   f"{preview.latest})")
 
 
 @click.command("export")
