@@ -70,6 +70,7 @@ def test_pinned_views_read_each_table_as_it_was(ice: OlympiaCatalog) -> None:
     ice.load_table("sales.b").overwrite(rows(20))
     for view in (ice.at_version(version), ice.as_of(when),
                  ice.as_of(datetime.fromtimestamp(when / 1000, UTC)),
+                 ice.as_of(datetime.fromtimestamp(when / 1000, UTC).replace(tzinfo=None)),
                  ice.as_of(datetime.fromtimestamp(when / 1000, UTC).isoformat())):
         assert view.read_only and view.version == version
         assert data(view, "a") == data(view, "b") == [0, 1, 2]

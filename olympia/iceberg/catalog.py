@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
@@ -185,8 +185,11 @@ class OlympiaCatalog(MetastoreCatalog):
         Raises:
             NoSuchVersionError: no kept version is that old.
         """
-        millis = (int(when.timestamp() * 1000) if isinstance(when, datetime)
-                  else timetravel.parse_instant(when))
+        if isinstance(when, datetime):
+            aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+            millis = int(aware.timestamp() * 1000)
+        else:
+            millis = timetravel.parse_instant(when)
         return self._copy(pinned=timetravel.at_timestamp(self._store, millis))
 
     def at_export(self, name: str) -> OlympiaCatalog:
