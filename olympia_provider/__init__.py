@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, metadata
 from typing import Any
 
 __version__ = "0.1.0"
 
 _HOOK = "olympia_provider.hooks.olympia.OlympiaHook"
+DISTRIBUTION = "olympia-catalog"
+
+
+def documentation_url() -> str | None:
+    """The distribution's ``Documentation`` project URL (``[project.urls]``), if declared."""
+    try:
+        urls = metadata(DISTRIBUTION).get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    for entry in map(str, urls):
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "documentation" and url.strip():
+            return url.strip()
+    return None
 
 
 def get_provider_info() -> dict[str, Any]:
     """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
     return {
-        "package-name": "olympia-catalog",
+        "package-name": DISTRIBUTION,
         "name": "Olympia",
         "description": "Apply, roll back, export and expire Olympia catalog versions; wait for "
                        "new versions.",
         "versions": [__version__],
-        "integrations": [{"integration-name": "Olympia", "tags": ["software"]}],
+        "integrations": [{"integration-name": "Olympia", "tags": ["software"],
+                          **({"external-doc-url": url} if (url := documentation_url()) else {})}],
         "hooks": [{"integration-name": "Olympia",
                    "python-modules": ["olympia_provider.hooks.olympia"]}],
         "operators": [{"integration-name": "Olympia",
@@ -26,32 +42,37 @@ def get_provider_info() -> dict[str, Any]:
                      "python-modules": ["olympia_provider.sensors.olympia"]}],
         "triggers": [{"integration-name": "Olympia",
                       "python-modules": ["olympia_provider.triggers.olympia"]}],
+        "asset-uris": [{"schemes": ["olympia"],
+                        "handler": "olympia_provider.assets.normalize_asset_uri"}],
         "connection-types": [{
             "hook-class-name": _HOOK,
             "hook-name": "Olympia catalog",
             "connection-type": "olympia",
             "conn-fields": {
-                "catalog_uri": {
-                    "label": "Catalog URI",
-                    "schema": {"type": ["string", "null"]},
-                    "description": "s3://bucket/prefix, file:///path or a local path "
-                                   "(or put it in Host)",
-                },
                 "storage_options": {
                     "label": "Storage options (JSON)",
                     "schema": {"type": ["object", "string", "null"]},
-                    "description": 'e.g. {"endpoint_url": "https://...", "region": "eu-west-1"}',
+                    "description": "Passed to the storage; the secret goes in Password.",
                 },
                 "spark_master": {
                     "label": "Spark master for expiry",
-                    "schema": {"type": ["string", "null"], "default": "local[2]"},
+                    "schema": {"type": ["string", "null"]},
+                    "description": "In-process master (local[N]) or the cluster's master "
+                                   "for spark-submit.",
                 },
             },
             "ui-field-behaviour": {
                 "hidden-fields": ["schema", "port", "extra"],
                 "relabeling": {"host": "Catalog URI", "login": "Access key id",
                                "password": "Secret access key"},
-                "placeholders": {"host": "s3://bucket/catalog"},
+                "placeholders": {
+                    "host": "s3://bucket/catalog, file:///path or /path",
+                    "login": "AKIA... (S3 only; empty for local catalogs)",
+                    "password": "S3 secret access key",
+                    "storage_options": '{"endpoint_url": "https://s3.example", '
+                                       '"region": "eu-west-1"}',
+                    "spark_master": "local[2]",
+                },
             },
         }],
     }

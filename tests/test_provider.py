@@ -10,15 +10,17 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from airflow.sdk import DAG, Asset, AssetAlias
+from airflow.sdk import DAG, AssetAlias
 from airflow.sdk.exceptions import (
     AirflowException,
+    AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferred,
 )
@@ -28,6 +30,7 @@ from conftest import Location
 from olympia import Catalog
 from olympia.expire import ExpirePolicy, expire_local
 from olympia_provider import get_provider_info
+from olympia_provider.assets import catalog_asset, object_asset
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
 from olympia_provider.operators.olympia import (
     OlympiaApplyOperator,
@@ -83,8 +86,15 @@ def test_provider_info_declares_connection_fields() -> None:
     assert info["package-name"] == "olympia-catalog"
     (conn_type,) = info["connection-types"]
     assert conn_type["connection-type"] == "olympia"
-    assert {"catalog_uri", "storage_options"} <= set(conn_type["conn-fields"])
+    # one catalog URI field (Host), a placeholder for every field shown, the secret hidden
+    assert set(conn_type["conn-fields"]) == {"storage_options", "spark_master"}
+    behaviour = conn_type["ui-field-behaviour"]
+    shown = {"host", "login", "password", *conn_type["conn-fields"]}
+    assert shown - set(behaviour["hidden-fields"]) == set(behaviour["placeholders"])
+    assert behaviour["relabeling"]["password"] == "Secret access key"
     assert conn_type["hook-class-name"] == "olympia_provider.hooks.olympia.OlympiaHook"
+    assert info["asset-uris"] == [{"schemes": ["olympia"],
+                                   "handler": "olympia_provider.assets.normalize_asset_uri"}]
 
 
 def test_hook_reads_connection(conn: tuple[str, Catalog]) -> None:
@@ -124,6 +134,7 @@ def test_version_sensor_defers_with_serialisable_trigger(conn: tuple[str, Catalo
         sensor.execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, OlympiaCatalogTrigger)
+    assert deferred.value.timeout == timedelta(seconds=30)  # Airflow's trigger timeout
     path, kwargs = trigger.serialize()
     assert path == "olympia_provider.triggers.olympia.OlympiaCatalogTrigger"
     rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(kwargs)))
@@ -143,7 +154,7 @@ def test_trigger_timeout_and_soft_fail(conn: tuple[str, Catalog]) -> None:
     with pytest.raises(AirflowSkipException):
         soft.execute_complete({}, payload)
     hard = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id)
-    with pytest.raises(AirflowException, match="timeout"):
+    with pytest.raises(AirflowSensorTimeout, match="timed out"):  # failed, not retried
         hard.execute_complete({}, payload)
 
 
@@ -371,14 +382,19 @@ def test_apply_operator_plan_only_then_apply(conn: tuple[str, Catalog], tmp_path
     alias = AssetAlias("changes")
     apply_op = OlympiaApplyOperator(task_id="apply", olympia_conn_id=conn_id,
                                     plan_path=planned["plan_path"], expected_base_version=1,
-                                    outlets=[Asset(name="cat", uri="olympia://cat/"), alias])
+                                    outlets=[catalog_asset(catalog.uri), alias],
+                                    object_events=["sales.orders", "finance"])
     ctx = context()
     result = apply_op.execute(ctx)
     assert result["version"] == 2 and "sales.orders" in result["changed_objects"]
     events = ctx["outlet_events"]
-    assert events[Asset(name="cat", uri="olympia://cat/")].extra["version"] == 2
-    assert alias_uris(ctx, alias) >= {"olympia://olympia-test/",
-                                      "olympia://olympia-test/sales.orders"}
+    assert events[catalog_asset(catalog.uri)].extra == {"version": 2, "changes": 14}
+    # the catalog's Asset and the announced objects' only, each with a small extra
+    orders = object_asset(catalog.uri, "sales.orders")
+    assert alias_uris(ctx, alias) == {catalog_asset(catalog.uri).uri, orders.uri,
+                                      object_asset(catalog.uri, "finance").uri}
+    extras = {e.dest_asset_key.uri: e.extra for e in events[alias].asset_alias_events}
+    assert extras[orders.uri] == {"version": 2, "action": "create"}
     again = OlympiaApplyOperator(task_id="again", olympia_conn_id=conn_id,
                                  spec_path=str(ROOT / "examples" / "catalog"),
                                  variables=variables, outlets=[alias])

@@ -1,34 +1,48 @@
-"""Example DAGs: apply the catalog spec, react to new versions, export, expire, roll back.
+"""Example DAGs: apply the catalog spec, react to new versions and to one table's change,
+export, expire, roll back.
 
-Connection: ``olympia_default`` (type ``olympia``), e.g.
+Copy this file alone into your dags folder: it reads nothing from disk when parsed.
+
+Connection ``olympia_default`` (type ``olympia``), e.g.
 ``AIRFLOW_CONN_OLYMPIA_DEFAULT='{"conn_type": "olympia", "host": "s3://bucket/catalog",
 "login": "...", "password": "...", "extra": {"storage_options": {"endpoint_url": "..."}}}'``.
-Airflow Variables: ``olympia_spec_dir`` (default: examples/catalog next to this folder),
-``olympia_export_target`` (default: a folder under /tmp).
+The DAGs are scheduled on that catalog's Assets, so this file reads the connection when it
+is parsed; without it they wait on a placeholder catalog (``file:///opt/olympia/warehouse``).
+
+Airflow Variables, read when the tasks run (defaults in brackets):
+``olympia_spec_dir`` (``/opt/olympia/catalog``): the spec folder (the repository's
+``examples/catalog`` to try it); ``olympia_finance_retention`` (``7y``): the spec's
+``${var.finance_retention}``; ``olympia_export_target`` (``/tmp/olympia-exports``): where the
+exports go.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
+from typing import Any
 
-import yaml
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
+from airflow.sdk.exceptions import AirflowNotFoundException
 
+from olympia_provider.assets import catalog_asset, changes_alias, object_asset
+from olympia_provider.hooks.olympia import OlympiaHook
 from olympia_provider.operators.olympia import (
     OlympiaApplyOperator,
     OlympiaExpireOperator,
     OlympiaExportOperator,
     OlympiaRollbackOperator,
     OlympiaValidateOperator,
-    catalog_asset,
-    changes_alias,
 )
 from olympia_provider.sensors.olympia import OlympiaVersionSensor
 
-EXAMPLES = Path(__file__).resolve().parents[1]
-SPEC_DIR = "{{ var.value.get('olympia_spec_dir', '" + str(EXAMPLES / "catalog") + "') }}"
-VARIABLES = yaml.safe_load((EXAMPLES / "vars.yaml").read_text())
+try:
+    CATALOG_URI = OlympiaHook().settings()[0]
+except AirflowNotFoundException:  # no connection yet: the DAGs still load
+    CATALOG_URI = "file:///opt/olympia/warehouse"
+SPEC_DIR = "{{ var.value.get('olympia_spec_dir', '/opt/olympia/catalog') }}"
+VARIABLES = {"finance_retention": "{{ var.value.get('olympia_finance_retention', '7y') }}"}
+EXPORTS = "{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
+ORDERS = "sales.orders"
 START = datetime(2026, 1, 1)
 
 with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
@@ -39,38 +53,51 @@ with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
     plan = OlympiaApplyOperator(task_id="plan", spec_path=SPEC_DIR, variables=VARIABLES,
                                 plan_only=True)
     # The alias emits the catalog's Asset event only when a version is committed, so an
-    # apply that changes nothing does not start the maintenance DAG.
-    apply = OlympiaApplyOperator(task_id="apply", plan=plan.output, outlets=[changes_alias()])
+    # apply that changes nothing does not start the maintenance DAG; a change to the orders
+    # table also gets its own event (olympia_orders_changed is scheduled on it).
+    apply = OlympiaApplyOperator(task_id="apply", plan=plan.output, outlets=[changes_alias()],
+                                 object_events=[ORDERS])
     validate >> plan >> apply
 
 # Scheduled on the catalog Asset; its own export commits a version too, so it has no
 # outlets (it would trigger itself) and runs one at a time.
-with DAG("olympia_maintenance", schedule=[catalog_asset()], start_date=START, catchup=False,
-         max_active_runs=1, tags=["olympia"],
+with DAG("olympia_maintenance", schedule=[catalog_asset(CATALOG_URI)], start_date=START,
+         catchup=False, max_active_runs=1, tags=["olympia"],
          doc_md="After each new version: export the latest one, then expire old ones."):
     export = OlympiaExportOperator(
         task_id="export", export_name="maintenance-{{ dag_run.run_after | ts_nodash }}",
-        target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
-                   "/{{ dag_run.run_after | ts_nodash }}",
-        mode="full")
+        target_uri=EXPORTS + "/{{ dag_run.run_after | ts_nodash }}", mode="full")
+    # In-process Spark suits a small catalog; spark_submit=True (with spark_master) sends
+    # the job to a cluster instead.
     expire = OlympiaExpireOperator(task_id="expire", keep_last=20, older_than="7d",
                                    grace="3d")
     export >> expire
+
+with DAG("olympia_orders_changed", schedule=[object_asset(CATALOG_URI, ORDERS)],
+         start_date=START, catchup=False, tags=["olympia"],
+         doc_md="Runs when an apply changes the sales.orders table."):
+
+    @task
+    def report(*, triggering_asset_events: Any = None) -> list[dict[str, Any]]:
+        """The version and action of each change that started this run."""
+        return [dict(event.extra) for events in triggering_asset_events.values()
+                for event in events]
+
+    report()
 
 with DAG("olympia_export_version", schedule=None, start_date=START, catchup=False,
          params={"version": 1}, tags=["olympia"],
          doc_md="Manual: wait (deferred) until the catalog reaches a version, then export it."):
     reached = OlympiaVersionSensor(task_id="wait_for_version",
                                    target_version="{{ params.version }}", deferrable=True,
-                                   poke_interval=30, timeout=3600)
+                                   poke_interval=10, timeout=3600)
     reached >> OlympiaExportOperator(
         task_id="export", export_name="v{{ params.version }}-{{ dag_run.run_after | ts_nodash }}",
         version="{{ params.version }}",
-        target_uri="{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
-                   "/v{{ params.version }}-{{ dag_run.run_after | ts_nodash }}",
+        target_uri=EXPORTS + "/v{{ params.version }}-{{ dag_run.run_after | ts_nodash }}",
         mode="full")
 
 with DAG("olympia_rollback", schedule=None, start_date=START, catchup=False,
          tags=["olympia"], doc_md="Manual: roll the catalog back to the previous version."):
     OlympiaRollbackOperator(task_id="rollback", to_version="previous",
-                            outlets=[catalog_asset()])
+                            outlets=[catalog_asset(CATALOG_URI)])

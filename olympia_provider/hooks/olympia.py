@@ -1,22 +1,27 @@
 """OlympiaHook: an Olympia catalog from an Airflow connection of type ``olympia``.
 
-Connection fields: Host or extra ``catalog_uri`` (the catalog URI); Login/Password (S3 access
-key id / secret); extra ``storage_options`` (JSON object passed to the storage, e.g.
-``{"endpoint_url": ..., "region": ...}``); extra ``spark_master`` (expiry, default local[2]).
+Connection fields: Host (the catalog URI); Login/Password (S3 access key id / secret); extra
+``storage_options`` (JSON object passed to the storage, e.g. ``{"endpoint_url": ...,
+"region": ...}``); extra ``spark_master`` (expiry, default local[2]). The extra
+``catalog_uri`` of earlier versions is still read when Host is empty or equal to it, with a
+deprecation warning; a connection whose Host and ``catalog_uri`` differ is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from airflow.sdk import BaseHook
+from airflow.sdk import Asset, BaseHook
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.exceptions import OlympiaError
+from olympia_provider.assets import catalog_asset
 
 KINDS = {"namespace": ObjectType.NAMESPACE, "table": ObjectType.TABLE, "view": ObjectType.VIEW}
 
@@ -24,10 +29,18 @@ KINDS = {"namespace": ObjectType.NAMESPACE, "table": ObjectType.TABLE, "view": O
 def settings_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
     """(catalog URI, storage options) from a connection; secrets stay in the options only."""
     extra = conn.extra_dejson or {}
-    uri = extra.get("catalog_uri") or conn.host
+    uri = conn.host
+    legacy = extra.get("catalog_uri")
+    if legacy:
+        if uri and uri != legacy:
+            raise ValueError(f"connection {conn.conn_id!r} names two catalogs: Host {uri!r} "
+                             f"and the extra catalog_uri {legacy!r}; keep Host only")
+        warnings.warn(f"connection {conn.conn_id!r}: the extra catalog_uri is deprecated, "
+                      "put the catalog URI in Host", DeprecationWarning, stacklevel=2)
+        uri = legacy
     if not uri:
-        raise ValueError(f"connection {conn.conn_id!r} names no catalog: set Host or the "
-                         "catalog_uri extra")
+        raise ValueError(f"connection {conn.conn_id!r} names no catalog: set Host to the "
+                         "catalog URI")
     options = extra.get("storage_options") or {}
     if isinstance(options, str):
         try:
@@ -87,6 +100,18 @@ class Condition:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Condition:
+        """The condition :meth:`to_dict` gave (from trigger kwargs or the task state store).
+
+        Raises:
+            ValueError: keys it does not know.
+        """
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown keys in an Olympia sensor condition: {sorted(unknown)}")
+        return cls(**data)
+
 
 class OlympiaHook(BaseHook):
     """Opens the Olympia catalog an ``olympia`` connection points to."""
@@ -107,6 +132,12 @@ class OlympiaHook(BaseHook):
     def spark_master(self) -> str:
         extra = self.get_connection(self.olympia_conn_id).extra_dejson or {}
         return str(extra.get("spark_master") or "local[2]")
+
+    def catalog_asset(self) -> Asset:
+        """The Asset of the catalog this connection names (:func:`~olympia_provider.assets.
+        catalog_asset` of its Host): a DAG file may call this when it is parsed, to be
+        scheduled on the catalog without naming its URI twice."""
+        return catalog_asset(self.settings()[0])
 
     def get_conn(self) -> Catalog:
         return self.get_catalog()

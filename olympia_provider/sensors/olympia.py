@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+)
 
 from olympia.exceptions import OlympiaError, TransientStorageError
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
@@ -16,10 +22,15 @@ STATE_KEY = "olympia_condition"
 
 
 class _CatalogSensor(BaseSensorOperator):
-    """Shared machinery: baseline version, poke mode, deferral and its completion."""
+    """Shared machinery: baseline version, poke mode, deferral and its completion.
+
+    ``deferrable`` defaults to Airflow's ``[operators] default_deferrable``.
+    """
 
     def __init__(self, *, olympia_conn_id: str = OlympiaHook.default_conn_name,
-                 after_version: int | None = None, deferrable: bool = False,
+                 after_version: int | None = None,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable",
+                                                    fallback=False),
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.olympia_conn_id = olympia_conn_id
@@ -37,7 +48,7 @@ class _CatalogSensor(BaseSensorOperator):
         store = context.get("task_state_store")
         saved = store.get(STATE_KEY) if store is not None else None
         if isinstance(saved, dict):
-            return Condition(**saved)
+            return Condition.from_dict(saved)
         hook = OlympiaHook(self.olympia_conn_id)
         try:
             catalog = hook.get_catalog()
@@ -51,13 +62,19 @@ class _CatalogSensor(BaseSensorOperator):
         return condition
 
     def execute(self, context: Context) -> Any:
+        """Poke (or reschedule) until the condition holds; deferrable, check once and return
+        at once if it holds, else defer to the triggerer with the sensor's ``timeout`` as
+        Airflow's trigger timeout (and the trigger's own deadline)."""
         self._condition = self._pinned(context)
         if not self.deferrable:
             return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
         self.defer(trigger=OlympiaCatalogTrigger(self.olympia_conn_id,
                                                  self._condition.to_dict(), self.poke_interval,
                                                  self.timeout),
-                   method_name="execute_complete")
+                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def poke(self, context: Context) -> PokeReturnValue:
         try:
@@ -75,8 +92,10 @@ class _CatalogSensor(BaseSensorOperator):
             self.log.info("Catalog condition met at version %s", event["version"])
             return int(event["version"])
         message = event.get("message", "unknown trigger failure")
-        if status == "timeout" and self.soft_fail:
-            raise AirflowSkipException(message)
+        if status == "timeout":  # like a poking sensor's timeout: failed, not retried
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowSensorTimeout(f"Olympia sensor timed out: {message}")
         raise AirflowException(f"Olympia sensor {status}: {message}")
 
 
