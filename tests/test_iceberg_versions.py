@@ -50,7 +50,7 @@ def test_snapshot_before_a_multi_table_commit_sees_neither_change(ice: OlympiaCa
     assert data(ice, "b") == [0, 1, 2, 200, 201, 202]
     ice.load_table("sales.a").append(rows(300))  # a later single-table commit
 
-    out = cli(ice, "rollback", "--to", str(before.version))
+    out = cli(ice, "rollback", "--to", str(before.version), "--auto-approve")
     assert f"version {multi + 2}" in out
     assert data(ice, "a") == data(ice, "b") == [0, 1, 2]
     for name in ("a", "b"):
