@@ -490,3 +490,17 @@ def test_append_overwrite_round_trip_s3(s3_server: Any, tmp_path: Path) -> None:
     files = s3_server.filesystem().find(f"{s3_server.bucket}/{tmp_path.name}/catalog")
     assert any("/vn/" in f for f in files)  # the Olympia files went to the catalog prefix
     assert catalog.olympia.load_table("data", "mixed").location == table.metadata_location
+
+
+def test_snapshot_expiry_is_a_table_commit(ice: OlympiaCatalog) -> None:
+    table = ice.create_table("sales.t", SCHEMA)
+    for start in (0, 10, 20):
+        table.append(rows(start))
+    version = ice.olympia.refresh()
+    oldest = table.metadata.snapshots[0].snapshot_id
+    table.maintenance.expire_snapshots().by_id(oldest).commit()
+    assert ice.olympia.refresh() == version + 1
+    assert ice.load_table("sales.t").snapshot_by_id(oldest) is None
+    # the catalog version before it still names the metadata that had the snapshot
+    assert ice.at_version(version).load_table("sales.t").snapshot_by_id(oldest) is not None
+    assert ice.load_table("sales.t").scan().to_arrow().num_rows == 9
