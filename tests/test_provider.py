@@ -433,8 +433,17 @@ def test_apply_operator_takes_the_plan_from_xcom(conn: tuple[str, Catalog]) -> N
 def test_rollback_and_export_operators(conn: tuple[str, Catalog], location: Location) -> None:
     conn_id, catalog = conn
     catalog.create_table("s", "t", columns=COLS)
-    version = OlympiaRollbackOperator(task_id="rb", olympia_conn_id=conn_id).execute(context())
-    assert version == 3 and catalog.refresh() == 3
+    with pytest.raises(AirflowException, match=r"allow-destructive \(allow_destructive=True"):
+        OlympiaRollbackOperator(task_id="rb0", olympia_conn_id=conn_id).execute(context())
+    dry = OlympiaRollbackOperator(task_id="dry", olympia_conn_id=conn_id,
+                                  dry_run=True).execute(context())
+    assert dry["dry_run"] and dry["version"] is None and catalog.refresh() == 2
+    assert [(c["action"], c["type"], c["name"]) for c in dry["changes"]] == [
+        ("drop", "table", "s.t")]
+    result = OlympiaRollbackOperator(task_id="rb", olympia_conn_id=conn_id,
+                                     allow_destructive=True).execute(context())
+    assert result["version"] == 3 and catalog.refresh() == 3
+    assert json.loads(json.dumps(result)) == result  # what XCom stores
     assert catalog.list_tables("s") == []
     target = location.sub("exports/e1")
     record = OlympiaExportOperator(task_id="ex", olympia_conn_id=conn_id, export_name="e1",
@@ -444,6 +453,16 @@ def test_rollback_and_export_operators(conn: tuple[str, Catalog], location: Loca
     with pytest.raises(AirflowException, match="already exists"):
         OlympiaExportOperator(task_id="ex2", olympia_conn_id=conn_id, export_name="e1",
                               target_uri=target.uri).execute(context())
+
+
+def test_the_rollback_operator_never_drops_protected_objects(conn: tuple[str, Catalog],
+                                                             ) -> None:
+    conn_id, catalog = conn
+    catalog.create_table("s", "keep", columns=COLS, protected=True)
+    with pytest.raises(AirflowException, match="s.keep: table s.keep is protected"):
+        OlympiaRollbackOperator(task_id="rb", olympia_conn_id=conn_id, to_version=1,
+                                allow_destructive=True).execute(context())
+    assert catalog.refresh() == 2 and catalog.list_tables("s") == ["keep"]
 
 
 def test_expire_operator_runs_the_spark_job(conn: tuple[str, Catalog], spark: Any) -> None:
