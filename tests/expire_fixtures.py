@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ from conftest import Location
 from olympia import Catalog, versions
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.keys import dtxn_path
+from olympia.catalog.transaction import now_millis
 from olympia.exceptions import NotFoundError
 from olympia.expire import ExpirePolicy
+from olympia.expire.reachability import Clock
 from olympia.tree import btree
 
 COLS = [{"name": "id", "type": "int8"}]
@@ -47,11 +50,24 @@ def policy(**overrides: Any) -> ExpirePolicy:
     return ExpirePolicy(**values)
 
 
-def mark_old() -> int:
-    """Wait until every file written so far is older than the grace period at the returned
-    instant (storage timestamps may be truncated to whole seconds), and return it."""
-    time.sleep(2.2)
-    return int(time.time() * 1000)
+def mark_old(catalog: Catalog | None = None) -> int:
+    """An instant at which every file of ``catalog`` written so far is older than the grace
+    period, by the storage's own timestamps (what expiry compares; S3 truncates them to
+    whole seconds), once the clock has passed it: runs given it as ``now_ms`` then agree
+    whether or not they are given a clock. Without a catalog, any storage: wait 2.2 s."""
+    if catalog is None:
+        time.sleep(2.2)
+        return now_millis()
+    newest = max(f.modified for f in catalog.storage.list())
+    instant = math.floor(newest * 1000) + GRACE_MS + 1
+    while now_millis() < instant:  # a wait for a condition, not a guess at a duration
+        time.sleep(0.05)
+    return instant
+
+
+def frozen(instant: int) -> Clock:
+    """A clock that always reads ``instant`` (epoch milliseconds)."""
+    return lambda: instant
 
 
 def files(catalog: Catalog) -> set[str]:
@@ -153,8 +169,8 @@ def scenario(location: Location, order: int) -> Scenario:
     catalog.storage.write(ORPHAN, b"left by a crashed commit")
     for path in STRANGERS:
         catalog.storage.write(path, b"not ours")
-    now = mark_old()
-    young = "node/ffffffff-0000-4000-8000-000000000000.arrow"
+    now = mark_old(catalog)
+    young = "node/ffffffff-0000-4000-8000-000000000000.arrow"  # newer than now - grace
     catalog.storage.write(young, b"a commit in flight")
     return Scenario(catalog, before, old, live_id, saved_tree, dead_id, young, now,
                     files(catalog))

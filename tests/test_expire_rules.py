@@ -19,6 +19,7 @@ from expire_fixtures import (
     check_kept,
     export_old,
     files,
+    frozen,
     mark_old,
     policy,
     scenario,
@@ -102,7 +103,9 @@ def test_only_files_the_format_names_can_go() -> None:
     assert not is_candidate(node, 100.0, 0, 100_000)  # not strictly older: kept
     assert is_candidate(version_path(4), 10**12, 5, 0)  # roots: by version, not by age
     assert not is_candidate(version_path(5), 0.0, 5, 10**15)
-    assert effective_now(10**15) <= int(time.time() * 1000) + 1  # never a future clock
+    assert effective_now(10**15, clock=frozen(5000)) == 5000  # never later than the clock
+    assert effective_now(4000, clock=frozen(5000)) == 4000
+    assert effective_now(clock=frozen(5000)) == 5000
 
 
 @settings(max_examples=40, deadline=None)
@@ -172,8 +175,10 @@ def test_local_engine_end_to_end(location: Location) -> None:
     resumed.commit()
     assert "pending" in kept.list_tables("s")
     # the committed transaction's saved tree is now unreferenced; a second run finds nothing
-    expire_local(kept, policy(keep_last=100), settle_ms=0)
-    again = expire_local(kept, policy(keep_last=100), settle_ms=0)
+    # both at the scenario's instant: the young file stays young however slow the storage
+    expire_local(kept, policy(keep_last=100), settle_ms=0, clock=frozen(now))
+    again = expire_local(kept, policy(keep_last=100), settle_ms=0, clock=frozen(now))
+    assert young in files(kept)
     assert again.files_deleted == 0 and again.versions_expired == 0
 
 
@@ -190,7 +195,9 @@ def test_keep_last_and_older_than(tmp_path: Any) -> None:
     result = expire_local(catalog, policy(keep_last=1, older_than_ms=2), dry_run=True,
                           now_ms=created[4] + 1, settle_ms=0)
     assert result.new_oldest_version == 3
-    result = expire_local(catalog, policy(keep_last=5, older_than_ms=0), settle_ms=0)
+    # created_at may run ahead of the clock (ruling 9): evaluate after the last one
+    result = expire_local(catalog, policy(keep_last=5, older_than_ms=0), settle_ms=0,
+                          clock=frozen(created[catalog.version] + 1))
     assert result.new_oldest_version == catalog.version - 4
     with pytest.raises(NotFoundError, match="has expired"):
         catalog.at_version(0)
@@ -202,7 +209,7 @@ def test_crash_at_every_step_then_rerun(tmp_path: Any) -> None:
     location = Location(str(tmp_path / "c"), {}, "local")
     catalog, before = build(location, order=3)
     catalog.storage.write(ORPHAN, b"orphan")
-    now = mark_old()
+    now = mark_old(catalog)
     steps = ["decided", "oldest-advanced", "listed", "walked", "identified", "roots-deleted",
              "files-deleted"]
     seen = []
@@ -265,7 +272,7 @@ def test_overlapping_runs_never_lower_oldest(tmp_path: Any) -> None:
     before deleting) and both runs finish with every version from there on intact."""
     location = Location(str(tmp_path / "c"), {}, "local")
     catalog, before = build(location, order=3)
-    now = mark_old()
+    now = mark_old(catalog)
     eager = Catalog.open(location.uri)  # run A: keeps 2 versions
     lazy = Catalog.open(location.uri)  # run B: keeps 6
     a_raised, b_wrote = threading.Event(), threading.Event()
@@ -311,7 +318,7 @@ def test_commit_landing_after_the_walk_stops_the_deletes(tmp_path: Any) -> None:
     location = Location(str(tmp_path / "c"), {}, "local")
     catalog, before = build(location, order=3)
     late = StalledCommit(location, "late")
-    now = mark_old()  # the stalled commit's files are now older than the grace period
+    now = mark_old(catalog)  # the stalled commit's files are now older than the grace period
 
     def land(step: str, _info: dict[str, Any]) -> None:
         if step == "identified":

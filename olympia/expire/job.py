@@ -35,10 +35,12 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.files import LATEST, OLDEST, CatalogFiles
 from olympia.catalog.keys import path_version
+from olympia.catalog.transaction import now_millis
 from olympia.exceptions import ExpiryAbortedError, OlympiaError
 from olympia.expire.policy import ExpirePolicy, format_duration
 from olympia.expire.reachability import (
     FOLDERS,
+    Clock,
     Decision,
     DeleteReport,
     TxnRoots,
@@ -315,16 +317,18 @@ class _Run:
 
 def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = False, *,
         now_ms: int | None = None, settle_ms: int = DEFAULT_SETTLE_MS,
-        on_step: StepHook | None = None, prefix_split: int = 1) -> ExpireResult:
+        on_step: StepHook | None = None, prefix_split: int = 1,
+        clock: Clock = now_millis) -> ExpireResult:
     """Expire ``catalog`` with ``engine``; see the module docstring for the order of steps.
 
-    ``now_ms`` evaluates the policy at an earlier instant (never a later one than the
-    clock); ``on_step(name, info)`` is called after each step (progress, tests).
+    ``now_ms`` evaluates the policy at an earlier instant (never a later one than
+    ``clock``, epoch milliseconds: the only time source a run compares file and version
+    times with); ``on_step(name, info)`` is called after each step (progress, tests).
     """
     started = time.monotonic()
     policy = policy.resolved(catalog.properties)
     files = catalog.files
-    state = _Run(engine, catalog, policy, decide(files, policy, effective_now(now_ms)),
+    state = _Run(engine, catalog, policy, decide(files, policy, effective_now(now_ms, clock)),
                  on_step)
     decision, result = state.decision, state.result
     result.dry_run = dry_run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import version_path
+from olympia.catalog.transaction import now_millis
 from olympia.expire.job import DEFAULT_SETTLE_MS, ExpireResult, FolderStats, StepHook, Walk, run
 from olympia.expire.policy import ExpirePolicy
 from olympia.expire.reachability import (
@@ -15,6 +16,7 @@ from olympia.expire.reachability import (
     FILE,
     MISSING,
     NODE,
+    Clock,
     Decision,
     DeleteReport,
     TxnRoots,
@@ -118,8 +120,10 @@ class LocalEngine:
 
 def expire_local(catalog: Catalog, policy: ExpirePolicy, dry_run: bool = False, *,
                  now_ms: int | None = None, settle_ms: int = DEFAULT_SETTLE_MS,
-                 on_step: StepHook | None = None, prefix_split: int = 1) -> ExpireResult:
+                 on_step: StepHook | None = None, prefix_split: int = 1,
+                 clock: Clock = now_millis) -> ExpireResult:
     """Expire old versions of ``catalog`` and delete files nothing kept references, in
-    this process (fine for small catalogs; the Spark job is the product)."""
+    this process (fine for small catalogs; the Spark job is the product). The arguments
+    are :func:`olympia.expire.job.run`'s."""
     return run(LocalEngine(catalog.storage), catalog, policy, dry_run, now_ms=now_ms,
-               settle_ms=settle_ms, on_step=on_step, prefix_split=prefix_split)
+               settle_ms=settle_ms, on_step=on_step, prefix_split=prefix_split, clock=clock)

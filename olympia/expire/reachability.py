@@ -84,11 +84,15 @@ def kind_of(path: str) -> str | None:
     return None
 
 
-def effective_now(now_ms: int | None = None) -> int:
-    """The instant a run evaluates its policy at: ``now_ms`` if given, never later than the
-    clock (a clock in the future would make files of commits in flight look old)."""
-    clock = now_millis()
-    return clock if now_ms is None else min(int(now_ms), clock)
+Clock = Callable[[], int]  # epoch milliseconds
+
+
+def effective_now(now_ms: int | None = None, clock: Clock = now_millis) -> int:
+    """The instant a run evaluates its policy at: ``now_ms`` if given, never later than
+    ``clock()`` (a time in the future would make files of commits in flight look old).
+    Every time comparison of a run derives from this one instant."""
+    current = clock()
+    return current if now_ms is None else min(int(now_ms), current)
 
 
 @dataclass(frozen=True)

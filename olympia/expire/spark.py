@@ -31,6 +31,7 @@ from typing import Any
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import version_path
+from olympia.catalog.transaction import now_millis
 from olympia.exceptions import ExpiryAbortedError, InvalidArgumentError, OlympiaError
 from olympia.expire.job import DEFAULT_SETTLE_MS, ExpireResult, FolderStats, StepHook, Walk, run
 from olympia.expire.policy import ExpirePolicy
@@ -39,6 +40,7 @@ from olympia.expire.reachability import (
     FILE,
     MISSING,
     NODE,
+    Clock,
     Decision,
     DeleteReport,
     TxnRoots,
@@ -309,12 +311,14 @@ class SparkEngine:
 def expire_with_spark(spark: Any, catalog_uri: str, storage_options: Mapping[str, Any] | None,
                       policy: ExpirePolicy, dry_run: bool = False, *,
                       now_ms: int | None = None, settle_ms: int = DEFAULT_SETTLE_MS,
-                      on_step: StepHook | None = None, prefix_split: int = 1) -> ExpireResult:
+                      on_step: StepHook | None = None, prefix_split: int = 1,
+                      clock: Clock = now_millis) -> ExpireResult:
     """Expire old versions of the catalog at ``catalog_uri`` and delete the files no kept
     version, export or live distributed transaction references, on ``spark`` (any master).
 
     ``dry_run`` reports what would be deleted and changes nothing. ``now_ms`` evaluates the
-    policy at an earlier instant; ``on_step(name, info)`` is called after each step;
+    policy at an earlier instant (never later than ``clock``, epoch milliseconds);
+    ``on_step(name, info)`` is called after each step;
     ``prefix_split`` (1 or 2) splits the listing into 16 or 256 prefixes per folder.
     """
     if catalog_uri.startswith("memory://"):
@@ -325,7 +329,7 @@ def expire_with_spark(spark: Any, catalog_uri: str, storage_options: Mapping[str
     catalog = Catalog.open(catalog_uri, options)
     engine = SparkEngine(spark, catalog.uri, options)
     return run(engine, catalog, policy, dry_run, now_ms=now_ms, settle_ms=settle_ms,
-               on_step=on_step, prefix_split=prefix_split)
+               on_step=on_step, prefix_split=prefix_split, clock=clock)
 
 
 def result_dataframe(spark: Any, result: ExpireResult) -> Any:
