@@ -71,7 +71,7 @@ def test_alias_bomb_in_a_wrong_value_fails_cleanly_in_2_gb(tmp_path: Path) -> No
     assert (proc.returncode, proc.stdout) == (3, ""), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     (line,) = proc.stderr.splitlines()
-    assert line == (f"Error: {spec}:2:10: more than 33,554,432 characters of values and keys "
+    assert line == (f"Error: {spec}:2:10: more than 16,777,216 characters of values and keys "
                     "after expanding aliases")
 
 

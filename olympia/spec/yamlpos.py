@@ -31,8 +31,8 @@ Path_ = tuple[str | int, ...]
 Substitute = Callable[[str, "Position", list["Problem"], bool], str]
 MAX_NODES = 2_000_000  # alias expansion guard ("billion laughs")
 MAX_DEPTH = 100  # collections nested deeper are refused (libyaml composes on the C stack)
-MAX_FILE_BYTES = 32 * MIB  # a spec or vars file
-MAX_EXPANDED_CHARS = 32 * MIB  # scalars and keys of one document, aliases expanded
+MAX_FILE_BYTES = 16 * MIB  # a spec or vars file (loading one takes ~130 bytes per byte)
+MAX_EXPANDED_CHARS = 16 * MIB  # scalars and keys of one document, aliases expanded
 EXCERPT_CHARS = 80  # the most of a value a message quotes
 MAX_MESSAGE_CHARS = 1000  # a message built from other errors' text is cut to this
 # what YAML forbids in a stream (everything else is printable): C0 controls but tab and
