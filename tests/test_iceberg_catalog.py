@@ -295,7 +295,8 @@ def test_rename_within_and_across_namespaces(ice: OlympiaCatalog) -> None:
 
 
 def test_non_iceberg_olympia_tables(ice: OlympiaCatalog) -> None:
-    ice.olympia.create_table("sales", "declared", columns=[{"name": "id", "type": "int8"}])
+    ice.olympia.create_table("sales", "declared", columns=[{"name": "id", "type": "int8"}],
+                             comment="from the spec", protected=True)
     ice.olympia.create_table("sales", "delta", columns=[{"name": "id", "type": "int8"}],
                              format="delta", location="s3://x/delta")
     ice.create_table("sales.ice", SCHEMA)
@@ -303,6 +304,15 @@ def test_non_iceberg_olympia_tables(ice: OlympiaCatalog) -> None:
     for name in ("declared", "delta"):
         with pytest.raises(NoSuchIcebergTableError, match="not an Iceberg table"):
             ice.load_table(("sales", name))
+    # a table declared as Iceberg without metadata yet becomes the created table
+    created = ice.create_table_if_not_exists("sales.declared", SCHEMA)
+    definition = ice.olympia.load_table("sales", "declared")
+    assert definition.location == created.metadata_location
+    assert (definition.comment, definition.protected) == ("from the spec", True)
+    assert [c.name for c in definition.columns] == ["id", "name"]
+    with pytest.raises(TableAlreadyExistsError):
+        ice.create_table("sales.delta", SCHEMA)
+    assert ice.list_tables("sales") == [("sales", "declared"), ("sales", "ice")]
 
 
 # --- commits ------------------------------------------------------------------------------

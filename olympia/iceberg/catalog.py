@@ -499,11 +499,11 @@ class OlympiaCatalog(MetastoreCatalog):
         ns, name = self._table_ident(identifier)
 
         def stage(bound: OlympiaCatalog) -> tuple[TableMetadata, str]:
-            bound._require_new(ns, name)
+            declared = bound._require_new(ns, name, adopt=True)
             staged = bound._create_staged_table((ns, name), schema, location, partition_spec,
                                                 sort_order, properties)
             bound._stage_metadata(ns, name, staged.metadata, staged.metadata_location,
-                                  staged.io, None)
+                                  staged.io, declared)
             return staged.metadata, staged.metadata_location
 
         try:
@@ -527,23 +527,29 @@ class OlympiaCatalog(MetastoreCatalog):
 
         def stage(bound: OlympiaCatalog) -> None:
             txn = bound._staging()
-            previous = None
             if overwrite and txn.table_exists(ns, name):
-                previous = txn.load_table(ns, name)
+                previous: TableDef | None = txn.load_table(ns, name)
             else:
-                bound._require_new(ns, name)
+                previous = bound._require_new(ns, name, adopt=True)
             txn.put_table(table_definition(ns, name, metadata, metadata_location, previous),
                           create=previous is None)
 
         self._change(stage, "register_table")
         return self._as_table(ns, name, metadata, metadata_location)
 
-    def _require_new(self, ns: str, name: str) -> None:
+    def _require_new(self, ns: str, name: str, adopt: bool = False) -> TableDef | None:
+        """Check that a table can be created; with ``adopt``, a table declared (in a spec)
+        as Iceberg but without metadata yet is returned, to become the new table."""
         txn = self._staging()
         if not txn.namespace_exists(ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+        if txn.table_exists(ns, name) and adopt:
+            declared = txn.load_table(ns, name)
+            if declared.format == ICEBERG and not declared.location:
+                return declared
         if txn.table_exists(ns, name) or txn.view_exists(ns, name):
             raise TableAlreadyExistsError(f"Table {ns}.{name} already exists")
+        return None
 
     def _stage_metadata(self, ns: str, name: str, metadata: TableMetadata, location: str,
                         io: FileIO, previous: TableDef | None) -> None:
@@ -574,14 +580,12 @@ class OlympiaCatalog(MetastoreCatalog):
         creating = any(isinstance(r, AssertCreate) for r in requirements)
         current: Table | None = None
         previous: TableDef | None = None
-        if txn.table_exists(ns, name):
-            if creating:
-                raise TableAlreadyExistsError(f"Table {ns}.{name} already exists")
+        if creating:
+            previous = self._require_new(ns, name, adopt=True)
+        elif txn.table_exists(ns, name):
             previous = self._definition(txn, ns, name)
             current = self._as_table(ns, name, self._read_metadata(previous.location),
                                      previous.location)
-        elif creating:
-            self._require_new(ns, name)
         else:
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")
         staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
