@@ -175,14 +175,14 @@ class OlympiaRollbackOperator(_OlympiaOperator):
         super().__init__(**kwargs)
         self.to_version = to_version
         self.allow_destructive = allow_destructive
-        self.dry_run = dry_run
+        self.preview_only = dry_run  # BaseOperator has a dry_run() method
 
     def execute(self, context: Context) -> dict[str, Any]:
         catalog = self.hook.get_catalog()
         try:
             preview = plan_rollback(catalog, self.to_version)
             self.log.info("%s", preview.render_text(color=False))
-            if self.dry_run:
+            if self.preview_only:
                 return {**preview.to_dict(), "version": None, "dry_run": True}
             version = apply_rollback(catalog, preview,
                                      allow_destructive=self.allow_destructive)
