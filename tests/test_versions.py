@@ -442,3 +442,87 @@ def test_corrupt_or_empty_transaction_record_is_named(location: Location) -> Non
     catalog.storage.write(path, b"")
     with pytest.raises(CorruptFileError, match=rf"{path}: empty file"):
         versions.list_transactions(catalog)
+
+
+# --- hardening: version hints, export depth, names in JSON ---------------------------------
+
+
+def _cli(location: Location, *args: str) -> Any:
+    env = {"OLYMPIA_CATALOG": location.uri,
+           "OLYMPIA_STORAGE_OPTIONS": json.dumps(location.storage_options)}
+    out = CliRunner().invoke(main, list(args), env=env)
+    assert "Traceback" not in out.output, out.output
+    return out
+
+
+@pytest.mark.parametrize("hint", [b"4294967296", b"99999999999999999999999999999999999999",
+                                  b"garbage", b"-1", b"\x00", b"", b"9", b"4294967295"])
+def test_a_bad_latest_hint_is_ignored(shared_location: Location, hint: bytes) -> None:
+    """Out of range, not a number, or a version never committed: every command works."""
+    catalog = build(shared_location, tables=3)
+    catalog.storage.write("vn/latest", hint)
+    assert Catalog.open(shared_location.uri, shared_location.storage_options).version == 4
+    for args in (["ls"], ["log", "-n", "1"], ["show"], ["verify"]):
+        out = _cli(shared_location, *args)
+        assert out.exit_code == 0, (args, out.output)
+    assert json.loads(_cli(shared_location, "log", "--json", "-n", "1").output)[0][
+        "version"] == 4
+
+
+@pytest.mark.parametrize("hint", [b"4294967296", b"garbage", b" \n"])
+def test_an_unreadable_oldest_hint_reads_as_the_lowest_root(location: Location,
+                                                            hint: bytes) -> None:
+    """The safe reading of a vn/oldest that holds no version number: the lowest version
+    whose root exists (never one below, whose files expiry may have deleted)."""
+    catalog = build(location, tables=4)
+    catalog.files.write_hint("vn/oldest", 2)
+    for v in (0, 1):
+        catalog.storage.delete(version_path(v))
+    catalog.storage.write("vn/oldest", hint)
+    catalog.storage.delete("vn/latest")
+    fresh = Catalog.open(location.uri, location.storage_options)
+    assert fresh.version == 5 and fresh.files.oldest_version() == 2
+    with pytest.raises(NotFoundError, match="expired"):
+        fresh.at_version(1)
+    assert listing(fresh.at_version(2)) == listing(catalog.at_version(2))
+
+
+def test_an_oldest_hint_naming_a_missing_version_is_named(location: Location) -> None:
+    catalog = build(location, tables=1)
+    catalog.storage.write("vn/oldest", b"7")
+    with pytest.raises(CorruptFileError, match="vn/oldest: names version 7"):
+        Catalog.open(location.uri, location.storage_options)
+
+
+def test_partial_export_depth_is_range_checked(shared_location: Location) -> None:
+    catalog = build(shared_location, tables=2)
+    target = shared_location.sub("exports/deep")
+    with pytest.raises(InvalidArgumentError, match="depth .* from 0 to 4294967295"):
+        versions.export(catalog, "deep", target.uri, "partial",
+                        target_storage_options=target.storage_options, depth=2**32)
+    out = _cli(shared_location, "export", "deep", "--target", target.uri, "--mode", "partial",
+               "--depth", "99999999999")
+    assert out.exit_code == 1 and "--depth" in out.output
+    catalog.refresh()
+    assert "deep" not in catalog.catalog_def.exports
+    assert not Storage(target.uri, target.storage_options).list()
+
+
+def test_json_output_tells_dotted_names_apart(shared_location: Location) -> None:
+    """Table ``c`` of namespace ``a.b`` and table ``b.c`` of namespace ``a`` print the same
+    combined name; ``namespace`` and ``object_name`` tell them apart."""
+    catalog = Catalog.create(shared_location.uri, shared_location.storage_options)
+    catalog.create_namespace("a")
+    catalog.create_namespace("a.b")
+    catalog.create_table("a.b", "c", columns=COLS)
+    catalog.create_table("a", "b.c", columns=COLS)
+    pairs = {("a.b", "c"), ("a", "b.c")}
+    shown = json.loads(_cli(shared_location, "show", "--json").output)
+    assert {(t["namespace"], t["object_name"]) for t in shown["tables"]} == pairs
+    assert {t["name"] for t in shown["tables"]} == {"a.b.c"}  # the combined field stays
+    diff = json.loads(_cli(shared_location, "diff", "0", "4", "--json").output)
+    assert {(r["namespace"], r["object_name"]) for r in diff["added"]} == pairs | {
+        ("a", None), ("a.b", None)}
+    log = json.loads(_cli(shared_location, "log", "--json", "-n", "2").output)
+    assert {(a["namespace"], a["object_name"]) for v in log for a in v["actions"]} == pairs
+    assert {a["object"] for v in log for a in v["actions"]} == {"a.b.c"}

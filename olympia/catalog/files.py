@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -10,7 +11,14 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError, Message
 
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog.keys import KeyCodec, NameLimits, verify_def, version_path
+from olympia.catalog.keys import (
+    MAX_VERSION,
+    KeyCodec,
+    NameLimits,
+    path_version,
+    verify_def,
+    version_path,
+)
 from olympia.exceptions import (
     CorruptFileError,
     FileNotFound,
@@ -169,22 +177,36 @@ class CatalogFiles:
     # --- version hints and discovery ---------------------------------------------------
 
     def read_hint(self, path: str) -> int | None:
-        """The number in vn/latest or vn/oldest (None if absent); surrounding space is fine."""
+        """The version in vn/latest or vn/oldest: None when the file is absent or holds no
+        version number (ASCII decimal in 0..MAX_VERSION, surrounding space allowed)."""
+        return self._read_hint(path)[1]
+
+    def _read_hint(self, path: str) -> tuple[bool, int | None]:
+        """(whether the file exists, the version it holds if it holds one)."""
         try:
             text = self.storage.read(path).decode("ascii", errors="replace").strip()
         except FileNotFound:
-            return None
-        if not text.isdigit():
-            if path == LATEST:  # only a hint: an unreadable one is ignored
-                return None
-            raise CorruptFileError(self.storage.display(path), f"not a version number: {text!r}")
-        return int(text)
+            return False, None
+        if not (text.isdigit() and len(text) <= len(str(MAX_VERSION))
+                and int(text) <= MAX_VERSION):
+            return True, None  # only a hint: an unreadable one is ignored
+        return True, int(text)
 
     def write_hint(self, path: str, version: int) -> None:
         self.storage.write(path, f"{version}\n".encode("ascii"))
 
     def oldest_version(self) -> int:
-        return self.read_hint(OLDEST) or 0
+        """The guaranteed oldest version: vn/oldest, or 0 when it is absent."""
+        return self._oldest(*self._read_hint(OLDEST))
+
+    def _oldest(self, present: bool, oldest: int | None) -> int:
+        """When vn/oldest holds no version number, the safe reading is the lowest version
+        whose root exists (one listing of ``vn/``): never a version expiry may have emptied;
+        the next expiry run rewrites the file."""
+        if oldest is not None or not present:
+            return oldest or 0
+        found = [v for f in self.storage.list("vn/") if (v := path_version(f.path)) is not None]
+        return min(found, default=0)
 
     def discover_latest(self) -> Root:
         """The latest root, found as the spec's procedure finds it (ruling 11).
@@ -192,31 +214,45 @@ class CatalogFiles:
         Start at vn/latest when it is above vn/oldest, else at vn/oldest (or 0), and return
         the version before the first missing one. Probing doubles its step and then
         bisects, which gives the same answer because versions above vn/oldest are
-        contiguous; it never probes below the start.
+        contiguous; it never probes below the start. A vn/latest that holds no version
+        number, or names a version that was never committed (neither it nor the one before
+        exists), is ignored.
+
+        Raises:
+            NoSuchCatalogError: there is no root at all.
+            CorruptFileError: vn/oldest names a version whose root does not exist.
         """
-        latest, oldest = self.storage.map(self.read_hint, [LATEST, OLDEST])  # one round trip
-        start = latest if latest is not None and (oldest is None or latest > oldest) else (
-            oldest or 0
-        )
+        (_, latest), found = self.storage.map(self._read_hint, [LATEST, OLDEST])  # one trip
+        oldest = self._oldest(*found)
+        if latest is not None and latest > oldest:
+            try:
+                return self._probe_from(self.read_root(latest))
+            except NotFoundError:  # the procedure's k - 1, when k is the hint itself
+                with contextlib.suppress(NotFoundError):
+                    return self.read_root(latest - 1)
+            # vn/latest names a version never committed: only a hint, so it is ignored
         try:
-            root = self.read_root(start)
+            return self._probe_from(self.read_root(oldest))
         except NotFoundError:
-            if start == 0:
+            if oldest == 0:
                 raise NoSuchCatalogError(f"no Olympia catalog at {self.storage.uri}") from None
-            root = self.read_root(start - 1)
-            return root
-        low, step = start, 1
-        while self.storage.exists(version_path(low + step)):
+            raise CorruptFileError(self.storage.display(OLDEST),
+                                   f"names version {oldest}, whose root does not exist") from None
+
+    def _probe_from(self, root: Root) -> Root:
+        """The last version of the contiguous run that starts at ``root``."""
+        low, step = root.version, 1
+        while low + step <= MAX_VERSION and self.storage.exists(version_path(low + step)):
             low += step
             step *= 2
-        high = low + step
+        high = min(low + step, MAX_VERSION + 1)
         while high - low > 1:
             mid = (low + high) // 2
             if self.storage.exists(version_path(mid)):
                 low = mid
             else:
                 high = mid
-        return root if low == start else self.read_root(low)
+        return root if low == root.version else self.read_root(low)
 
     def codec(self, catalog_def: pb.CatalogDef) -> KeyCodec:
         return KeyCodec(NameLimits(catalog_def.namespace_name_max_size_bytes,

@@ -43,27 +43,36 @@ def exit_code_for(exc: OlympiaError) -> int:
 
 def parse_storage_options(values: tuple[str, ...]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs (values parsed as JSON when they are JSON) plus
-    ``OLYMPIA_STORAGE_OPTIONS`` (a JSON object)."""
+    ``OLYMPIA_STORAGE_OPTIONS`` (a JSON object). Errors name keys at most, never a value
+    (options carry secrets)."""
     options: dict[str, Any] = {}
     env = os.environ.get("OLYMPIA_STORAGE_OPTIONS")
     if env:
         try:
             parsed = json.loads(env)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            parsed = exc
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"OLYMPIA_STORAGE_OPTIONS is not valid JSON ({exc.msg} "
+                                       f"at line {exc.lineno} column {exc.colno})") from None
+        except RecursionError:
+            raise click.ClickException("OLYMPIA_STORAGE_OPTIONS is nested too deeply") from None
         if not isinstance(parsed, dict):
-            raise click.ClickException(f"OLYMPIA_STORAGE_OPTIONS is not a JSON object: "
-                                       f"{parsed}")
+            raise click.ClickException("OLYMPIA_STORAGE_OPTIONS must be a JSON object, got "
+                                       f"{_JSON_KINDS.get(type(parsed), 'a value')}")
         options.update(parsed)
     for item in values:
         key, sep, value = item.partition("=")
         if not sep:
-            raise click.UsageError(f"--storage-option needs KEY=VALUE, got {item!r}")
+            raise click.UsageError(f"--storage-option needs KEY=VALUE, got no '=' in an "
+                                   f"option of {len(item)} characters")
         try:
             options[key] = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             options[key] = value
     return options
+
+
+_JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "true or false", type(None): "null"}
 
 
 def catalog_options(fn: F) -> F:

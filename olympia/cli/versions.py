@@ -21,6 +21,7 @@ from olympia.cli.common import (
 from olympia.plan.apply import check_allowed
 from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.versions.dtxn import describe_transaction, transaction_dict
+from olympia.versions.export import MAX_DEPTH
 from olympia.versions.timetravel import format_millis
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -72,10 +73,12 @@ def _describe(snapshot: Snapshot) -> dict[str, Any]:
         "version": snapshot.version,
         "created_at": format_millis(snapshot.created_at_millis),
         "namespaces": [{"name": n.name, "properties": dict(n.properties)} for n in namespaces],
-        "tables": [{"name": f"{t.namespace}.{t.name}", "format": t.format,
+        "tables": [{"name": f"{t.namespace}.{t.name}", "namespace": t.namespace,
+                    "object_name": t.name, "format": t.format,
                     "location": t.location, "columns": [c.to_dict() for c in t.columns],
                     "properties": dict(t.properties)} for t in tables],
-        "views": [{"name": f"{v.namespace}.{v.name}", "dialect": v.dialect, "sql": v.sql,
+        "views": [{"name": f"{v.namespace}.{v.name}", "namespace": v.namespace,
+                   "object_name": v.name, "dialect": v.dialect, "sql": v.sql,
                    "columns": [c.to_dict() for c in v.columns]} for v in views],
     }
 
@@ -188,7 +191,8 @@ def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
 @click.option("--mode", type=click.Choice(["full", "minimal", "partial"]), default="full",
               show_default=True)
 @click.option("--version", "version", type=int, help="Version to export (default: latest).")
-@click.option("--depth", type=click.IntRange(0), help="Partial: tree levels to copy.")
+@click.option("--depth", type=click.IntRange(0, MAX_DEPTH),
+              help="Partial: tree levels to copy.")
 @click.option("--copy-defs", is_flag=True, help="Partial: copy definition files too.")
 @click.option("--target-option", multiple=True, metavar="KEY=VALUE",
               help="Storage option for the target; repeatable.")

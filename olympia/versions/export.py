@@ -64,6 +64,10 @@ class ExportResult:
         return asdict(self)
 
 
+# the export record keeps the depth as a uint32
+MAX_DEPTH = 2**32 - 1
+
+
 def files_to_copy(snapshot: Snapshot, mode: str, depth: int | None = None,
                   copy_defs: bool = False) -> list[str]:
     """Paths (relative) an export of ``snapshot`` copies, the root last."""
@@ -213,8 +217,9 @@ def export(
         raise InvalidArgumentError(
             f"invalid export name {name!r}: it must be non-empty, without surrounding spaces, "
             "and not a number (numbers name versions)")
-    if depth is not None and (mode != "partial" or depth < 0):
-        raise InvalidArgumentError("depth applies to partial exports and must be >= 0")
+    if depth is not None and (mode != "partial" or not 0 <= depth <= MAX_DEPTH):
+        raise InvalidArgumentError(
+            f"depth applies to partial exports and must be from 0 to {MAX_DEPTH}")
     catalog.refresh()
     _require_new_name(catalog.catalog_def, name)
     snapshot = catalog.at_version(catalog.version if version is None else version)

@@ -10,7 +10,7 @@ from olympia._proto import actions_pb2 as apb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.keys import ObjectRef
+from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError
 from olympia.tree import btree
@@ -61,10 +61,19 @@ class VersionInfo:
             "info": self.info,
             "actions": [
                 {"type": actions.type_name(a), "object": str(r) if (r := actions.ref_of(a))
-                 else None, "description": actions.describe(a)}
+                 else None, **name_fields(r), "description": actions.describe(a)}
                 for a in self.changes()
             ],
         }
+
+
+def name_fields(ref: ObjectRef | None) -> dict[str, str | None]:
+    """The parts of an object's name for JSON output: ``namespace`` and ``object_name`` (None
+    for a namespace itself). The combined ``a.b.c`` form cannot tell table ``c`` of namespace
+    ``a.b`` from table ``b.c`` of namespace ``a``; these fields can."""
+    if ref is None or ref.type == ObjectType.CATALOG:
+        return {"namespace": None, "object_name": None}
+    return {"namespace": ref.namespace, "object_name": ref.name or None}
 
 
 def version_info(snapshot: Snapshot) -> VersionInfo:
@@ -103,8 +112,8 @@ class Diff:
         return not (self.added or self.removed or self.changed or self.catalog_def_changed)
 
     def to_dict(self) -> dict[str, Any]:
-        def refs(items: list[ObjectRef]) -> list[dict[str, str]]:
-            return [{"type": r.type.label, "name": str(r)} for r in items]
+        def refs(items: list[ObjectRef]) -> list[dict[str, str | None]]:
+            return [{"type": r.type.label, "name": str(r), **name_fields(r)} for r in items]
 
         return {"from_version": self.from_version, "to_version": self.to_version,
                 "added": refs(self.added), "removed": refs(self.removed),
