@@ -4,6 +4,7 @@ per-key errors (a SeaweedFS server whose DeleteObjects answers are doctored per 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 import threading
@@ -421,3 +422,52 @@ def test_map_cancels_the_rest_and_waits_for_the_started(tmp_path: Any) -> None:
     storage.close()  # the pool's threads end; nothing else ran after map raised
     assert (started, finished) == seen
     assert storage.map(lambda i: i * 2, range(5)) == [0, 2, 4, 6, 8]
+
+
+# --- the CLI: bad options and dead endpoints are clear errors, secrets never echoed -------
+
+
+def _olympia(*args: str, env: dict[str, str] | None = None) -> Any:
+    from click.testing import CliRunner
+
+    from olympia.cli import main
+
+    out = CliRunner().invoke(main, list(args), env=env or {})
+    assert "Traceback" not in out.output, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.output
+    return out
+
+
+@pytest.mark.parametrize("value", ['["key", "s3cr3t-value"]', '"s3cr3t-value"', "7",
+                                   '{"secret": "s3cr3t-value"', "null"])
+def test_storage_options_env_that_is_no_object_is_not_echoed(tmp_path: Any,
+                                                              value: str) -> None:
+    out = _olympia("ls", "-c", str(tmp_path / "c"), env={"OLYMPIA_STORAGE_OPTIONS": value})
+    assert out.exit_code == 1 and "OLYMPIA_STORAGE_OPTIONS" in out.output
+    assert "s3cr3t" not in out.output
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("max_concurrency=abc", "storage option max_concurrency must be an integer"),
+    ("max_concurrency=0", "storage option max_concurrency must be an integer"),
+    ("client_kwargs=s3cr3t", "storage option client_kwargs must be a JSON object"),
+    ("retry_attempts=-3", "storage option retry_attempts must be an integer"),
+])
+def test_bad_storage_options_are_clear_errors(option: str, message: str) -> None:
+    out = _olympia("ls", "-c", "s3://bucket/prefix", "-o", option)
+    assert out.exit_code == 1 and message in out.output and "s3cr3t" not in out.output
+
+
+@pytest.mark.s3
+def test_a_dead_endpoint_fails_every_command_quickly_and_clearly() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = {"key": "k", "secret": "s3cr3t-value", "retry_attempts": 2,
+               "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+    env = {"OLYMPIA_STORAGE_OPTIONS": json.dumps(options)}
+    for args in (["ls"], ["log"], ["init"]):
+        out = _olympia(*args, "-c", "s3://bucket/prefix", env=env)
+        assert out.exit_code == 1, (args, out.output)
+        assert "after 2 tries" in out.output and "s3://bucket/prefix/" in out.output
+        assert "s3cr3t" not in out.output
