@@ -3,44 +3,39 @@ library."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping, Sequence
+from fnmatch import fnmatchcase
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
 from olympia import versions
+from olympia.catalog.catalog import Catalog
 from olympia.exceptions import OlympiaError
-from olympia.expire import ExpirePolicy, expire_with_spark, local_session, parse_duration
-from olympia.plan import Plan, apply_plan, make_plan
+from olympia.expire import ExpirePolicy, expire_with_spark
+from olympia.plan import ApplyResult, Plan, apply_plan, make_plan
 from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.spec import load_spec
+from olympia_provider.assets import catalog_asset, changes_alias, object_asset
 from olympia_provider.hooks.olympia import OlympiaHook
+from olympia_provider.spark import (
+    SparkLogRelay,
+    local_session,
+    run_submit,
+    spark_submit_binary,
+    submit_command,
+)
+
+__all__ = ["OlympiaApplyOperator", "OlympiaExpireOperator", "OlympiaExportOperator",
+           "OlympiaRollbackOperator", "OlympiaValidateOperator", "catalog_asset",
+           "changes_alias", "object_asset"]
 
 
 def _optional_int(value: Any) -> int | None:
     """Templated fields arrive as strings; empty means unset."""
     return None if value is None or value == "" else int(value)
-
-
-def catalog_asset(olympia_conn_id: str = OlympiaHook.default_conn_name) -> Asset:
-    """The Asset updated whenever an operator commits a version through this connection."""
-    return Asset(name=f"olympia-catalog-{olympia_conn_id}",
-                 uri=f"olympia://{olympia_conn_id.replace('_', '-')}/")
-
-
-def object_asset(olympia_conn_id: str, object_name: str) -> Asset:
-    """The Asset of one namespace (``ns``) or table/view (``ns.name``) of the catalog."""
-    return Asset(name=f"olympia-{olympia_conn_id}-{object_name}",
-                 uri=f"olympia://{olympia_conn_id.replace('_', '-')}/{object_name}")
-
-
-def changes_alias(olympia_conn_id: str = OlympiaHook.default_conn_name) -> AssetAlias:
-    """Outlet alias under which apply emits, only when it commits a version, the catalog's
-    Asset event and one Asset event per changed object. (Airflow emits an event for every
-    plain Asset outlet of a successful task, so an apply that changed nothing would still
-    trigger whatever is scheduled on a plain ``catalog_asset()`` outlet.)"""
-    return AssetAlias(f"olympia-changes-{olympia_conn_id}")
 
 
 class _OlympiaOperator(BaseOperator):
@@ -54,15 +49,20 @@ class _OlympiaOperator(BaseOperator):
         return OlympiaHook(self.olympia_conn_id)
 
     def emit(self, context: Context, extra: dict[str, Any],
-             changed_objects: Sequence[str] = ()) -> None:
+             object_actions: Mapping[str, str] | None = None) -> None:
         """Asset events for a committed version: plain Asset outlets get ``extra``; each
-        alias gets the catalog's Asset and one event per changed object."""
+        alias gets the catalog's Asset (with ``extra``) and, for each object in
+        ``object_actions``, that object's Asset with ``{"version", "action"}``."""
         events = context["outlet_events"]
+        aliases = [o for o in self.outlets if isinstance(o, AssetAlias)]
+        catalog_uri = self.hook.settings()[0] if aliases else ""
         for outlet in self.outlets:
             if isinstance(outlet, AssetAlias):
-                events[outlet].add(catalog_asset(self.olympia_conn_id), extra=extra)
-                for name in changed_objects:
-                    events[outlet].add(object_asset(self.olympia_conn_id, name), extra=extra)
+                events[outlet].add(catalog_asset(catalog_uri), extra=extra)
+                for name, action in (object_actions or {}).items():
+                    events[outlet].add(object_asset(catalog_uri, name),
+                                       extra={"version": extra.get("version"),
+                                              "action": action})
             elif isinstance(outlet, Asset):
                 events[outlet].extra = extra
 
@@ -97,6 +97,11 @@ class OlympiaApplyOperator(_OlympiaOperator):
     ``summary``), which the apply task takes as ``plan=plan_task.output`` from any worker;
     with ``plan_out`` it saves the plan to that file (a path every worker can read) and
     returns ``{"plan_path", "has_changes", "summary"}``.
+
+    ``object_events`` names the objects (``ns`` or ``ns.name``; ``fnmatch`` patterns such as
+    ``sales.*``) whose change gets its own Asset event (:func:`object_asset`, extra
+    ``{"version", "action"}``) through the alias outlets. List only objects a DAG schedules
+    on: Airflow knows an Asset only when some DAG declares it.
     """
 
     template_fields: Sequence[str] = ("spec_path", "plan", "plan_path", "plan_out",
@@ -106,8 +111,11 @@ class OlympiaApplyOperator(_OlympiaOperator):
                  plan_path: str | None = None, variables: Mapping[str, str] | None = None,
                  allow_destructive: bool = False, expected_base_version: int | None = None,
                  plan_only: bool = False, plan_out: str | None = None,
-                 git_commit: str | None = None, **kwargs: Any) -> None:
+                 git_commit: str | None = None, object_events: Sequence[str] = (),
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if isinstance(object_events, str):
+            raise ValueError("object_events is a list of object names or patterns")
         if sum(x is not None for x in (spec_path, plan, plan_path)) != 1:
             raise ValueError("give exactly one of spec_path, plan and plan_path")
         self.spec_path = spec_path
@@ -119,6 +127,15 @@ class OlympiaApplyOperator(_OlympiaOperator):
         self.plan_only = plan_only
         self.plan_out = plan_out
         self.git_commit = git_commit
+        self.object_events = list(object_events)
+
+    def _object_actions(self, result: ApplyResult) -> dict[str, str]:
+        """The announced changed objects, each with what happened to it (the plan's action
+        on it, else "update": a namespace whose tables changed)."""
+        named = {c["name"]: c["action"] for c in result.changes}
+        named.update({c["from_name"]: c["action"] for c in result.changes if "from_name" in c})
+        return {name: named.get(name, "update") for name in result.changed_objects
+                if any(fnmatchcase(name, pattern) for pattern in self.object_events)}
 
     def execute(self, context: Context) -> dict[str, Any]:
         catalog = self.hook.get_catalog()
@@ -137,9 +154,14 @@ class OlympiaApplyOperator(_OlympiaOperator):
                     f"the plan's base version is {plan.base_version}, expected "
                     f"{self.expected_base_version}: the catalog moved, re-plan")
             if self.plan_only and not self.plan_out:
+                self.log.info("Planned on version %d: %s", plan.base_version,
+                              plan.summary_line())
                 return plan.to_dict()
             if self.plan_only:
+                assert self.plan_out is not None
                 plan.save(self.plan_out)
+                self.log.info("Planned on version %d, saved to %s: %s", plan.base_version,
+                              self.plan_out, plan.summary_line())
                 return {"plan_path": self.plan_out, "has_changes": plan.has_changes,
                         "summary": plan.summary()}
             info = {"airflow_dag": context["dag"].dag_id, "airflow_run": context["run_id"]}
@@ -150,9 +172,8 @@ class OlympiaApplyOperator(_OlympiaOperator):
         except OlympiaError as exc:
             raise AirflowException(str(exc)) from exc
         if result.changes:
-            self.emit(context, {"version": result.version,
-                                "changed_objects": result.changed_objects},
-                      result.changed_objects)
+            self.emit(context, {"version": result.version, "changes": len(result.changes)},
+                      self._object_actions(result))
             self.log.info("Applied %d changes as version %d", len(result.changes),
                           result.version)
         else:
@@ -224,19 +245,36 @@ class OlympiaExportOperator(_OlympiaOperator):
                 depth=self.depth)
         except OlympiaError as exc:
             raise AirflowException(str(exc)) from exc
+        self.log.info("Exported version %d as %r (%s) to %s: %d files copied (%d bytes), "
+                      "%d already there; recorded as version %d", result.version,
+                      result.name, result.mode, result.target, result.files_copied,
+                      result.bytes_copied, result.files_skipped, result.committed_version)
         self.emit(context, {"version": result.committed_version, "export": result.name})
         return result.to_dict()
 
 
 class OlympiaExpireOperator(_OlympiaOperator):
-    """Run the PySpark expiry job in-process (``spark_master``, default the connection's
-    ``spark_master`` extra or local[2]); returns the job's result."""
+    """Expire old versions and delete unreferenced files with the PySpark expiry job;
+    returns the job's result.
 
-    template_fields: Sequence[str] = ("keep_last", "older_than", "grace")
+    By default the job runs in-process on ``spark_master`` (else the connection's
+    ``spark_master`` extra, else ``local[2]``): right for small catalogs. With
+    ``spark_submit=True`` it is submitted with ``spark-submit`` (``spark_submit_binary``,
+    else ``$SPARK_HOME/bin/spark-submit``, else pyspark's own) to ``spark_master`` with the
+    ``spark_conf`` settings (``spark.log.level`` defaults to WARN), in client mode: the
+    worker only waits for it. The storage
+    options reach the job in its environment, never on its command line. Either way Spark's
+    log lines reach the task log at their own level. Unset ``keep_last``, ``older_than`` and
+    ``grace`` come from the catalog's ``olympia.expire.*`` properties, as in the CLI.
+    """
+
+    template_fields: Sequence[str] = ("keep_last", "older_than", "grace", "spark_master")
 
     def __init__(self, *, keep_last: int | None = None, older_than: str | None = None,
                  grace: str | None = None, dry_run: bool = False, force: bool = False,
-                 spark_master: str | None = None, **kwargs: Any) -> None:
+                 spark_master: str | None = None, spark_submit: bool = False,
+                 spark_conf: Mapping[str, str] | None = None,
+                 spark_submit_binary: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.keep_last = keep_last
         self.older_than = older_than
@@ -244,24 +282,59 @@ class OlympiaExpireOperator(_OlympiaOperator):
         self.report_only = dry_run  # BaseOperator has a dry_run() method
         self.force = force
         self.spark_master = spark_master
+        self.spark_submit = spark_submit
+        self.spark_conf = dict(spark_conf or {})
+        self.spark_submit_binary = spark_submit_binary
+        self._process: subprocess.Popen[str] | None = None
+
+    def _job_args(self, uri: str) -> list[str]:
+        """The job's options for what this operator sets (the job resolves the rest)."""
+        args = ["--catalog", uri]
+        keep_last = _optional_int(self.keep_last)
+        if keep_last is not None:
+            args += ["--keep-last", str(keep_last)]
+        if self.older_than:
+            args += ["--older-than", self.older_than]
+        if self.grace:
+            args += ["--grace", self.grace]
+        return args + ["--dry-run"] * self.report_only + ["--force"] * self.force
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook
         uri, options = hook.settings()
+        master = self.spark_master or hook.spark_master
+        relay = SparkLogRelay(self.log)
         try:
-            policy = ExpirePolicy(
-                _optional_int(self.keep_last),
-                parse_duration(self.older_than) if self.older_than else None,
-                parse_duration(self.grace) if self.grace else None, self.force)
-            policy.validate()
-            spark = local_session(self.spark_master or hook.spark_master)
-            result = expire_with_spark(spark, uri, options, policy, self.report_only)
+            catalog = Catalog.open(uri, options)  # the policy fails here, before Spark starts
+            policy = ExpirePolicy.from_catalog(
+                catalog, keep_last=_optional_int(self.keep_last),
+                older_than=self.older_than or None, grace=self.grace or None,
+                force=self.force)
+            if self.spark_submit:
+                command = submit_command(spark_submit_binary(self.spark_submit_binary),
+                                         master, self._job_args(catalog.uri),
+                                         {"spark.log.level": "WARN", **self.spark_conf})
+                self.log.info("Submitting the expiry job: %s", " ".join(command))
+                data = run_submit(command, options, relay, self._started)
+            else:
+                spark = local_session(master, relay)
+                data = expire_with_spark(spark, catalog.uri, options, policy,
+                                         self.report_only).to_dict()
         except OlympiaError as exc:
             raise AirflowException(str(exc)) from exc
-        self.log.info("Expired %d versions, deleted %d files (%d failed)%s",
-                      result.versions_expired, result.files_deleted, result.files_failed,
-                      " [dry run]" if self.report_only else "")
-        if result.files_failed:
-            raise AirflowException(f"{result.files_failed} files could not be deleted; "
+        self.log.info("%s %d versions, deleted %d files (%d failed) with %s on %s",
+                      "Would expire" if self.report_only else "Expired",
+                      data["versions_expired"], data["files_deleted"], data["files_failed"],
+                      "spark-submit" if self.spark_submit else "in-process Spark", master)
+        if data["files_failed"]:
+            raise AirflowException(f"{data['files_failed']} files could not be deleted; "
                                    "re-run the job (it is idempotent)")
-        return result.to_dict()
+        return data
+
+    def _started(self, process: subprocess.Popen[str]) -> None:
+        self._process = process
+
+    def on_kill(self) -> None:
+        """Stop a submitted job's spark-submit (in client mode that ends the job)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
