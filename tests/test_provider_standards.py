@@ -19,7 +19,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from olympia import Catalog
 from olympia_provider.assets import catalog_asset, catalog_asset_uri, object_asset
-from olympia_provider.hooks.olympia import OlympiaHook, settings_from_connection
+from olympia_provider.hooks.olympia import settings_from_connection
 from olympia_provider.operators.olympia import OlympiaExpireOperator, OlympiaExportOperator
 from olympia_provider.sensors.olympia import OlympiaVersionSensor
 from olympia_provider.spark import SparkLogRelay
@@ -131,7 +131,7 @@ def test_spark_log_lines_keep_their_level(caplog: pytest.LogCaptureFixture) -> N
 
 def test_export_operator_logs_what_it_exported(local_conn: tuple[str, Catalog], tmp_path: Path,
                                                capfd: pytest.CaptureFixture[str]) -> None:
-    conn_id, catalog = local_conn
+    conn_id, _catalog = local_conn
     OlympiaExportOperator(task_id="ex", olympia_conn_id=conn_id, export_name="e1",
                           target_uri=str(tmp_path / "e1"), mode="full").execute(context())
     out = capfd.readouterr()
