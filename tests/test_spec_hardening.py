@@ -76,9 +76,9 @@ def test_alias_bomb_in_a_wrong_value_fails_cleanly_in_2_gb(tmp_path: Path) -> No
 
 
 def test_a_large_wrong_value_is_quoted_as_an_excerpt(tmp_path: Path) -> None:
-    """Within the expansion limit, a wrong value of 20 MB is quoted in at most 80 characters."""
+    """Within the expansion limit, a wrong value of 10 MB is quoted in at most 80 characters."""
     spec = write_text(tmp_path, "a.yaml", "namespace: s\ncomment: &s " + "A" * 1_000_000
-                      + "\nprotected: [" + ", ".join(["*s"] * 20) + "]\n")
+                      + "\nprotected: [" + ", ".join(["*s"] * 10) + "]\n")
     (problem,) = errors(run("validate", str(spec)))
     prefix = f"{spec}:3:12: protected: "
     assert problem.startswith(prefix) and problem.endswith(" is not of type 'boolean'")
@@ -104,6 +104,16 @@ def test_expansion_counts_aliases_at_their_expanded_size(
                       + "\nproperties: {a: *c, b: *c}\n")
     assert errors(run("validate", str(over))) == [
         f"{over}:2:10: more than 120 characters of values and keys after expanding aliases"]
+
+
+def test_values_are_counted_before_they_are_composed(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of more values than a document may expand to is refused while it is parsed,
+    at the first value over the limit, before its values take memory as nodes."""
+    monkeypatch.setattr(yamlpos, "MAX_NODES", 1000)
+    spec = write_text(tmp_path, "a.yaml", "namespace: s\ncomment: [" + "x, " * 1999 + "x]\n")
+    assert errors(run("validate", str(spec))) == [f"{spec}:2:{11 + 3 * 995}: more than 1000 "
+                                                  "values"]  # nodes: the mapping, keys, values
 
 
 def test_a_type_of_a_million_spaces_is_refused(tmp_path: Path) -> None:

@@ -282,11 +282,18 @@ class _TooDeep(Exception):
 TOO_DEEP = f"collections nested more than {MAX_DEPTH} levels deep"
 
 
-def _check_depth(text: str) -> None:
-    """Raise _TooDeep at the first collection nested deeper than MAX_DEPTH, before anything
-    composes the stream recursively (libyaml's composer would overflow the C stack)."""
+def _check_stream(text: str) -> None:
+    """Raise _TooDeep at the first collection nested deeper than MAX_DEPTH, and _TooLarge at
+    the value that makes the stream hold more than MAX_NODES, before anything composes the
+    stream (libyaml's composer recurses on the C stack, and every value composed takes
+    memory)."""
     depth = 0
+    nodes = 0
     for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.NodeEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise _TooLarge(event, f"more than {MAX_NODES} values")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
@@ -345,7 +352,7 @@ def load_documents(text: str, file: str, substitute: Substitute | None,
     docs = []
     try:
         try:
-            _check_depth(text)
+            _check_stream(text)
             nodes = list(yaml.compose_all(text, Loader=_LOADER))
         except yaml.MarkedYAMLError:
             if _LOADER is CoreLoader:
