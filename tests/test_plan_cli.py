@@ -184,10 +184,11 @@ def test_usage_errors_exit_1_so_that_2_only_means_changes(cli: Cli, tmp_path: Pa
     cli.env["OLYMPIA_STORAGE_OPTIONS"] = "{not json"
     out = cli("plan", spec)
     assert out.exit_code == 1
-    assert error_line(out).startswith("Error: OLYMPIA_STORAGE_OPTIONS is not a JSON object")
+    assert error_line(out).startswith("Error: OLYMPIA_STORAGE_OPTIONS is not valid JSON")
     cli.env["OLYMPIA_STORAGE_OPTIONS"] = "[1]"
-    assert error_line(cli("plan", spec)) == ("Error: OLYMPIA_STORAGE_OPTIONS is not a JSON "
-                                             "object: [1]")
+    line = error_line(cli("plan", spec))  # the value itself is never echoed (it may be secret)
+    assert line.startswith("Error: OLYMPIA_STORAGE_OPTIONS must be a JSON object, got ")
+    assert "[1]" not in line
     del cli.env["OLYMPIA_STORAGE_OPTIONS"]
     assert cli("plan", spec, "--detailed-exitcode").exit_code == 2
     for args in (["--help"], ["plan", "--help"], ["-h"], ["--version"]):
