@@ -197,6 +197,8 @@ def test_signed_plans(cli: Cli, tmp_path: Path) -> None:
     assert out.exit_code == 0 and KEY not in out.output
     data = json.loads(signed.read_text())
     assert data["signature"]["algorithm"] == "HMAC-SHA256" and KEY not in signed.read_text()
+    printed = json.loads(cli("plan", str(spec), "--json").output)
+    assert Plan.from_dict(printed, "stdout", KEY).changes
     # unsigned, re-signed with another key, or edited after signing: refused, exit 1
     out = cli("apply", str(unsigned), "--auto-approve")
     assert out.exit_code == 1 and "the plan is not signed, but OLYMPIA_PLAN_KEY is set" \

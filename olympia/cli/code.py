@@ -90,7 +90,7 @@ def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
     if out:
         result.save(out, _plan_key())
     if as_json:
-        echo_json(result.to_dict())
+        echo_json(result.to_dict(_plan_key()))  # the saved form, signed as --out would be
     else:
         click.echo(result.render_text(color))
         if out:

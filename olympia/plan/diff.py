@@ -223,7 +223,7 @@ class Differ:
                ) -> list[Change]:
         desired = item.table
         name = _name(desired.namespace, desired.name)
-        create = CreateTable(**_table_args(desired))
+        create = CreateTable.of(desired)
         if current is None:
             details = new_attributes(Table(desired.namespace, desired.name), desired,
                                       ("comment", "protected", "format", "table_type",
@@ -315,7 +315,6 @@ class Differ:
               ) -> list[Change]:
         desired = item.view
         name = _name(desired.namespace, desired.name)
-        ident = (desired.namespace, desired.name)
         if current is None:
             details = new_attributes(View(desired.namespace, desired.name, ""), desired,
                                       ("comment", "protected", "dialect", "default_namespace"))
@@ -327,7 +326,7 @@ class Differ:
                                                         for c in desired.columns]))
             details += property_details({}, desired.properties)
             details.append(detail("sql", None, desired.sql))
-            create = CreateView(identifier=ident, **_view_args(desired))
+            create = CreateView.of(desired)
             if table is not None:
                 return [self._replacement("view", item, table, "table", create,
                                           [detail("type", "table", "view"), *details])]
@@ -348,7 +347,7 @@ class Differ:
                                   [f"{c.name}: {column_text(c)}" for c in desired.columns]))
         details += property_details(current.properties, desired.properties)
         return [Change(Action.UPDATE, Kind.VIEW, name, details=details,
-                       ops=[ReplaceView(identifier=ident, **_view_args(desired))],
+                       ops=[ReplaceView.of(desired)],
                        source=str(item.position))]
 
 
@@ -387,24 +386,6 @@ def _alter_common(before: Namespace | Table, after: Namespace | Table,
     if before.protected != after.protected:
         args["protected"] = after.protected
     return args, details
-
-
-def _table_args(table: Table) -> dict[str, Any]:
-    return {"identifier": (table.namespace, table.name),
-            "columns": tuple(c.without_ids() for c in table.columns),
-            "properties": dict(sorted(table.properties.items())), "format": table.format,
-            "table_type": table.table_type, "location": table.location,
-            "format_properties": dict(sorted(table.format_properties.items())),
-            "comment": table.comment, "protected": table.protected}
-
-
-def _view_args(view: View) -> dict[str, Any]:
-    return {"sql": view.sql, "dialect": view.dialect,
-            "columns": tuple(c.without_ids() for c in view.columns),
-            "referenced_objects": tuple(view.referenced_objects),
-            "default_namespace": view.default_namespace,
-            "properties": dict(sorted(view.properties.items())), "comment": view.comment,
-            "protected": view.protected}
 
 
 def _comparable(view: View) -> tuple[Any, ...]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from olympia.catalog.objects import Column
+from olympia.catalog.objects import Column, Table, View
 
 if TYPE_CHECKING:
     from olympia.catalog.transaction import Transaction
@@ -199,6 +199,16 @@ class CreateTable(ObjectOp):
               "format_properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
     required = ("identifier", "columns")
 
+    @classmethod
+    def of(cls, table: Table) -> CreateTable:
+        """The operation creating ``table`` as it is (column ids aside)."""
+        return cls(identifier=(table.namespace, table.name),
+                   columns=tuple(c.without_ids() for c in table.columns),
+                   properties=dict(sorted(table.properties.items())), format=table.format,
+                   table_type=table.table_type, location=table.location,
+                   format_properties=dict(sorted(table.format_properties.items())),
+                   comment=table.comment, protected=table.protected)
+
     def apply(self, txn: Transaction) -> None:
         txn.create_table(self.identifier, columns=self.columns, properties=self.properties,
                          format=self.format, table_type=self.table_type,
@@ -282,6 +292,18 @@ class ViewOp(ObjectOp):
     protected: bool = False
     schema = _VIEW_SCHEMA
     required = ("identifier", "sql")
+
+    @classmethod
+    def of(cls, view: View) -> Self:
+        """The operation giving ``view`` its whole definition as it is (column ids aside)."""
+        definition: dict[str, Any] = {
+            "sql": view.sql, "dialect": view.dialect,
+            "columns": tuple(c.without_ids() for c in view.columns),
+            "referenced_objects": tuple(view.referenced_objects),
+            "default_namespace": view.default_namespace,
+            "properties": dict(sorted(view.properties.items())), "comment": view.comment,
+            "protected": view.protected}
+        return cls(identifier=(view.namespace, view.name), **definition)
 
     def view_args(self) -> dict[str, Any]:
         return {"sql": self.sql, "dialect": self.dialect, "columns": self.columns,
