@@ -40,7 +40,7 @@ from pyiceberg.types import (
     StructType,
 )
 
-from olympia import Catalog
+from olympia import Catalog, versions
 from olympia.exceptions import InvalidArgumentError, NoSuchCatalogError
 from olympia.iceberg import OlympiaCatalog
 
@@ -333,6 +333,9 @@ def test_each_commit_is_one_version_and_the_definition_follows(ice: OlympiaCatal
         ("id", 1, ""), ("label", 2, ""), ("qty", 3, "how many")]
     meta = ice.load_table("sales.t").metadata
     assert len(meta.snapshots) == 2 and len(meta.metadata_log) == 3
+    logged = [e.info.get("iceberg.sales.t") for e in versions.history(ice.olympia, limit=3)]
+    assert logged == ["update", f"append snapshot {meta.snapshots[1].snapshot_id}",
+                      f"append snapshot {meta.snapshots[0].snapshot_id}"]
     with table.transaction() as txn:  # nothing changed: no new version
         txn.set_properties({})
     assert latest(ice) == start + 3

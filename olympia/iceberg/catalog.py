@@ -552,13 +552,17 @@ class OlympiaCatalog(MetastoreCatalog):
         return None
 
     def _stage_metadata(self, ns: str, name: str, metadata: TableMetadata, location: str,
-                        io: FileIO, previous: TableDef | None) -> None:
-        """Write a new metadata file and stage the definition pointing at it."""
+                        io: FileIO, previous: TableDef | None,
+                        before: TableMetadata | None = None) -> None:
+        """Write a new metadata file and stage the definition pointing at it; the version
+        records what happened to the table (``iceberg.<ns>.<table>`` in ``olympia log``)."""
         self._write_metadata(metadata, io, location)
         self._written.append((io, location))
         self._remember(location, metadata)
-        self._staging().put_table(table_definition(ns, name, metadata, location, previous),
-                                  create=previous is None)
+        txn = self._staging()
+        txn.put_table(table_definition(ns, name, metadata, location, previous),
+                      create=previous is None)
+        txn.annotate(**{f"iceberg.{ns}.{name}": _describe(before, metadata)})
 
     def commit_table(self, table: Table, requirements: tuple[TableRequirement, ...],
                      updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
@@ -592,7 +596,7 @@ class OlympiaCatalog(MetastoreCatalog):
         if current is not None and staged.metadata == current.metadata:
             return _response(current.metadata, current.metadata_location)
         self._stage_metadata(ns, name, staged.metadata, staged.metadata_location, staged.io,
-                             previous)
+                             previous, current.metadata if current is not None else None)
         return _response(staged.metadata, staged.metadata_location)
 
     def drop_table(self, identifier: str | Identifier) -> None:
@@ -719,6 +723,17 @@ def _parts(identifier: str | Identifier) -> tuple[str, ...]:
 
 def _response(metadata: TableMetadata, location: str) -> CommitTableResponse:
     return CommitTableResponse(metadata=metadata, metadata_location=location)  # type: ignore[call-arg]
+
+
+def _describe(before: TableMetadata | None, after: TableMetadata) -> str:
+    """``create``, ``append snapshot <id>`` (the snapshot's operation), or ``update``."""
+    if before is None:
+        return "create"
+    snapshot = after.current_snapshot()
+    if snapshot is not None and snapshot.snapshot_id != before.current_snapshot_id:
+        operation = snapshot.summary.operation.value if snapshot.summary else "snapshot"
+        return f"{operation} snapshot {snapshot.snapshot_id}"
+    return "update"
 
 
 def _is_iceberg(definition: TableDef) -> bool:
