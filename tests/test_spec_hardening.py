@@ -116,6 +116,23 @@ def test_values_are_counted_before_they_are_composed(tmp_path: Path,
                                                   "values"]  # nodes: the mapping, keys, values
 
 
+def test_problems_are_bounded(tmp_path: Path) -> None:
+    limit = yamlpos.MAX_PROBLEMS
+    schema_errors = write_text(tmp_path / "a", "a.yaml",
+                               "namespace: s\nmanage: [" + "[], " * limit + "[]]\n")
+    problems = errors(run("validate", str(schema_errors)))
+    assert problems[0] == (f"{schema_errors}:1:1: more than {limit} schema errors in this "
+                           f"document; the first {limit} are shown")
+    assert problems[1:] == [f"{schema_errors}:2:{10 + 4 * i}: manage[{i}]: [] is not of type "
+                            "'string'" for i in range(limit)]
+    duplicates = write_text(tmp_path / "b", "a.yaml", "namespace: s\nproperties:\n"
+                            + "  k: 1\n" * (limit + 3))
+    problems = errors(run("validate", str(duplicates)))
+    assert len(problems) == limit + 2
+    assert f"{duplicates}:{limit + 4}:3: more than {limit} problems in this file; the rest " \
+           "are not checked" in problems
+
+
 def test_a_type_of_a_million_spaces_is_refused(tmp_path: Path) -> None:
     """The type pattern is matched in linear time (it once backtracked quadratically: hours
     for this value, past the test's timeout)."""

@@ -8,6 +8,7 @@ store as a regular file), so a non-editable install validates with the same docu
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from olympia.spec.yamlpos import Document, Path_, Problem, excerpt
+from olympia.spec.yamlpos import MAX_PROBLEMS, Document, Path_, Problem, excerpt
 
 SCHEMA_FILE_NAME = "olympia-spec.schema.json"
 # the largest type parameter the schema's type pattern admits: the largest length a Java
@@ -86,13 +87,23 @@ class Violation:
 def violations(doc: Document) -> list[Violation]:
     """Every schema violation of ``doc``, pointing at the offending key or value (except
     at values that could not be read at all, which are reported already)."""
-    errors = [e for e in _validator().iter_errors(doc.data)
-              if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable)]
+    found = (e for e in _validator().iter_errors(doc.data)
+             if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable))
+    out = _violations_of(doc, list(itertools.islice(found, MAX_PROBLEMS + 1)))
+    if len(out) <= MAX_PROBLEMS:
+        return out
+    return [Violation((), Problem(doc.at(()), f"more than {MAX_PROBLEMS} schema errors in "
+                                              f"this document; the first {MAX_PROBLEMS} are "
+                                              "shown")), *out[:MAX_PROBLEMS]]  # () leaves it out
+
+
+def _violations_of(doc: Document, errors: list[ValidationError]) -> list[Violation]:
+    """``errors`` of ``doc`` as violations (at most MAX_PROBLEMS + 1 keys of one error)."""
     split = {tuple(e.absolute_path) for e in errors if _split_type(e)}
     out = []
     for error in errors:
         path = tuple(error.absolute_path)
-        keys = _offending_keys(error)
+        keys = _offending_keys(error)[:MAX_PROBLEMS + 1]
         if keys:
             out += [Violation((*path, k), Problem(doc.at_key((*path, k)), _message(error, k)))
                     for k in keys]

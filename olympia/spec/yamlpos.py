@@ -35,6 +35,7 @@ MAX_FILE_BYTES = 16 * MIB  # a spec or vars file (loading one takes ~130 bytes p
 MAX_EXPANDED_CHARS = 16 * MIB  # scalars and keys of one document, aliases expanded
 EXCERPT_CHARS = 80  # the most of a value a message quotes
 MAX_MESSAGE_CHARS = 1000  # a message built from other errors' text is cut to this
+MAX_PROBLEMS = 1000  # of a file (YAML) or a document (schema); more end it
 # what YAML forbids in a stream (everything else is printable): C0 controls but tab and
 # line breaks, DEL, C1 controls but NEL, surrogates, U+FFFE and U+FFFF
 _FORBIDDEN = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd"
@@ -185,6 +186,7 @@ class _Converter:
         self.file = file
         self.substitute = substitute
         self.problems = problems
+        self.known = len(problems)  # problems of earlier files
         self.loader = CoreLoader("")
         self.nodes = 0
         self.chars = 0  # of scalars and keys converted, aliases counted every time
@@ -206,11 +208,19 @@ class _Converter:
         self.problems.append(Problem(_pos(node, self.file), message))
         if doc is not None:
             doc.unreadable.add(path)
+        self.check_problems(node)
+
+    def check_problems(self, node: yaml.Node) -> None:
+        """End the file at ``node`` once it has more than MAX_PROBLEMS problems."""
+        if len(self.problems) - self.known > MAX_PROBLEMS:
+            raise _TooLarge(node, f"more than {MAX_PROBLEMS} problems in this file; the rest "
+                                  "are not checked")
 
     def convert(self, node: yaml.Node, path: Path_, doc: Document,
                 active: dict[int, Path_]) -> Any:
         """``active``: the collections being converted (id -> path), to catch alias cycles."""
         self.nodes += 1
+        self.check_problems(node)
         if self.nodes > MAX_NODES:
             raise _TooLarge(node, f"more than {MAX_NODES} values after expanding aliases")
         doc.positions[path] = _pos(node, self.file)
