@@ -41,7 +41,7 @@ from pyiceberg.types import (
 )
 
 from olympia import Catalog, versions
-from olympia.exceptions import InvalidArgumentError, NoSuchCatalogError
+from olympia.exceptions import InvalidArgumentError, NoSuchCatalogError, ProtectedObjectError
 from olympia.iceberg import OlympiaCatalog
 
 NESTED = Schema(
@@ -517,3 +517,14 @@ def test_snapshot_expiry_is_a_table_commit(ice: OlympiaCatalog) -> None:
     # the catalog version before it still names the metadata that had the snapshot
     assert ice.at_version(version).load_table("sales.t").snapshot_by_id(oldest) is not None
     assert ice.load_table("sales.t").scan().to_arrow().num_rows == 9
+
+
+def test_protected_tables_are_not_dropped(ice: OlympiaCatalog) -> None:
+    table = ice.create_table("sales.t", SCHEMA)
+    ice.olympia.alter_table("sales", "t", protected=True)
+    for drop in (ice.drop_table, ice.purge_table):
+        with pytest.raises(ProtectedObjectError, match="protected"):
+            drop("sales.t")
+    table.append(rows(0))  # data commits keep the flag
+    assert ice.olympia.load_table("sales", "t").protected
+    assert os.path.exists(table.metadata_location[len("file://"):])
