@@ -133,6 +133,18 @@ def test_problems_are_bounded(tmp_path: Path) -> None:
            "are not checked" in problems
 
 
+def test_numbers_of_thousands_of_digits_are_text(tmp_path: Path) -> None:
+    """Python converts at most 4300 digits to an integer: longer numbers stay text (as
+    property values keep every number as written) rather than raising."""
+    digits = "9" * 5000
+    ok = write_text(tmp_path / "ok", "a.yaml", f"namespace: s\nproperties: {{tier: {digits}}}\n")
+    assert run("validate", str(ok)).exit_code == 0
+    var_file = write_text(tmp_path, "vars.yaml", f"n: {digits}\n")
+    spec = write_text(tmp_path / "bad", "a.yaml", "namespace: s\nprotected: ${var.n}\n")
+    assert errors(run("validate", str(spec), "--var-file", str(var_file))) == [
+        f"{spec}:2:12: protected: '{'9' * 37}...{'9' * 38}' is not of type 'boolean'"]
+
+
 def test_a_type_of_a_million_spaces_is_refused(tmp_path: Path) -> None:
     """The type pattern is matched in linear time (it once backtracked quadratically: hours
     for this value, past the test's timeout)."""

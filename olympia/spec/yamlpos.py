@@ -276,6 +276,8 @@ class _Converter:
         except yaml.constructor.ConstructorError as exc:
             self.problem(node, f"cannot read this value: {exc.problem}", doc, path)
             return None
+        except ValueError:  # an integer of more digits than int() converts: text as written
+            return text
         if plain and not isinstance(value, str) and value is not None:
             doc.plain_text[path] = text  # properties keep numbers and booleans as written
         return value
