@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, sorted_rows
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.types import StringType
 
 from olympia import versions
 from olympia.cli import main
@@ -109,3 +110,28 @@ def test_transaction_conflicting_with_a_rollback_fails(ice: OlympiaCatalog) -> N
         tx.load_table("sales.b").append(rows(20))
         versions.rollback(ice.olympia, version)
     assert data(ice, "a") == data(ice, "b") == [0, 1, 2]
+
+
+def test_bound_to_an_olympia_transaction(ice: OlympiaCatalog) -> None:
+    """What `olympia apply` needs: Iceberg tables created and evolved inside the Olympia
+    transaction it commits, everything in its one version (or nothing)."""
+    start = ice.olympia.refresh()
+    txn = ice.olympia.transaction()
+    txn.create_namespace("hr", {"owner": "people"})
+    bound = ice.bound_to(txn)
+    people = bound.create_table("hr.people", SCHEMA)
+    with people.update_schema() as update:
+        update.add_column("team", StringType())
+    txn.alter_table("hr", "people", comment="from the spec")
+    bound.load_table("sales.a").append(rows(50))
+    assert ice.olympia.refresh() == start  # nothing visible before the commit
+    assert txn.commit() == start + 1
+    definition = ice.olympia.load_table("hr", "people")
+    assert [c.name for c in definition.columns] == ["id", "name", "team"]
+    assert definition.comment == "from the spec"
+    assert data(ice, "a") == [0, 1, 2, 50, 51, 52]
+
+    aborted = ice.olympia.transaction()
+    staged = ice.bound_to(aborted).create_table("hr.temp", SCHEMA).metadata_location
+    aborted.abort()
+    assert not Path(staged[len("file://"):]).exists() and not ice.table_exists("hr.temp")
