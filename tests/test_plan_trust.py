@@ -15,7 +15,7 @@ from olympia import Catalog
 from olympia.exceptions import DestructiveChangeError, InvalidArgumentError, ProtectedDropError
 from olympia.plan import Plan, apply_plan
 from olympia.plan.opjson import parse_op
-from olympia.plan.ops import OP_CLASSES, AlterTable, DropTable
+from olympia.plan.ops import OP_CLASSES, AlterTable, DropTable, RenameTable
 from olympia.plan.planfile import checksum
 
 KEY = "s3cr3t-plan-key-do-not-print"
@@ -112,6 +112,12 @@ def test_protected_objects_are_never_dropped_by_a_forged_plan(tmp_path: Path) ->
                            DropTable(identifier=("sales", "orders"))]
     plan.changes[0].blocked, plan.changes[0].reasons = "", []
     with pytest.raises(ProtectedDropError, match="table sales.orders is protected"):
+        apply_plan(catalog, plan, allow_destructive=True)
+    # ... also under another name
+    plan.changes[0].ops = [AlterTable(identifier=("sales", "orders"), protected=False),
+                           RenameTable(identifier=("sales", "orders"), new_name="gone"),
+                           DropTable(identifier=("sales", "gone"))]
+    with pytest.raises(ProtectedDropError, match="table sales.gone is protected"):
         apply_plan(catalog, plan, allow_destructive=True)
     assert catalog.refresh() == 1 and catalog.load_table("sales.orders").protected
 

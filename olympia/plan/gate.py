@@ -66,50 +66,61 @@ class Gate:
                         f"does not manage (it manages: {shown}); re-plan")
 
     def classify(self, change: Change) -> None:
-        """Set ``change.reasons`` and ``change.blocked`` from its operations."""
-        reasons: list[str] = []
-        blocked: list[str] = []
-        for i, op in enumerate(change.ops):
-            later = change.ops[i + 1:]
-            match op:
-                case DropTable() | DropView():
-                    kind = "table" if isinstance(op, DropTable) else "view"
-                    name = _name(op.identifier)
-                    again = any(isinstance(o, CreateTable | CreateView)
-                                and o.identifier == op.identifier for o in later)
-                    reasons.append(f"drops {kind} {name}" + (" and creates it anew"
-                                                             if again else ""))
-                    if self._protected(kind, op.identifier):
-                        blocked.append(protected_text(kind, name))
-                case DropNamespace():
-                    reasons.append(f"drops namespace {op.namespace}")
-                    blocked += self._namespace_drop(op.namespace)
-                case AlterNamespace(protected=False):
-                    if self._staged("namespace", (op.namespace,)):
-                        reasons.append(UNPROTECT)
-                        self.unprotected.add((op.namespace,))
-                case AlterTable():
-                    reasons += self._alter_table(op)
-                case ReplaceView(protected=False):
-                    if self._staged("view", op.identifier):
-                        reasons.append(UNPROTECT)
-                        self.unprotected.add(op.identifier)
-        change.reasons = reasons
-        change.blocked = "; ".join(blocked)
+        """Set ``change.reasons`` and ``change.blocked`` from its operations, staging
+        nothing (each operation is judged against the catalog as staged so far)."""
+        self._run(change, stage=False)
 
     def stage(self, change: Change) -> None:
-        """Check, classify and (unless blocked) stage ``change``; a failing operation raises
-        its error with the transaction partly staged (the caller aborts it)."""
+        """Check, classify and stage ``change`` one operation at a time, each judged against
+        the catalog as staged so far; once an operation is refused, nothing more of the
+        change is staged. A failing operation raises its error with the transaction partly
+        staged (the caller aborts it)."""
         self.check_scope(change)
-        self.classify(change)
-        if change.blocked:
-            change.actions = [op.action_type for op in change.ops]
-            return
+        self._run(change, stage=True)
+
+    def _run(self, change: Change, stage: bool) -> None:
+        reasons: list[str] = []
+        blocked: list[str] = []
         before = len(self.txn.actions)
-        for op in change.ops:
-            op.apply(self.txn)
-            self._follow(op)
-        change.actions = [type_name(a) for a in self.txn.actions[before:]]
+        for i, op in enumerate(change.ops):
+            self._assess(op, change.ops[i + 1:], reasons, blocked)
+            if stage and not blocked:
+                op.apply(self.txn)
+                self._follow(op)
+        change.reasons = reasons
+        change.blocked = "; ".join(blocked)
+        if stage and not blocked:
+            change.actions = [type_name(a) for a in self.txn.actions[before:]]
+        else:  # what the catalog would record
+            change.actions = [op.action_type for op in change.ops]
+
+    def _assess(self, op: Op, later: list[Op], reasons: list[str],
+                blocked: list[str]) -> None:
+        """Add why ``op`` is destructive to ``reasons``, and why it is refused to
+        ``blocked``."""
+        match op:
+            case DropTable() | DropView():
+                kind = "table" if isinstance(op, DropTable) else "view"
+                name = _name(op.identifier)
+                again = any(isinstance(o, CreateTable | CreateView)
+                            and o.identifier == op.identifier for o in later)
+                reasons.append(f"drops {kind} {name}" + (" and creates it anew"
+                                                         if again else ""))
+                if self._protected(kind, op.identifier):
+                    blocked.append(protected_text(kind, name))
+            case DropNamespace():
+                reasons.append(f"drops namespace {op.namespace}")
+                blocked += self._namespace_drop(op.namespace)
+            case AlterNamespace(protected=False):
+                if self._staged("namespace", (op.namespace,)):
+                    reasons.append(UNPROTECT)
+                    self.unprotected.add((op.namespace,))
+            case AlterTable():
+                reasons += self._alter_table(op)
+            case ReplaceView(protected=False):
+                if self._staged("view", op.identifier):
+                    reasons.append(UNPROTECT)
+                    self.unprotected.add(op.identifier)
 
     # --- helpers ------------------------------------------------------------------------
 
