@@ -1,9 +1,10 @@
 """Safety of a plan, derived from its operations alone.
 
 Staging a change here first checks that every operation stays inside the namespaces the plan
-manages, then classifies it against the objects as staged so far — drops, column removals,
-incompatible type changes and removals of protection are destructive; drops of protected
-objects (and of namespaces holding them) are blocked — and stages it unless it is blocked.
+manages, then judges each operation against the objects as staged by the operations before
+it — drops, column removals, incompatible type changes and removals of protection are
+destructive; drops of protected objects (and of namespaces holding them, and of objects whose
+protection the plan itself removed) are blocked — and stages it unless it is blocked.
 Plans are classified this way when they are made and again when they are applied, so
 nothing a saved plan says about itself is trusted.
 """
