@@ -145,6 +145,17 @@ def test_numbers_of_thousands_of_digits_are_text(tmp_path: Path) -> None:
         f"{spec}:2:12: protected: '{'9' * 37}...{'9' * 38}' is not of type 'boolean'"]
 
 
+@pytest.mark.parametrize(("value", "tag"), [
+    ("!!timestamp 2020-13-45", "timestamp"), ("!!float abc", "float"), ("!!int 0xZZ", "int"),
+    ("!!bool maybe", "bool")])
+def test_explicit_tags_that_do_not_fit_their_value(tmp_path: Path, value: str,
+                                                   tag: str) -> None:
+    spec = write_text(tmp_path, "a.yaml", f"namespace: s\ncomment: {value}\n")
+    text = value.split()[1]
+    assert errors(run("validate", str(spec))) == [
+        f"{spec}:2:10: cannot read this value as {tag}: {text!r}"]
+
+
 def test_a_type_of_a_million_spaces_is_refused(tmp_path: Path) -> None:
     """The type pattern is matched in linear time (it once backtracked quadratically: hours
     for this value, past the test's timeout)."""

@@ -86,8 +86,8 @@ class CoreLoader(yaml.SafeLoader):
 
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 CoreLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
-CoreLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
+_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+CoreLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
 CoreLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?"
@@ -276,8 +276,12 @@ class _Converter:
         except yaml.constructor.ConstructorError as exc:
             self.problem(node, f"cannot read this value: {exc.problem}", doc, path)
             return None
-        except ValueError:  # an integer of more digits than int() converts: text as written
-            return text
+        except (ValueError, KeyError, TypeError):
+            if plain and _INT.match(text):  # more digits than int() converts: the text, as
+                return text  # a number kept as written would be
+            self.problem(node, f"cannot read this value as {node.tag.rsplit(':', 1)[-1]}: "
+                               f"{excerpt(text)}", doc, path)
+            return None
         if plain and not isinstance(value, str) and value is not None:
             doc.plain_text[path] = text  # properties keep numbers and booleans as written
         return value
