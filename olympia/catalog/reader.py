@@ -92,7 +92,7 @@ class CatalogReader(ABC):
               ) -> list[tuple[ObjectRef, M]]:
         """Objects of ``kind`` (in ``namespace``) with their definitions, read concurrently."""
         found = [(self.codec.decode(k), p) for k, p in self._scan(kind, namespace)]
-        defs = self.files.read_defs([p for _, p in found], cls)
+        defs = self._read_defs([p for _, p in found], cls)
         return [(r, d) for (r, _), d in zip(found, defs, strict=True)]
 
     def load_all(self) -> tuple[list[Namespace], list[Table], list[View]]:
@@ -135,7 +135,11 @@ class CatalogReader(ABC):
         path = self._get(ref)
         if path is None:
             raise missing(ref)
-        return self.files.read_def(path, cls)
+        return self._read_defs([path], cls)[0]
+
+    def _read_defs(self, paths: list[str], cls: type[M]) -> list[M]:
+        """Definition files by path, uncached ones read concurrently."""
+        return self.files.read_defs(paths, cls)
 
     def _prefix(self, kind: ObjectType, namespace: str | None) -> str:
         return PREFIX[kind] if namespace is None else self.codec.children_prefix(kind, namespace)

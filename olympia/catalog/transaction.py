@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from olympia.exceptions import (
     AlreadyExistsError,
     CatalogError,
     CommitConflict,
+    CorruptFileError,
     FileAlreadyExists,
     InvalidArgumentError,
     NamespaceNotEmptyError,
@@ -80,6 +82,7 @@ class Transaction(CatalogReader):
         self._tree_from: Root | None = None
         self._rollback_from: str | None = None
         self._state = "open"
+        self._corrupt: CorruptFileError | None = None  # a read failed verification
         self.before_commit: list[Callable[[Transaction], None]] = []
         self.after_end: list[Callable[[Transaction], None]] = []
 
@@ -106,21 +109,36 @@ class Transaction(CatalogReader):
     def _tree_root(self, base: Snapshot) -> Node:
         return self._tree_from.node if self._tree_from else base.root.node
 
+    @contextmanager
+    def _verifying(self) -> Iterator[None]:
+        """Remember a read that failed verification: commit then refuses (ruling 13), even
+        if the caller caught the error."""
+        try:
+            yield
+        except CorruptFileError as exc:
+            self._corrupt = exc
+            raise
+
     def _get(self, ref: ObjectRef) -> str | None:
         key = self.codec.key(ref)
         if self._reads is not None:
             self._reads.objects.add(ref)
         if key in self._pending:
             return self._pending[key]
-        return btree.get(self.base.nodes, self._tree_root(self.base), key)
+        with self._verifying():
+            return btree.get(self.base.nodes, self._tree_root(self.base), key)
+
+    def _read_defs(self, paths: list[str], cls: type[Any]) -> list[Any]:
+        with self._verifying():
+            return super()._read_defs(paths, cls)
 
     def _scan(self, kind: ObjectType, namespace: str | None) -> Iterator[tuple[str, str]]:
         if self._reads is not None:
             self._reads.listings.add((kind, namespace or ""))
         prefix = self._prefix(kind, namespace)
-        base = btree.scan_prefix(self.base.nodes, self._tree_root(self.base), prefix)
+        with self._verifying():
+            merged = dict(btree.scan_prefix(self.base.nodes, self._tree_root(self.base), prefix))
         staged = sorted((k, v) for k, v in self._pending.items() if k.startswith(prefix))
-        merged = dict(base)
         for key, value in staged:
             if value is None:
                 merged.pop(key, None)
@@ -536,6 +554,10 @@ class Transaction(CatalogReader):
     def commit(self) -> int:
         """Commit as one new version and return it (the base version if nothing changed)."""
         self._check_open()
+        if self._corrupt is not None:
+            self._fail()
+            raise CorruptFileError(self._corrupt.path, f"{self._corrupt.reason} (a read of "
+                                   "this transaction failed verification: nothing committed)")
         for hook in self.before_commit:
             hook(self)
         if not self._actions:

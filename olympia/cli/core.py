@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import def_digest
 from olympia.cli.common import (
     catalog_options,
     echo_json,
@@ -72,14 +73,17 @@ def ls(catalog_uri: str, storage_option: tuple[str, ...], namespace: str | None,
 @catalog_options
 @handle_errors
 def verify(catalog_uri: str, storage_option: tuple[str, ...]) -> None:
-    """Check the latest version: every node readable, every B-tree invariant, every
-    definition file present and parseable."""
+    """Check the latest version: every node readable and matching its checksum, every B-tree
+    invariant, every definition file present, parseable and matching its checksum."""
     catalog = open_catalog(catalog_uri, storage_option)
     snap = catalog.snapshot
     entries = btree.validate(snap.nodes, snap.root.node, snap.catalog_def.order)
     namespaces, tables, views = snap.load_all()
+    paths = [snap.root.node.catalog_def, *(p for _, p in snap.objects())]
+    unchecked = sum(1 for p in paths if def_digest(p) is None)
+    note = f"; {unchecked} definition files predate checksums" if unchecked else ""
     click.echo(f"OK: version {snap.version}, depth {snap.depth()}, {entries} objects "
-               f"({len(namespaces)} namespaces, {len(tables)} tables, {len(views)} views)")
+               f"({len(namespaces)} namespaces, {len(tables)} tables, {len(views)} views){note}")
 
 
 COMMANDS = [init, ls, verify]
