@@ -79,8 +79,8 @@ def verify(catalog_uri: str, storage_option: tuple[str, ...]) -> None:
     snap = catalog.snapshot
     entries = btree.validate(snap.nodes, snap.root.node, snap.catalog_def.order)
     namespaces, tables, views = snap.load_all()
-    paths = [snap.root.node.catalog_def, *(p for _, p in snap.objects())]
-    unchecked = sum(1 for p in paths if def_digest(p) is None)
+    paths = [snap.root.node.catalog_def or "", *(p for _, p in snap.objects())]
+    unchecked = sum(def_digest(p) is None for p in paths)
     note = f"; {unchecked} definition files predate checksums" if unchecked else ""
     click.echo(f"OK: version {snap.version}, depth {snap.depth()}, {entries} objects "
                f"({len(namespaces)} namespaces, {len(tables)} tables, {len(views)} views){note}")
