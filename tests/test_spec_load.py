@@ -18,6 +18,7 @@ from olympia.catalog import objects
 from olympia.catalog.objects import TYPE_NAMES, canonical_type
 from olympia.exceptions import InvalidArgumentError
 from olympia.spec import load_spec, read_var_file, schema, schema_path, yamlpos
+from olympia.spec.schema import MAX_TYPE_PARAMETER
 from olympia.spec.variables import collect, escape
 
 
@@ -53,6 +54,13 @@ def test_the_schema_accepts_exactly_the_type_spellings_the_library_reads() -> No
         assert not pattern.search(spelling), spelling
         with pytest.raises(InvalidArgumentError):
             canonical_type(spelling)
+    top = MAX_TYPE_PARAMETER  # editors see the same bounds on parameters as the loader
+    for spelling in [f"char({top})", f"fixed({top})", f"decimal({top}, {top})", "char(0)",
+                     f"varchar({top - 1})", "char(1000000000)", "char(999999999)"]:
+        assert pattern.search(spelling), spelling
+    for spelling in [f"char({top + 1})", f"varchar({2**32})", f"decimal(10,{top + 1})",
+                     "char(007)", "char(00)", "char(" + "9" * 5000 + ")"]:
+        assert not pattern.search(spelling), spelling
 
 
 def test_the_package_reads_the_single_schema_in_specs() -> None:
