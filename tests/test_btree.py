@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from olympia.exceptions import CorruptFileError
 from olympia.storage import Storage
 from olympia.tree import btree
 from olympia.tree.node import Node, decode_node, encode_node
@@ -114,3 +115,49 @@ def test_diff_reads_only_changed_paths() -> None:
     assert list(btree.diff(cold, a, b)) == [("k01500", "1500", "7")]
     # the two changed paths plus the leftmost paths read to learn each tree's height
     assert storage.stats.reads <= 4 * levels
+
+
+def swapped_tree() -> tuple[btree.NodeStore, Node, str, str]:
+    """A tree of order 4 whose first and last leaf files have exchanged contents; both
+    still carry valid checksums."""
+    storage = Storage(f"memory://btree-swap-{next(_counter)}")
+    store = btree.NodeStore(storage, 4)
+    root = commit(store, Node((), (), None, 0), [("put", f"k{i:03d}", i) for i in range(40)])
+    paths = list(btree.node_paths(store, root))
+    leaves = [p for p in paths if store.load(p).is_leaf]
+    first, last = leaves[0], leaves[-1]
+    a, b = storage.read(first), storage.read(last)
+    storage.write(first, b)
+    storage.write(last, a)
+    return btree.NodeStore(storage, 4), root, first, last
+
+
+def test_swapped_leaves_are_refused_on_every_descent() -> None:
+    store, root, first, last = swapped_tree()
+    with pytest.raises(CorruptFileError, match=f"{first}: misplaced node.*its parent memory://.*/node/"):
+        btree.get(store, root, "k000")
+    with pytest.raises(CorruptFileError, match="misplaced node"):
+        list(btree.scan(store, root))
+    with pytest.raises(CorruptFileError, match=f"{last}: misplaced node"):
+        list(btree.scan_prefix(store, root, "k039"))
+    writer = btree.TreeWriter(store, root)
+    with pytest.raises(CorruptFileError, match="misplaced node"):
+        writer.put("k0001", "x")
+    with pytest.raises(CorruptFileError, match="misplaced node"):
+        btree.TreeWriter(store, root).delete("k039")
+    # keys in untouched leaves still read
+    assert btree.get(store, root, "k020") == "20"
+
+
+def test_leaf_beside_internal_node_is_refused() -> None:
+    storage = Storage(f"memory://btree-depth-{next(_counter)}")
+    store = btree.NodeStore(storage, 3)
+    leaf = Node(("a",), ("1",), None, 1)
+    inner = Node(("m",), ("2",), ("node/l2.arrow", "node/l3.arrow"), 1)
+    storage.write_many({"node/l1.arrow": encode_node(leaf, 3),
+                        "node/l2.arrow": encode_node(Node(("k",), ("3",), None, 1), 3),
+                        "node/l3.arrow": encode_node(Node(("p",), ("4",), None, 1), 3),
+                        "node/i.arrow": encode_node(inner, 3)})
+    root = Node(("c",), ("5",), ("node/l1.arrow", "node/i.arrow"), 1, catalog_def="def/c")
+    with pytest.raises(CorruptFileError, match="leaves at different depths"):
+        list(btree.scan(store, root))

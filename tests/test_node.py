@@ -7,7 +7,15 @@ import pyarrow.ipc as ipc
 import pytest
 
 from olympia.exceptions import CorruptFileError
-from olympia.tree.node import SCHEMA, Node, decode_node, encode_node, parse_node_file
+from olympia.tree.node import (
+    CHECKSUM_KEY,
+    SCHEMA,
+    Node,
+    decode_node,
+    encode_node,
+    parse_node_file,
+    rows_digest,
+)
 
 ORDER = 4
 LEAF = Node(("a", "b"), ("def/a", "def/b"), None, 42)
@@ -82,3 +90,47 @@ def test_wrong_schema_and_misplaced_rows() -> None:
     out_of_order = Node(("b", "a"), ("1", "2"), None, 1)
     with pytest.raises(CorruptFileError, match="out of order"):
         decode_node(encode_node(out_of_order, ORDER), "f", ORDER)
+
+
+def test_checksum_is_written_and_a_stale_one_is_refused() -> None:
+    data = encode_node(LEAF, ORDER)
+    recorded = ipc.open_file(pa.BufferReader(data)).schema.metadata[CHECKSUM_KEY]
+    raw = parse_node_file(data, "f")
+    assert recorded == rows_digest(raw.keys, raw.values, raw.pnodes).encode()
+    # the same rows with one value changed, written under the old checksum
+    changed = [v if v != "def/a" else "def/A" for v in raw.values]
+    batch = pa.record_batch([pa.array(raw.keys, pa.utf8()), pa.array(changed, pa.utf8()),
+                             pa.array(raw.pnodes, pa.utf8())], schema=SCHEMA)
+    schema = SCHEMA.with_metadata({CHECKSUM_KEY: recorded})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema) as writer:
+        writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+    with pytest.raises(CorruptFileError, match="node/x.arrow: checksum mismatch"):
+        decode_node(bytes(sink.getvalue().to_pybytes()), "node/x.arrow", ORDER)
+
+
+def test_file_without_checksum_reads_unverified() -> None:
+    """Files written before ruling 13 (or by another writer) have no checksum key."""
+    assert decode_node(leaf_rows(), "f", ORDER).keys == ("a",)
+
+
+def test_cells_are_delimited_in_the_digest() -> None:
+    assert rows_digest(["ab"], [None], [None]) != rows_digest(["a"], ["b"], [None])
+    assert rows_digest([""], [None], [None]) != rows_digest([None], [None], [None])
+
+
+def test_every_single_bit_flip_is_refused_or_harmless() -> None:
+    """A flip is refused naming the file, or hit bytes no reader uses (same node)."""
+    data = encode_node(ROOT, ORDER)
+    harmless = 0
+    for bit in range(len(data) * 8):
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        try:
+            node = decode_node(bytes(flipped), "node/x.arrow", ORDER, root=True)
+        except CorruptFileError as exc:
+            assert exc.path == "node/x.arrow"
+            continue
+        assert node == ROOT, bit
+        harmless += 1
+    assert harmless < len(data) * 8 * 0.6  # most bytes matter: the check is not vacuous
