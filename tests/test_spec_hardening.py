@@ -147,11 +147,12 @@ def test_numbers_of_thousands_of_digits_are_text(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("value", "tag"), [
     ("!!timestamp 2020-13-45", "timestamp"), ("!!float abc", "float"), ("!!int 0xZZ", "int"),
-    ("!!bool maybe", "bool")])
+    ("!!bool maybe", "bool"), ("!!timestamp abc", "timestamp"), ("!!float 1:2:x", "float"),
+    ("!!int ''", "int")])
 def test_explicit_tags_that_do_not_fit_their_value(tmp_path: Path, value: str,
                                                    tag: str) -> None:
     spec = write_text(tmp_path, "a.yaml", f"namespace: s\ncomment: {value}\n")
-    text = value.split()[1]
+    text = value.split()[1].strip("'")
     assert errors(run("validate", str(spec))) == [
         f"{spec}:2:10: cannot read this value as {tag}: {text!r}"]
 

@@ -276,7 +276,7 @@ class _Converter:
         except yaml.constructor.ConstructorError as exc:
             self.problem(node, f"cannot read this value: {exc.problem}", doc, path)
             return None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, LookupError, TypeError, AttributeError):  # !!timestamp abc
             if plain and _INT.match(text):  # more digits than int() converts: the text, as
                 return text  # a number kept as written would be
             self.problem(node, f"cannot read this value as {node.tag.rsplit(':', 1)[-1]}: "
