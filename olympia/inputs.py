@@ -46,7 +46,7 @@ def read_user_file(path: str | Path, limit: int) -> bytes:
         mode = os.stat(path).st_mode  # before opening: opening a FIFO may have effects
         if not stat.S_ISREG(mode):
             raise InvalidArgumentError(f"{_kind(mode)}, not a regular file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
             mode = os.fstat(fd).st_mode  # what was opened, should the path have changed
             if not stat.S_ISREG(mode):
