@@ -50,8 +50,8 @@ class StorageSettings:
     """
 
     max_concurrency: int = DEFAULT_CONCURRENCY
-    retry_attempts: int = 4
-    retry_backoff: float = 0.05
+    retry_attempts: int = 5
+    retry_backoff: float = 0.1
     connect_timeout: float = 2.0
     read_timeout: float = 15.0
 
