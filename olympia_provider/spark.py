@@ -35,11 +35,11 @@ class _Log(Protocol):
 
 class SparkLogRelay:
     """Logs Spark's stderr lines at their own level; a line without one (a stack trace's
-    continuation) keeps the level of the line before it, and is a warning at first."""
+    continuation) keeps the level of the line before it, and is info at first."""
 
     def __init__(self, log: _Log) -> None:
         self.log = log
-        self.level = logging.WARNING
+        self.level = logging.INFO
         self.tail: list[str] = []
 
     def line(self, text: str) -> None:

@@ -40,6 +40,7 @@ from olympia_provider.operators.olympia import (
     OlympiaValidateOperator,
 )
 from olympia_provider.sensors.olympia import (
+    TRIGGER_TIMEOUT_MARGIN,
     OlympiaObjectChangedSensor,
     OlympiaVersionSensor,
 )
@@ -134,7 +135,9 @@ def test_version_sensor_defers_with_serialisable_trigger(conn: tuple[str, Catalo
         sensor.execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, OlympiaCatalogTrigger)
-    assert deferred.value.timeout == timedelta(seconds=30)  # Airflow's trigger timeout
+    # Airflow's trigger timeout, a margin after the trigger's own deadline
+    assert deferred.value.timeout == timedelta(seconds=30 + TRIGGER_TIMEOUT_MARGIN)
+    assert trigger.deadline is not None and trigger.deadline - time.time() <= 30
     path, kwargs = trigger.serialize()
     assert path == "olympia_provider.triggers.olympia.OlympiaCatalogTrigger"
     rebuilt = OlympiaCatalogTrigger(**json.loads(json.dumps(kwargs)))

@@ -15,6 +15,12 @@ from typing import Any
 
 import pytest
 from airflow.sdk import DAG, Asset
+from airflow.sdk.exceptions import (
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferralError,
+    TaskDeferred,
+)
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from olympia import Catalog
@@ -162,3 +168,31 @@ def test_expire_operator_submits_the_job_with_spark_submit(
     assert any("[info" in line and " INFO " in line for line in spark_lines), spark_lines[:5]
     assert not any("[error" in line and " INFO " in line for line in spark_lines)
     assert "Expired 4 versions" in log
+
+
+class _Store(dict):  # type: ignore[type-arg]
+    """The get/set of Airflow's task state store (the scheduler test uses the real one)."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+@pytest.mark.parametrize("soft_fail", [False, True])
+def test_airflows_own_trigger_timeout_is_a_sensor_timeout(
+        local_conn: tuple[str, Catalog], soft_fail: bool) -> None:
+    """Airflow 3.3 hands its trigger timeout to the task as ``__fail__`` with no reason; after
+    the sensor's deadline that is a timeout (failed without retries, or skipped), before it
+    Airflow's deferral error."""
+    conn_id, _catalog = local_conn
+    sensor = OlympiaVersionSensor(task_id="w", olympia_conn_id=conn_id, target_version=9,
+                                  deferrable=True, poke_interval=0.05, timeout=0.1,
+                                  soft_fail=soft_fail)
+    store = _Store()
+    with pytest.raises(TaskDeferred):
+        sensor.execute({"task_state_store": store})
+    with pytest.raises(TaskDeferralError if not soft_fail else AirflowSkipException):
+        sensor.resume_execution("__fail__", {}, {"task_state_store": store})  # too early
+    time.sleep(0.2)
+    expected = AirflowSkipException if soft_fail else AirflowSensorTimeout
+    with pytest.raises(expected, match="no trigger event by"):
+        sensor.resume_execution("__fail__", {}, {"task_state_store": store})

@@ -42,7 +42,7 @@ except AirflowNotFoundException:  # no connection yet: the DAGs still load
 SPEC_DIR = "{{ var.value.get('olympia_spec_dir', '/opt/olympia/catalog') }}"
 VARIABLES = {"finance_retention": "{{ var.value.get('olympia_finance_retention', '7y') }}"}
 EXPORTS = "{{ var.value.get('olympia_export_target', '/tmp/olympia-exports') }}"
-ORDERS = "sales.orders"
+ORDERS = object_asset(CATALOG_URI, "sales.orders")
 START = datetime(2026, 1, 1)
 
 with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
@@ -56,7 +56,7 @@ with DAG("olympia_apply", schedule=None, start_date=START, catchup=False,
     # apply that changes nothing does not start the maintenance DAG; a change to the orders
     # table also gets its own event (olympia_orders_changed is scheduled on it).
     apply = OlympiaApplyOperator(task_id="apply", plan=plan.output, outlets=[changes_alias()],
-                                 object_events=[ORDERS])
+                                 object_events=["sales.orders"])
     validate >> plan >> apply
 
 # Scheduled on the catalog Asset; its own export commits a version too, so it has no
@@ -73,15 +73,14 @@ with DAG("olympia_maintenance", schedule=[catalog_asset(CATALOG_URI)], start_dat
                                    grace="3d")
     export >> expire
 
-with DAG("olympia_orders_changed", schedule=[object_asset(CATALOG_URI, ORDERS)],
+with DAG("olympia_orders_changed", schedule=[ORDERS],
          start_date=START, catchup=False, tags=["olympia"],
          doc_md="Runs when an apply changes the sales.orders table."):
 
     @task
     def report(*, triggering_asset_events: Any = None) -> list[dict[str, Any]]:
         """The version and action of each change that started this run."""
-        return [dict(event.extra) for events in triggering_asset_events.values()
-                for event in events]
+        return [dict(event.extra) for event in triggering_asset_events[ORDERS]]
 
     report()
 

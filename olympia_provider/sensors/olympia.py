@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import (
     AirflowException,
@@ -19,6 +21,12 @@ from olympia_provider.hooks.olympia import Condition, OlympiaHook
 from olympia_provider.triggers.olympia import OlympiaCatalogTrigger
 
 STATE_KEY = "olympia_condition"
+DEADLINE_KEY = "olympia_deadline"
+TRIGGER_TIMEOUT_MARGIN = 60.0  # seconds between the trigger's deadline and Airflow's
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 class _CatalogSensor(BaseSensorOperator):
@@ -63,18 +71,45 @@ class _CatalogSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         """Poke (or reschedule) until the condition holds; deferrable, check once and return
-        at once if it holds, else defer to the triggerer with the sensor's ``timeout`` as
-        Airflow's trigger timeout (and the trigger's own deadline)."""
+        at once if it holds, else defer to the triggerer.
+
+        The trigger reports the timeout itself at its deadline (``timeout`` from now).
+        Airflow's own trigger timeout, for when no triggerer runs the trigger, is set
+        :data:`TRIGGER_TIMEOUT_MARGIN` later: the trigger's event must win the race, because
+        Airflow 3.3 hands its own timeout to the task as an unspecified deferral error, which
+        Airflow would retry. :meth:`resume_execution` still turns that one into a timeout."""
         self._condition = self._pinned(context)
         if not self.deferrable:
             return super().execute(context)
         first = self.poke(context)
         if first.is_done:
             return first.xcom_value
+        deadline = time.time() + self.timeout
+        store = context.get("task_state_store")
+        if store is not None:
+            store.set(DEADLINE_KEY, deadline)
         self.defer(trigger=OlympiaCatalogTrigger(self.olympia_conn_id,
                                                  self._condition.to_dict(), self.poke_interval,
-                                                 self.timeout),
-                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+                                                 deadline=deadline),
+                   method_name="execute_complete",
+                   timeout=timedelta(seconds=self.timeout + TRIGGER_TIMEOUT_MARGIN))
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None,
+                         context: Context) -> Any:
+        """As Airflow's, except that a task failed by Airflow after the deadline (the
+        trigger's event did not arrive in time) times out like the trigger's own event."""
+        store = context.get("task_state_store")
+        deadline = store.get(DEADLINE_KEY) if store is not None else None
+        if (next_method == TRIGGER_FAIL_REPR and isinstance(deadline, int | float)
+                and time.time() >= deadline):
+            self._timed_out(f"no trigger event by {_utc(deadline)}")
+        return super().resume_execution(next_method, next_kwargs, context)
+
+    def _timed_out(self, message: str) -> NoReturn:
+        """Like a poking sensor's timeout: failed without retries, or skipped (soft_fail)."""
+        if self.soft_fail:
+            raise AirflowSkipException(message)
+        raise AirflowSensorTimeout(f"Olympia sensor timed out: {message}")
 
     def poke(self, context: Context) -> PokeReturnValue:
         try:
@@ -92,10 +127,8 @@ class _CatalogSensor(BaseSensorOperator):
             self.log.info("Catalog condition met at version %s", event["version"])
             return int(event["version"])
         message = event.get("message", "unknown trigger failure")
-        if status == "timeout":  # like a poking sensor's timeout: failed, not retried
-            if self.soft_fail:
-                raise AirflowSkipException(message)
-            raise AirflowSensorTimeout(f"Olympia sensor timed out: {message}")
+        if status == "timeout":
+            self._timed_out(message)
         raise AirflowException(f"Olympia sensor {status}: {message}")
 
 
