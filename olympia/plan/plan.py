@@ -21,7 +21,13 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectType
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.exceptions import InvalidArgumentError, OlympiaError, SpecError
+from olympia.exceptions import (
+    CorruptFileError,
+    InvalidArgumentError,
+    OlympiaError,
+    SpecError,
+    StorageError,
+)
 from olympia.inputs import MIB, read_user_file
 from olympia.plan import render
 from olympia.plan.changes import Change
@@ -198,6 +204,8 @@ def _stage(catalog: Catalog, snapshot: Snapshot, changes: list[Change],
         for change in changes:
             try:
                 gate.stage(change)
+            except (CorruptFileError, StorageError):
+                raise  # the catalog's or the storage's fault, not the spec's
             except OlympiaError as exc:
                 problems.append(f"{change.source or change.name}: cannot {change}: {exc}")
     finally:
