@@ -1,0 +1,202 @@
+"""Reading: the table is resolved once on the driver (catalog version, metadata file,
+snapshot), files are planned by pyiceberg with the pushed-down filters, grouped into Spark
+partitions by size, and executors read them with pyiceberg's Arrow scan (schema evolution and
+positional deletes applied) as Arrow record batches."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog.noop import NoopCatalog
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.schema import Schema
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.metadata import TableMetadata
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from olympia.exceptions import CatalogError
+from olympia.spark.filters import pushdown
+from olympia.spark.options import SourceOptions
+
+log = logging.getLogger("olympia.spark")
+if log.level == logging.NOTSET:  # the plan summary is INFO; Spark's worker logs collect it
+    log.setLevel(logging.INFO)
+
+
+@dataclass(frozen=True)
+class ResolvedTable:
+    """A table as one read sees it: fixed when the DataFrame is created, so the schema Spark
+    was given and the data read always belong to the same catalog version and snapshot.
+
+    Attributes:
+        name: ``namespace.table``.
+        catalog_version: the Olympia version the table was loaded at.
+        metadata_location: its Iceberg metadata file at that version.
+        metadata: the parsed metadata.
+        snapshot_id: the snapshot read (None: the table has no data yet).
+        schema: the schema of that snapshot.
+        io_properties: FileIO properties (catalog settings over table properties; secrets).
+    """
+
+    name: str
+    catalog_version: int
+    metadata_location: str
+    metadata: TableMetadata = field(repr=False)
+    snapshot_id: int | None
+    schema: Schema = field(repr=False)
+    io_properties: dict[str, str] = field(repr=False)
+
+    @classmethod
+    def load(cls, options: SourceOptions) -> ResolvedTable:
+        """Load the table at the catalog version and snapshot the options choose.
+
+        Raises:
+            NoSuchTableError, NoSuchVersionError, NoSuchExportError: nothing to read.
+            CatalogError: the snapshot id is not one of the table's.
+        """
+        catalog = options.reading_catalog()
+        try:
+            table = catalog.load_table(options.table)
+            version = catalog.version
+        finally:
+            catalog.close()
+        snapshot_id = options.snapshot_id
+        if snapshot_id is None:
+            snapshot_id = table.metadata.current_snapshot_id
+        elif table.metadata.snapshot_by_id(snapshot_id) is None:
+            raise CatalogError(f"table {options.table} ({options.time_travel}, catalog version "
+                               f"{version}) has no snapshot {snapshot_id}")
+        return cls(options.table, version, table.metadata_location, table.metadata, snapshot_id,
+                   table.scan(snapshot_id=snapshot_id).projection(), dict(table.io.properties))
+
+    def table(self) -> Table:
+        """A pyiceberg Table over the resolved metadata (no catalog needed to scan it)."""
+        io = load_file_io(self.io_properties, self.metadata_location)
+        return Table(tuple(self.name.split(".", 1)), self.metadata, self.metadata_location, io,
+                     NoopCatalog("olympia-spark"))
+
+    def describe(self) -> str:
+        return (f"table {self.name} at catalog version {self.catalog_version}, snapshot "
+                f"{self.snapshot_id}")
+
+
+class FilesPartition(InputPartition):
+    """One Spark partition: a group of data files (with their delete files)."""
+
+    def __init__(self, index: int, tasks: list[FileScanTask]) -> None:
+        super().__init__(index)
+        self.tasks = tasks
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """What planning found: the partitions, and counts for the log and the tests."""
+
+    partitions: list[FilesPartition]
+    files_total: int
+    files_planned: int
+    bytes_planned: int
+
+
+def plan(resolved: ResolvedTable, row_filter: BooleanExpression, split_size: int,
+         parallelism: int) -> ScanPlan:
+    """Plan the files to read with pyiceberg (partition and column-statistics pruning) and
+    group them into partitions of about ``split_size`` bytes, at least ``parallelism`` of
+    them when there are that many files.
+
+    Raises:
+        CatalogError: the snapshot has equality delete files (not readable here), naming
+            the table and snapshot.
+    """
+    snapshot = (resolved.metadata.snapshot_by_id(resolved.snapshot_id)
+                if resolved.snapshot_id is not None else None)
+    if snapshot is None:
+        return ScanPlan([], 0, 0, 0)
+    summary = snapshot.summary.additional_properties if snapshot.summary else {}
+    if int(summary.get("total-equality-deletes", "0") or 0) > 0:
+        raise CatalogError(
+            f"{resolved.describe()} has equality delete files, which the olympia data source "
+            "cannot apply: refusing to read rather than return deleted rows (compact the "
+            "table with an engine that rewrites them)")
+    scan = resolved.table().scan(row_filter=row_filter, snapshot_id=resolved.snapshot_id)
+    try:
+        tasks = list(scan.plan_files())
+    except ValueError as exc:
+        if "equality deletes" not in str(exc):
+            raise
+        raise CatalogError(f"{resolved.describe()} has equality delete files, which the "
+                           "olympia data source cannot apply: refusing to read") from None
+    total = int(summary.get("total-data-files", len(tasks)) or len(tasks))
+    partitions = group(tasks, split_size, parallelism)
+    planned_bytes = sum(_weight(t) for t in tasks)
+    return ScanPlan(partitions, total, len(tasks), planned_bytes)
+
+
+def _weight(task: FileScanTask) -> int:
+    return int(task.file.file_size_in_bytes) + sum(
+        int(d.file_size_in_bytes) for d in task.delete_files)
+
+
+def group(tasks: Sequence[FileScanTask], split_size: int,
+          parallelism: int) -> list[FilesPartition]:
+    """Bin-pack files (largest first, into the lightest group) into
+    ``max(ceil(bytes / split_size), min(parallelism, files))`` groups."""
+    if not tasks:
+        return []
+    total = sum(_weight(t) for t in tasks)
+    count = min(len(tasks), max(math.ceil(total / split_size), parallelism, 1))
+    heap: list[tuple[int, int]] = [(0, i) for i in range(count)]
+    groups: list[list[FileScanTask]] = [[] for _ in range(count)]
+    for task in sorted(tasks, key=_weight, reverse=True):
+        load, index = heapq.heappop(heap)
+        groups[index].append(task)
+        heapq.heappush(heap, (load + _weight(task), index))
+    return [FilesPartition(i, g) for i, g in enumerate(groups) if g]
+
+
+class OlympiaReader(DataSourceReader):
+    """Plans on the driver, reads on the executors (see the module docstring)."""
+
+    def __init__(self, resolved: ResolvedTable, options: SourceOptions,
+                 spark_schema: Any) -> None:
+        self._resolved = resolved
+        self._split_size = options.split_size
+        self._parallelism = options.parallelism
+        self._spark_schema = spark_schema
+        self._filter: BooleanExpression = AlwaysTrue()
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        """Keep the translatable filters for file pruning; every filter is still returned,
+        so Spark checks each row (pruning skips whole files only)."""
+        self._filter, _ = pushdown(filters, self._resolved.schema)
+        yield from filters
+
+    def partitions(self) -> list[InputPartition]:
+        result = plan(self._resolved, self._filter, self._split_size, self._parallelism)
+        log.info("olympia scan of %s: %d of %d data files planned (%d skipped), %d bytes, "
+                 "%d Spark partitions, filter %s", self._resolved.describe(),
+                 result.files_planned, result.files_total,
+                 result.files_total - result.files_planned, result.bytes_planned,
+                 len(result.partitions), self._filter)
+        return list(result.partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if not isinstance(partition, FilesPartition):
+            return
+        target = to_arrow_schema(self._spark_schema, timezone="UTC")
+        resolved = self._resolved
+        io = load_file_io(resolved.io_properties, resolved.metadata.location)
+        scan = ArrowScan(resolved.metadata, io, resolved.schema, AlwaysTrue())
+        for task in partition.tasks:  # one file at a time: memory stays one file's batches
+            for batch in scan.to_record_batches([task]):
+                yield batch.cast(target)
