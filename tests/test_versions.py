@@ -195,6 +195,9 @@ def interrupt_export(catalog: Catalog, target: Location) -> None:
     with pytest.raises(RuntimeError, match="interrupted"):
         versions.export(catalog, "r", target.uri, target_storage_options=target.storage_options,
                         progress=flaky)
+    # each copy writes its file, then reports: every copy that started had finished when the
+    # export raised, and none started after (the rest were cancelled)
+    assert len(Storage(target.uri, target.storage_options).list()) == calls["n"]
 
 
 def test_interrupted_export_resumes(location: Location) -> None:
