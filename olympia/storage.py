@@ -433,7 +433,9 @@ def classify(error: BaseException | str) -> Kind:
             return TransientStorageError
         if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
             return TransientStorageError
-    found = BOTOCORE_MESSAGE.search(str(error))
+    # s3fs's translation of a code it knows no errno for: OSError(EIO, botocore's message)
+    found = isinstance(error, OSError) and error.errno == errno.EIO and BOTOCORE_MESSAGE.match(
+        error.strerror or "")
     return _kind_of_code(found.group(1)) if found else StorageError
 
 

@@ -250,6 +250,11 @@ def test_a_denied_local_file_is_a_permanent_error(tmp_path: Any) -> None:
     (FileNotFoundError("gone"), FileNotFound),
     (FileExistsError("there"), FileAlreadyExists),
     (TimeoutError("timed out"), TransientStorageError),
+    # botocore's words where s3fs translated a code it has no errno for: only then
+    (OSError(errno.EIO, "An error occurred (504) when calling the GetObject operation"),
+     TransientStorageError),
+    (PermissionError(errno.EACCES, "An error occurred (503) when calling the x operation"),
+     StorageError),
 ])
 def test_classify_builtin_errors(error: Exception, kind: type) -> None:
     assert classify(error) is kind
