@@ -521,7 +521,11 @@ class Storage:
         self._call("write", path, lambda: self.backend.write(self.full(path), data))
 
     def create_exclusive(self, path: str, data: bytes) -> None:
-        """Create a file only if it does not exist; raise FileAlreadyExists otherwise."""
+        """Create a file only if it does not exist; raise FileAlreadyExists otherwise.
+
+        A try that failed transiently may still have created the file: when the next try
+        (or, after the last, a read) finds the file holding ``data``, the create succeeded.
+        """
         full = self.full(path)
         self.stats.add(writes=1, bytes_written=len(data))
         tried = False  # a try after a (transient) failure: our first one may have landed
@@ -538,7 +542,13 @@ class Storage:
             finally:
                 tried = True
 
-        self._call("exclusive create", path, create)
+        try:
+            self._call("exclusive create", path, create)
+        except TransientStorageError:
+            with contextlib.suppress(StorageError):  # the last try may have landed too
+                if self._read_or_none(path) == data:
+                    return
+            raise
 
     def _read_or_none(self, path: str) -> bytes | None:
         try:

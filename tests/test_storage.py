@@ -338,6 +338,11 @@ def test_s3_exclusive_create_shares_the_retry_helper(proxy: FaultProxy,
     proxy.fault = Fault(put, 503, "SlowDown")
     with pytest.raises(TransientStorageError, match="exclusive create failed after 3 tries"):
         storage.create_exclusive("c", b"3")
+    # every answer lost, the first try landed: the file is ours, so the create succeeded
+    proxy.fault = Fault(put, 504, "GatewayTimeout", after_relay=True)
+    storage.create_exclusive("d", b"4")
+    proxy.fault = None
+    assert storage.read("d") == b"4"
 
 
 @pytest.mark.s3
