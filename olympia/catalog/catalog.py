@@ -10,11 +10,12 @@ from typing import Any, Self
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
+from olympia.catalog.commit import DEFAULT_COMMIT_TIMEOUT_S, CommitOptions, now_millis
 from olympia.catalog.files import LATEST, CatalogFiles, Root
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path, version_path
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import CatalogReader, Identifier, Snapshot
-from olympia.catalog.transaction import Transaction, now_millis
+from olympia.catalog.transaction import Transaction
 from olympia.exceptions import (
     AlreadyExistsError,
     FileAlreadyExists,
@@ -49,13 +50,12 @@ class Catalog(CatalogReader):
     opened, refreshed by :meth:`refresh` and by every commit made through it.
     """
 
-    # Storage-level commit attempts before CommitConflict "other writers kept winning"; with
-    # the jittered backoff between them (up to 1.28 s each) a writer under heavy contention
-    # keeps trying for about 15 s rather than starving after a couple of seconds.
-    commit_attempts = 25
-
-    def __init__(self, files: CatalogFiles, root: Root) -> None:
+    def __init__(self, files: CatalogFiles, root: Root,
+                 commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S) -> None:
         self.files = files
+        #: How commits made through this catalog retry after losing the root race; its
+        #: ``timeout_s`` is the ``commit_timeout`` given to :meth:`open` or :meth:`create`.
+        self.commit_options = CommitOptions(timeout_s=commit_timeout)
         self.storage = files.storage
         self._lock = threading.Lock()
         self._snapshot = Snapshot(files, root)
@@ -84,8 +84,12 @@ class Catalog(CatalogReader):
         properties: Mapping[str, str] | None = None,
         txn_ttl_millis: int = DEFAULT_TXN_TTL_MILLIS,
         txn_isolation_level: str | int = "SNAPSHOT",
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S,
     ) -> Catalog:
-        """Write version 0 (an empty tree and the catalog definition) at ``uri``."""
+        """Write version 0 (an empty tree and the catalog definition) at ``uri``.
+
+        ``commit_timeout`` is as in :meth:`open` (this process's setting, not stored).
+        """
         if order < 3:
             raise InvalidArgumentError(f"order must be at least 3, got {order}")
         for name, size in (("namespace", namespace_name_max_size_bytes),
@@ -118,13 +122,25 @@ class Catalog(CatalogReader):
             raise AlreadyExistsError(f"a catalog already exists at {storage.uri}") from None
         files.write_hint(LATEST, 0)
         files.remember_def(cdef_path, catalog_def)
-        return cls(files, Root(0, version_path(0), root, catalog_def))
+        return cls(files, Root(0, version_path(0), root, catalog_def), commit_timeout)
 
     @classmethod
-    def open(cls, uri: str, storage_options: Mapping[str, Any] | None = None) -> Catalog:
-        """Open the latest version of the catalog at ``uri``."""
+    def open(cls, uri: str, storage_options: Mapping[str, Any] | None = None, *,
+             commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S) -> Catalog:
+        """Open the latest version of the catalog at ``uri``.
+
+        Args:
+            uri: The catalog's location (a local path, ``s3://...``, ``memory://...``).
+            storage_options: Options of the storage backend (credentials, endpoint).
+            commit_timeout: Seconds a commit keeps retrying while other writers win the
+                race for the next version before it gives up with CommitConflict (a
+                setting of this process, not of the catalog).
+
+        Raises:
+            NoSuchCatalogError: There is no catalog at ``uri``.
+        """
         files = CatalogFiles(Storage(uri, storage_options))
-        return cls(files, files.discover_latest())
+        return cls(files, files.discover_latest(), commit_timeout)
 
     @classmethod
     def exists_at(cls, uri: str, storage_options: Mapping[str, Any] | None = None) -> bool:
@@ -178,16 +194,29 @@ class Catalog(CatalogReader):
 
     # --- writes ----------------------------------------------------------------------------
 
-    def transaction(self, isolation: str | int | None = None) -> Transaction:
-        """Begin a transaction on the latest version.
+    def transaction(self, isolation: str | int | None = None, *,
+                    base: Snapshot | None = None) -> Transaction:
+        """Begin a transaction, on the latest version unless ``base`` is given.
 
         ``with catalog.transaction() as txn:`` commits on exit, or discards everything if
-        the block raises.
+        the block raises. A commit advances this catalog's loaded version.
+
+        Args:
+            isolation: ``SNAPSHOT`` or ``SERIALIZABLE`` (default: the catalog's level).
+            base: A snapshot of this catalog to begin on (reads see that version; a commit
+                checks every version committed since it for conflicts). Nothing is
+                refreshed when it is given.
+
+        Returns:
+            The open transaction.
         """
-        self.refresh()
-        level = self.catalog_def.txn_isolation_level if isolation is None else (
+        if base is None:
+            self.refresh()
+            base = self._snapshot
+        level = base.catalog_def.txn_isolation_level if isolation is None else (
             isolation_level(isolation))
-        return Transaction(self, self._snapshot, level)
+        return Transaction(self.files, base, level, on_commit=self._advance,
+                           options=self.commit_options)
 
 
     # --- one-shot changes, each in a transaction (and a version) of its own ---------------

@@ -20,7 +20,6 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectType
 from olympia.catalog.reader import CatalogReader, Snapshot
-from olympia.catalog.transaction import Transaction
 from olympia.exceptions import (
     CorruptFileError,
     InvalidArgumentError,
@@ -42,11 +41,13 @@ from olympia.plan.ops import (
     RenameNamespace,
     RenameTable,
     RenameView,
+    stage_iceberg,
 )
 from olympia.plan.planfile import PLAN_FORMAT, PLAN_FORMAT_VERSION, seal, unseal
 from olympia.plan.state import Scope, fingerprint, load_current
 from olympia.spec.model import Key, Spec
 
+WAREHOUSE = "warehouse"  # the catalog property Iceberg tables are created under
 __all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "Plan", "make_plan"]
 MAX_PLAN_BYTES = 256 * MIB  # a saved plan is read only up to this size
 
@@ -185,11 +186,12 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "") -> Plan:
     check_names(snapshot, spec)
     scope = Scope.of(spec)
     observed = scope.observe(snapshot)
-    changes = compute_changes(spec, load_current(snapshot, observed), observed)
+    changes, warnings = compute_changes(spec, load_current(snapshot, observed), observed,
+                                        catalog.properties.get(WAREHOUSE, ""))
     _stage(catalog, snapshot, changes, observed.managed)
     return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,
                 observed.managed, observed.fingerprints(), spec.digest, changes,
-                _dependents(snapshot, observed.managed, changes), list(spec.files),
+                warnings + _dependents(snapshot, observed.managed, changes), list(spec.files),
                 datetime.now(UTC).isoformat(timespec="seconds"), git_commit)
 
 
@@ -197,7 +199,8 @@ def _stage(catalog: Catalog, snapshot: Snapshot, changes: list[Change],
            managed: list[str]) -> None:
     """Stage every change in a discarded transaction on ``snapshot``: classifies each
     (destructive, refused) from its operations and fills in ``actions``."""
-    txn = Transaction(catalog, snapshot, pb.SNAPSHOT)
+    txn = catalog.transaction(pb.SNAPSHOT, base=snapshot)
+    stage_iceberg(txn, catalog, dry_run=True)  # Iceberg operations write no metadata file
     gate = Gate(txn, managed)
     problems = []
     try:

@@ -16,7 +16,6 @@ from typing import Any
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.reader import CatalogReader
-from olympia.catalog.transaction import Transaction
 from olympia.plan import render
 from olympia.plan.apply import check_allowed
 from olympia.plan.changes import Change
@@ -92,7 +91,7 @@ def plan_rollback(catalog: Catalog, to_version: int | str) -> RollbackPlan:
     spec = _as_spec(catalog.at_version(target), f"version {target}")
     observed = Scope(tuple(latest.list_namespaces())).observe(latest)
     changes = _Comparison(spec, load_current(latest, observed), observed).changes()
-    txn = Transaction(catalog, latest, pb.SNAPSHOT)  # read-only: classify, stage nothing
+    txn = catalog.transaction(pb.SNAPSHOT, base=latest)  # read-only: classify, stage nothing
     try:
         gate = Gate(txn, observed.managed)
         for change in changes:
@@ -119,7 +118,10 @@ def apply_rollback(catalog: Catalog, rollback: RollbackPlan, *,
 
 class _Comparison(Differ):
     """The plan comparison, minus the checks of a spec's references (a version's views
-    are what they are)."""
+    are what they are), comparing Iceberg tables' definitions as they are (a rollback
+    restores their metadata locations too)."""
+
+    iceberg_aware = False
 
     def _check_references(self) -> None:
         return None

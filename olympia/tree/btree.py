@@ -18,7 +18,7 @@ import threading
 import uuid
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,6 +257,14 @@ class _Work:
         return cls(list(node.keys), list(node.values), children, path)
 
 
+NodeShape = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]
+"""A node's content apart from its creation time: keys, values, children."""
+
+
+def shape(node: Node) -> NodeShape:
+    return node.keys, node.values, node.children
+
+
 @dataclass(frozen=True)
 class FlushResult:
     """Outcome of :meth:`TreeWriter.flush`: the new root's pivot table and new node files."""
@@ -403,9 +411,15 @@ class TreeWriter:
         self._dirty(left)
 
     def flush(
-        self, created_at_millis: int, new_path: Callable[[], str] = new_node_path
+        self, created_at_millis: int, new_path: Callable[[], str] = new_node_path,
+        reuse: Mapping[NodeShape, str] | None = None,
     ) -> FlushResult:
-        """Assign new paths to changed non-root nodes; return the root and the new files."""
+        """Assign new paths to changed non-root nodes; return the root and the new files.
+
+        ``reuse`` maps the shape of node files already written (by an earlier attempt of
+        the same commit) to their paths: a changed node of the same shape takes that path
+        and is not among the new files.
+        """
         files: dict[str, Node] = {}
 
         def settle(node: _Work | str) -> str:
@@ -414,8 +428,10 @@ class TreeWriter:
             if node.path is not None:  # unchanged: every descendant is unchanged too
                 return node.path
             built = self._build(node, settle, created_at_millis)
-            node.path = new_path()
-            files[node.path] = built
+            known = reuse.get(shape(built)) if reuse else None
+            node.path = known or new_path()
+            if known is None:
+                files[node.path] = built
             return node.path
 
         root = self._build(self.root, settle, created_at_millis)

@@ -23,10 +23,11 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.commit import apply_changes, now_millis
 from olympia.catalog.files import parse_def
 from olympia.catalog.keys import dtxn_path, path_version
 from olympia.catalog.reader import Snapshot
-from olympia.catalog.transaction import Transaction, now_millis
+from olympia.catalog.transaction import Transaction
 from olympia.exceptions import (
     CorruptFileError,
     FileNotFound,
@@ -56,14 +57,8 @@ def save_transaction(txn: Transaction) -> str:
             "isolation")
     base = txn.base
     order = base.catalog_def.order
-    writer = btree.TreeWriter(base.nodes, base.root.node)
-    for key, value in sorted(pending.items()):
-        if value is None:
-            writer.delete(key)
-        else:
-            writer.put(key, value)
     created = now_millis()
-    flushed = writer.flush(created)
+    flushed = apply_changes(base, base.root.node, pending, created)
     running = Node(flushed.keys, flushed.values, flushed.children, created,
                    catalog_def=base.root.node.catalog_def, previous_root=base.root.path,
                    actions=tuple(actions.encode_row(base.codec, a) for a in recorded))
@@ -121,7 +116,7 @@ def resume_transaction(catalog: Catalog, txn_id: str) -> Transaction:
     _check_alive(record)
     base, running, recorded = _running(catalog, record)
     pending = {key: new for key, _old, new in btree.diff(base.nodes, base.root.node, running)}
-    txn = Transaction(catalog, base, record.isolation_level)
+    txn = catalog.transaction(record.isolation_level, base=base)
     txn.restore_staged(pending, recorded)
     txn.before_commit.append(lambda _t: _check_alive(record))
 
