@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,13 +20,13 @@ import yaml
 from olympia import Catalog, versions
 from olympia.expire import ExpirePolicy, expire_local
 from olympia.spec import load_spec
+from olympia_provider.assets import catalog_asset, object_asset
 
 pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 EXAMPLE_VARS = yaml.safe_load((ROOT / "examples" / "vars.yaml").read_text())
 EXAMPLE_NAMESPACES = sorted(load_spec(ROOT / "examples" / "catalog", EXAMPLE_VARS).namespaces)
-CATALOG_URI = "olympia://olympia-default/"
 SECRET = f"e2e-secret-{uuid.uuid4().hex}"  # the connection's password (S3 secret key)
 
 # A sensor in reschedule mode: every poke is a new run of the task, with its XCom cleared.
@@ -49,7 +51,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     Catalog.create(str(warehouse))
     dags = home / "dags"
     dags.mkdir()
-    (dags / "olympia_catalog.py").symlink_to(ROOT / "examples" / "dags" / "olympia_catalog.py")
+    shutil.copy(ROOT / "examples" / "dags" / "olympia_catalog.py", dags)
     (dags / "olympia_e2e_reschedule.py").write_text(RESCHEDULE_DAG)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update({
@@ -62,18 +64,29 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             "password": SECRET,
             "extra": {"storage_options": {"max_concurrency": 4}, "spark_master": "local[2]"}}),
         "AIRFLOW_VAR_OLYMPIA_EXPORT_TARGET": str(home / "exports"),
+        "AIRFLOW_VAR_OLYMPIA_SPEC_DIR": str(ROOT / "examples" / "catalog"),
+        "AIRFLOW_VAR_OLYMPIA_FINANCE_RETENTION": EXAMPLE_VARS["finance_retention"],
         "WAREHOUSE": str(warehouse),
     })
     run(env, "db", "migrate")
     yield env
 
 
-def run(env: dict[str, str], *args: str) -> str:
+def run(env: dict[str, str], *args: str, stderr: bool = True) -> str:
+    """The command's output (without stderr when ``stderr`` is false); it must succeed."""
     proc = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True,
                           timeout=600)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{output[-4000:]}"
-    return output
+    return output if stderr else proc.stdout
+
+
+def cli_json(output: str) -> list[dict[str, Any]]:
+    """The JSON list an Airflow CLI command printed with ``--output json`` (on one line,
+    after any warnings Airflow logs to stdout)."""
+    lines = [line for line in output.splitlines() if line.startswith(("[{", "[]"))]
+    assert lines, f"no JSON in the output:\n{output[-2000:]}"
+    return list(json.loads(lines[-1]))
 
 
 def metadata_db(env: dict[str, str]) -> sqlite3.Connection:
@@ -92,6 +105,29 @@ def start_queued_runs(db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM asset_dag_run_queue")
 
 
+def test_examples_import_wherever_copied(tmp_path: Path) -> None:
+    """The example file alone in a fresh dags folder, with no connection and no Variables:
+    the DAG processor imports it without errors and registers every DAG."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    for example in (ROOT / "examples" / "dags").glob("*.py"):
+        shutil.copy(example, dags)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}"})
+    run(env, "db", "migrate")
+    run(env, "dag-processor", "--num-runs", "1")
+
+    def listed(*args: str) -> list[dict[str, Any]]:
+        return cli_json(run(env, *args, "--output", "json", stderr=False))
+
+    assert listed("dags", "list-import-errors") == []
+    assert {d["dag_id"] for d in listed("dags", "list")} == {
+        "olympia_apply", "olympia_maintenance", "olympia_orders_changed",
+        "olympia_export_version", "olympia_rollback"}
+
+
 def test_provider_is_discovered(airflow_env: dict[str, str]) -> None:
     info = run(airflow_env, "providers", "get", "olympia-catalog", "--output", "json")
     assert "olympia-catalog" in info
@@ -105,14 +141,18 @@ def test_example_dags_end_to_end(airflow_env: dict[str, str]) -> None:
     # maintenance is scheduled on the catalog Asset: unpaused, its runs get queued (no
     # scheduler runs here, so nothing starts them)
     run(airflow_env, "dags", "unpause", "olympia_maintenance")
+    run(airflow_env, "dags", "unpause", "olympia_orders_changed")
     db = metadata_db(airflow_env)
+    catalog_uri = catalog_asset(warehouse).uri
+    orders_uri = object_asset(warehouse, "sales.orders").uri
     outputs = [run(airflow_env, "dags", "test", "olympia_apply")]
     catalog = Catalog.open(warehouse)
     assert catalog.version == 1
     assert catalog.list_namespaces() == EXAMPLE_NAMESPACES
     info = versions.history(catalog, limit=1)[0].info
     assert info["airflow_dag"] == "olympia_apply"
-    assert queued_runs(db) == {("olympia_maintenance", CATALOG_URI)}
+    assert queued_runs(db) == {("olympia_maintenance", catalog_uri),
+                               ("olympia_orders_changed", orders_uri)}
     start_queued_runs(db)
 
     outputs.append(run(airflow_env, "dags", "test", "olympia_apply"))  # nothing to change
@@ -137,14 +177,15 @@ def test_example_dags_end_to_end(airflow_env: dict[str, str]) -> None:
     run(airflow_env, "dags", "test", "olympia_rollback")
     catalog.refresh()
     assert catalog.version == 4 and versions.history(catalog, limit=1)[0].is_rollback
-    assert queued_runs(db) == {("olympia_maintenance", CATALOG_URI)}
+    assert queued_runs(db) == {("olympia_maintenance", catalog_uri)}
 
     uris = [row[0] for row in db.execute(
         "SELECT asset.uri FROM asset_event JOIN asset ON asset.id = asset_event.asset_id")]
     # the catalog Asset: the first apply and the rollback; not the no-change apply, and
     # not the exports (maintenance is scheduled on that Asset and must not retrigger itself)
-    assert uris.count(CATALOG_URI) == 2
-    assert uris.count(CATALOG_URI + "sales.orders") == 1  # one event per changed object
+    assert uris.count(catalog_uri) == 2
+    assert uris.count(orders_uri) == 1  # one event for the one object a DAG watches
+    assert len(uris) == 3
 
     # the connection's secret reaches no task log and no XCom of apply, export or expire
     # (`dags test` prints the task logs; any log files land under AIRFLOW_HOME/logs)

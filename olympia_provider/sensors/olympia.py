@@ -18,15 +18,11 @@ from airflow.sdk.exceptions import (
 
 from olympia.exceptions import OlympiaError, TransientStorageError
 from olympia_provider.hooks.olympia import Condition, OlympiaHook
-from olympia_provider.triggers.olympia import OlympiaCatalogTrigger
+from olympia_provider.triggers.olympia import OlympiaCatalogTrigger, utc_text
 
 STATE_KEY = "olympia_condition"
 DEADLINE_KEY = "olympia_deadline"
 TRIGGER_TIMEOUT_MARGIN = 60.0  # seconds between the trigger's deadline and Airflow's
-
-
-def _utc(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 class _CatalogSensor(BaseSensorOperator):
@@ -102,7 +98,7 @@ class _CatalogSensor(BaseSensorOperator):
         deadline = store.get(DEADLINE_KEY) if store is not None else None
         if (next_method == TRIGGER_FAIL_REPR and isinstance(deadline, int | float)
                 and time.time() >= deadline):
-            self._timed_out(f"no trigger event by {_utc(deadline)}")
+            self._timed_out(f"no trigger event by {utc_text(deadline)}")
         return super().resume_execution(next_method, next_kwargs, context)
 
     def _timed_out(self, message: str) -> NoReturn:

@@ -15,6 +15,11 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
+def utc_text(epoch: float) -> str:
+    """An epoch time as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
 def _event(**payload: Any) -> TriggerEvent:
     return TriggerEvent(payload)  # type: ignore[no-untyped-call]  # untyped in Airflow
 
@@ -65,8 +70,8 @@ class OlympiaCatalogTrigger(BaseTrigger):
             if self.deadline is not None:
                 left = self.deadline - time.time()
                 if left <= 0:
-                    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.deadline))
-                    yield _event(status="timeout", message=f"condition not met by {when}")
+                    yield _event(status="timeout",
+                                 message=f"condition not met by {utc_text(self.deadline)}")
                     return
                 wait = min(wait, left)  # one last check at the deadline
             await asyncio.sleep(wait)
