@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 
 from click.testing import CliRunner, Result
 from conftest import Location
+from expire_fixtures import expire_dtxn
 
 from olympia import Catalog, versions
 from olympia.cli import main
@@ -70,11 +70,11 @@ def test_txn_list_show_abort(location: Location) -> None:
 
 
 def test_txn_show_marks_an_expired_transaction(location: Location) -> None:
-    catalog = Catalog.create(location.uri, location.storage_options, txn_ttl_millis=1)
+    catalog = Catalog.create(location.uri, location.storage_options)
     catalog.create_namespace("s")
     catalog.create_table("s", "old", columns=COLS)
     txn_id = saved(catalog, "late")
-    time.sleep(0.01)
+    expire_dtxn(catalog, txn_id)  # no wait on the wall clock: the record expired long ago
     assert json.loads(run(location, "show", txn_id, "--json").output)["expired"] is True
     out = run(location, "list")
     assert out.exit_code == 0 and f"{txn_id}  SNAPSHOT  from version 2" in out.output
