@@ -17,6 +17,7 @@ from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.keys import dtxn_path, path_version, version_path
 from olympia.catalog.reader import Snapshot
+from olympia.catalog.transaction import now_millis
 from olympia.cli import main
 from olympia.exceptions import (
     AlreadyExistsError,
@@ -30,6 +31,7 @@ from olympia.exceptions import (
 )
 from olympia.storage import Storage
 from olympia.tree import btree
+from olympia.versions.dtxn import load_transaction
 
 COLS = [{"name": "id", "type": "int8"}]
 
@@ -260,11 +262,14 @@ def test_distributed_transaction_across_processes(shared_location: Location) -> 
 
 
 def test_expired_distributed_transaction_is_refused(location: Location) -> None:
-    catalog = Catalog.create(location.uri, location.storage_options)
+    catalog = Catalog.create(location.uri, location.storage_options, txn_ttl_millis=60_000)
     catalog.create_namespace("s")
+    before = now_millis()
     txn = catalog.transaction()
     txn.create_table("s", "x", columns=COLS)
     txn_id = versions.save_transaction(txn)
+    expires = load_transaction(catalog, txn_id).expire_at_millis
+    assert before + 60_000 <= expires <= now_millis() + 60_000  # the catalog's TTL
     expire_dtxn(catalog, txn_id)  # no wait on the wall clock: the record expired long ago
     with pytest.raises(TransactionExpiredError):
         versions.resume_transaction(catalog, txn_id)
