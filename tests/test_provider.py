@@ -391,7 +391,8 @@ def test_apply_operator_plan_only_then_apply(conn: tuple[str, Catalog], tmp_path
     result = apply_op.execute(ctx)
     assert result["version"] == 2 and "sales.orders" in result["changed_objects"]
     events = ctx["outlet_events"]
-    assert events[catalog_asset(catalog.uri)].extra == {"version": 2, "changes": 14}
+    assert events[catalog_asset(catalog.uri)].extra == {"version": 2,
+                                                         "changes": len(result["changes"])}
     # the catalog's Asset and the announced objects' only, each with a small extra
     orders = object_asset(catalog.uri, "sales.orders")
     assert alias_uris(ctx, alias) == {catalog_asset(catalog.uri).uri, orders.uri,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -189,7 +190,8 @@ def test_example_dags_end_to_end(airflow_env: dict[str, str]) -> None:
 
     # the connection's secret reaches no task log and no XCom of apply, export or expire
     # (`dags test` prints the task logs; any log files land under AIRFLOW_HOME/logs)
-    assert "Applied 14 changes as version 1" in outputs[0] and "Expired 0 versions" in outputs[2]
+    assert re.search(r"Applied \d+ changes as version 1", outputs[0])
+    assert "Expired 0 versions" in outputs[2]
     logs = [p.read_text(errors="replace")
             for p in (Path(airflow_env["AIRFLOW_HOME"]) / "logs").rglob("*") if p.is_file()]
     xcoms = list(db.execute("SELECT dag_id, task_id, CAST(value AS TEXT) FROM xcom"))
