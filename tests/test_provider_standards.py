@@ -25,7 +25,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from olympia import Catalog
 from olympia_provider.assets import catalog_asset, catalog_asset_uri, object_asset
-from olympia_provider.hooks.olympia import settings_from_connection
+from olympia_provider.hooks.olympia import OlympiaHook, settings_from_connection
 from olympia_provider.operators.olympia import OlympiaExpireOperator, OlympiaExportOperator
 from olympia_provider.sensors.olympia import OlympiaVersionSensor
 from olympia_provider.spark import SparkLogRelay
@@ -49,7 +49,11 @@ def context() -> dict[str, Any]:
     return {"outlet_events": OutletEventAccessors(), "dag": DAG("unit"), "run_id": "manual__1"}
 
 
-def test_equal_catalogs_are_equal_assets(tmp_path: Path) -> None:
+def test_equal_catalogs_are_equal_assets(tmp_path: Path, local_conn: tuple[str, Catalog]
+                                         ) -> None:
+    conn_id, catalog = local_conn
+    assert OlympiaHook(conn_id).catalog_asset() == catalog_asset(catalog.uri) == catalog_asset(
+        str(tmp_path / "catalog"))
     assert catalog_asset("s3://bucket/lake") == catalog_asset("s3a://bucket//lake/")
     assert catalog_asset(str(tmp_path / "x" / ".." / "lake")) == catalog_asset(
         f"file://{tmp_path}/lake/")
