@@ -17,6 +17,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
@@ -270,10 +271,25 @@ class MemoryBackend:
 
 
 class FsspecBackend:
-    """S3 through s3fs: exclusive creates with ``pipe_file(mode="create")`` (If-None-Match)."""
+    """S3 through s3fs: exclusive creates with ``pipe_file(mode="create")`` (If-None-Match).
 
-    def __init__(self, fs: Any) -> None:
-        self.fs = fs
+    The filesystem (its S3 client is bound to fsspec's event loop) is never used across
+    ``fork()``: a forked process makes its own on first use (fsspec's instance cache is
+    keyed by process id, so it is a new one).
+    """
+
+    def __init__(self, make_fs: Callable[[], Any]) -> None:
+        self._make_fs = make_fs
+        self._fs = make_fs()
+        self._pid = os.getpid()
+
+    @property
+    def fs(self) -> Any:
+        """The s3fs filesystem of this process."""
+        if self._pid != os.getpid():
+            _abandon(self._fs)
+            self._fs, self._pid = self._make_fs(), os.getpid()
+        return self._fs
 
     def read(self, path: str) -> bytes:
         data: bytes = self.fs.cat_file(path)
@@ -319,6 +335,21 @@ class FsspecBackend:
                                    Delete={"Objects": keys, "Quiet": True})
         return {f"{bucket}/{e['Key']}": f"{e.get('Code')}: {e.get('Message')}"
                 for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"}
+
+
+_INHERITED: list[Any] = []  # filesystems a forked process inherited, never closed here
+
+
+def _abandon(fs: Any) -> None:
+    """Drop a filesystem inherited across fork() without closing it: its S3 client belongs
+    to the parent's event loop, which does not run in this process, so s3fs's finalizer
+    (which closes the client on that loop) is detached and the object stays referenced,
+    so nothing tries to close it here."""
+    registry = getattr(weakref.finalize, "_registry", {})
+    for finalizer, info in list(registry.items()):
+        if info.weakref() is fs:
+            finalizer.detach()
+    _INHERITED.append(fs)
 
 
 OBJECT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
@@ -463,12 +494,14 @@ class Storage:
             self.backend = MemoryBackend(name)
         elif scheme in ("s3", "s3a"):
             self.root = (parts.netloc + parts.path).strip("/") + "/"
-            self.backend = FsspecBackend(_s3_filesystem(options, self.settings))
+            settings = self.settings
+            self.backend = FsspecBackend(lambda: _s3_filesystem(options, settings))
         else:
             raise StorageError(
                 f"unsupported storage scheme {scheme!r} (use a local path, file://, memory:// "
                 "or s3://)", uri)
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r})"
@@ -587,8 +620,9 @@ class Storage:
         items = builtins.list(items)
         if len(items) <= 1:
             return [fn(i) for i in items]
-        if self._pool is None:
+        if self._pool is None or self._pool_pid != os.getpid():
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="olympia-io")
+            self._pool_pid = os.getpid()
         futures: builtins.list[Future[R]] = [self._pool.submit(fn, i) for i in items]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
@@ -628,7 +662,7 @@ class Storage:
                 for path, why in sorted(left.items())})
 
     def close(self) -> None:
-        if self._pool is not None:
+        if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=False)
             self._pool = None
 

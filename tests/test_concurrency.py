@@ -206,3 +206,48 @@ def test_writer_killed_before_root_leaves_previous_version(shared_location: Loca
     assert btree.validate(snap.nodes, snap.root.node, 4) == 31
     reopened.create_table("s", "after_crash", columns=[{"name": "x", "type": "int4"}])
     assert reopened.version == 2
+
+
+FORKING_WRITER = textwrap.dedent("""
+    import json, multiprocessing as mp, sys
+    from olympia import Catalog
+
+    uri, options = sys.argv[1], json.loads(sys.argv[2])
+    catalog = Catalog.open(uri, options)
+    catalog.create_table("s", "parent", columns=[{"name": "x", "type": "int4"}])
+    catalog.storage.map(catalog.storage.exists, ["vn/latest", "vn/oldest"])  # pool running
+
+    def child() -> None:  # the inherited catalog and its storage, used after fork
+        catalog.create_table("s", "child", columns=[{"name": "x", "type": "int4"}])
+        catalog.storage.map(catalog.storage.exists, ["vn/latest", "vn/oldest"])
+        print("child tables", catalog.list_tables("s"), flush=True)
+
+    proc = mp.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(timeout=90)
+    if proc.exitcode is None:
+        proc.kill()
+        sys.exit("the forked child hung")
+    catalog.create_table("s", "parent_after", columns=[{"name": "x", "type": "int4"}])
+    sys.exit(proc.exitcode)
+""")
+
+
+@pytest.mark.s3
+def test_forked_child_commits_on_s3_with_inherited_catalog(s3_server: Any) -> None:
+    """A process forked after the parent used an S3 catalog re-creates its storage clients
+    and thread pool: its commit lands, without hanging and without event-loop errors."""
+    import json
+
+    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    options = dict(s3_server.storage_options)
+    Catalog.create(uri, options).create_namespace("s")
+    proc = subprocess.run(
+        [sys.executable, "-c", FORKING_WRITER, uri, json.dumps(options)],
+        capture_output=True, text=True, timeout=240, env=os.environ.copy(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "child tables ['child', 'parent']" in proc.stdout
+    assert "attached to a different loop" not in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert Catalog.open(uri, options).list_tables("s") == ["child", "parent", "parent_after"]
