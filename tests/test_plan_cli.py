@@ -132,11 +132,11 @@ def test_json_outputs_and_variables(cli: Cli, tmp_path: Path, ) -> None:
     assert out.exit_code == 3 and "undefined variable 'finance_retention'" in out.output
     out = cli("validate", str(EXAMPLE), "--var-file", str(vars_file))
     assert out.exit_code == 0
-    assert out.output == "Valid: 4 files, 4 namespaces, 5 tables, 5 views.\n"
+    assert out.output == "Valid: 4 files, 4 namespaces, 6 tables, 5 views.\n"
     out = cli("plan", str(EXAMPLE), "--json", "--var", "finance_retention=1y")
     data = json.loads(out.output)
     assert data["format"] == "olympia-plan" and data["format_version"] == 2
-    assert data["summary"]["create"] == 14
+    assert data["summary"]["create"] == 15
     cli.env["OLYMPIA_VAR_finance_retention"] = "2y"
     out = cli("apply", str(EXAMPLE), "--auto-approve", "--json")
     assert json.loads(out.output)["version"] == 1

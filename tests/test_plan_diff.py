@@ -83,7 +83,7 @@ def test_example_plan_golden_and_ordered(tmp_path: Path) -> None:
         "reporting.country_ranking")  # a view after the views it reads, not by name
     assert views.index("sales.orders_with_customers") < views.index(
         "reporting.revenue_by_country")
-    assert plan.summary() == {"create": 14, "update": 0, "rename": 0, "replace": 0, "drop": 0,
+    assert plan.summary() == {"create": 15, "update": 0, "rename": 0, "replace": 0, "drop": 0,
                               "destructive": 0, "blocked": 0}
 
 
@@ -197,7 +197,8 @@ def test_incompatible_type_changes_are_destructive(tmp_path: Path, before: dict[
     catalog = memory_catalog()
 
     def docs(column: dict[str, Any]) -> dict[str, Any]:
-        return {"s": {"namespace": "s", "tables": {"t": {"columns": [{"name": "c", **column}]}}}}
+        return {"s": {"namespace": "s", "tables": {"t": {"format": "parquet",  # column props
+                                                         "columns": [{"name": "c", **column}]}}}}
 
     converge(catalog, write_spec(tmp_path, docs(before)))
     (change,) = plan_for(catalog, write_spec(tmp_path, docs(after))).changes
@@ -289,13 +290,17 @@ def test_only_managed_namespaces_are_compared(tmp_path: Path) -> None:
 
 
 def test_engine_owned_location_and_format_properties_when_omitted(tmp_path: Path) -> None:
+    """Other formats than Iceberg (whose location and format properties are never
+    compared: tests/test_iceberg_spec.py)."""
     catalog = memory_catalog()
-    converge(catalog, write_spec(tmp_path, {"s": {"namespace": "s", "tables": {"t": {}}}}))
-    catalog.alter_table("s.t", location="s3://b/t/metadata/00002.json",
+    converge(catalog, write_spec(tmp_path, {"s": {"namespace": "s", "tables": {"t": {
+        "format": "delta"}}}}))
+    catalog.alter_table("s.t", location="s3://b/t/_delta_log/00002.json",
                         format_properties={"metadata-version": "2"})
     assert not plan_for(catalog, tmp_path).has_changes  # no perpetual diff with the engine
     write_spec(tmp_path, {"s": {"namespace": "s", "tables": {"t": {
-        "location": "s3://b/t/metadata/00003.json", "format_properties": {}}}}})
+        "format": "delta", "location": "s3://b/t/_delta_log/00003.json",
+        "format_properties": {}}}}})
     (change,) = plan_for(catalog, tmp_path).changes
     assert [d["attr"] for d in change.details] == ["location",
                                                    "format_properties.metadata-version"]

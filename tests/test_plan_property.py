@@ -67,7 +67,29 @@ tables = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.tuples(st.fixed_di
     "format": st.sampled_from(["iceberg", "delta"]),
     "location": st.sampled_from(["", "s3://lake/t"]),
     "format_properties": properties,
-}), hint(["a", "b", "c", "d", "v"])).map(lambda t: t[0] | t[1]), max_size=3)
+}), hint(["a", "b", "c", "d", "v"])).map(lambda t: _fit(t[0] | t[1])), max_size=3)
+
+
+def _fit(table: dict[str, Any]) -> dict[str, Any]:
+    """An Iceberg table as a spec may declare it: no location or format properties (on a
+    catalog without a warehouse it stays a definition), no types Iceberg cannot hold."""
+    if table["format"] != "iceberg":
+        return table
+    del table["location"], table["format_properties"]
+    table["columns"] = [_iceberg_types(c) for c in table["columns"]]
+    return table
+
+
+def _iceberg_types(column: dict[str, Any]) -> dict[str, Any]:
+    out = dict(column)
+    if out["type"] in ("json", "timestamptz9"):
+        out["type"] = "varchar"
+    if "fields" in out:
+        out["fields"] = [_iceberg_types(f) for f in out["fields"]]
+    for part in ("element", "key", "value"):
+        if part in out:
+            out[part] = _iceberg_types(out[part])
+    return out
 views = st.dictionaries(st.sampled_from(["a", "v", "w"]), st.tuples(st.fixed_dictionaries({
     "sql": TEXT.map(lambda t: f"SELECT {t!r}"), "dialect": st.sampled_from(["ansi", "spark"]),
     "properties": properties, "protected": st.booleans(),
@@ -144,7 +166,8 @@ def _object_hints(body: dict[str, Any], was: dict[str, Any]) -> None:
             else:
                 renamed.add(old)
     for name, table in body["tables"].items():
-        source = was["tables"].get(table.get("renamed_from", name)) or {"columns": []}
+        old = table.get("renamed_from", name)  # a hint naming no table of before is unused
+        source = was["tables"].get(old if old in was["tables"] else name) or {"columns": []}
         _column_hints(table["columns"], {c["name"] for c in source["columns"]})
 
 

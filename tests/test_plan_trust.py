@@ -173,7 +173,17 @@ def test_every_operation_round_trips_through_json() -> None:
     assert set(OP_CLASSES) == {
         f"{verb}_{kind}" for verb in ("create", "rename", "drop")
         for kind in ("namespace", "table", "view")} | {
-        "alter_namespace", "alter_table", "replace_view"}
+        "alter_namespace", "alter_table", "replace_view", "create_iceberg_table",
+        "alter_iceberg_table"}
+    iceberg = [parse_op(d) for d in (
+        {"op": "create_iceberg_table", "identifier": ["a", "t"], "format_version": 1,
+         "columns": [{"name": "ts", "type": "timestamptz"}], "partition_by": ["day(ts)"],
+         "sort_by": ["ts desc nulls first"], "location": "s3://b/t"},
+        {"op": "alter_iceberg_table", "identifier": ["a", "t"], "partition_by": [],
+         "sort_by": None, "rename_columns": {"ts": "at"}},
+    )]
+    assert [parse_op(o.to_dict()) for o in iceberg] == iceberg
+    assert iceberg[0].partition_by == ("day(ts)",)  # type: ignore[attr-defined]
     ops = [parse_op(d) for d in (
         {"op": "create_table", "identifier": ["a", "t"],
          "columns": [{"name": "s", "type": "struct", "fields": [{"name": "x", "type": "int"}]}]},

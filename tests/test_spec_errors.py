@@ -28,8 +28,8 @@ def one(tmp_path: Path, text: str, **variables: str) -> str:
      "namespace, properties, protected, renamed_from, tables, views"),
     ("namespace: s\ntables:\n  t:\n    colums: []\n",
      "F:4:5: tables.t: unknown key 'colums' (did you mean 'columns'?); allowed: columns, "
-     "comment, format, format_properties, location, properties, protected, renamed_from, "
-     "table_type"),
+     "comment, format, format_properties, format_version, location, partition_by, properties, "
+     "protected, renamed_from, sort_by, table_type"),
     ("namespace: s\nviews:\n  v: {dialect: spark}\n",
      "F:3:6: views.v: missing required key 'sql'"),
     ("namespace: s\nprotected: maybe\n", "F:2:12: protected: 'maybe' is not of type 'boolean'"),
@@ -162,8 +162,8 @@ def test_schema_errors_do_not_hide_semantic_errors(tmp_path: Path) -> None:
     assert found == [
         "a.yaml:2:12: protected: 'maybe' is not of type 'boolean'",
         "a.yaml:4:12: tables.broken: unknown key 'colums' (did you mean 'columns'?); "
-        "allowed: columns, comment, format, format_properties, location, properties, "
-        "protected, renamed_from, table_type",
+        "allowed: columns, comment, format, format_properties, format_version, location, "
+        "partition_by, properties, protected, renamed_from, sort_by, table_type",
         "a.yaml:7:25: column 'a': unknown type 'bigintt'; known types: binary, boolean, "
         "char(N), date, decimal(P,S), fixed(N), float4, float8, int1, int2, int4, int8, json, "
         "list, map, struct, time3, time6, time9, timestamp3, timestamp6, timestamp9, "

@@ -47,7 +47,7 @@ from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.iceberg.options import storage_options
+from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.iceberg.typemap import columns_from_schema
 from olympia.versions import timetravel
 
@@ -94,6 +94,7 @@ class OlympiaCatalog(MetastoreCatalog):
     _cache_lock: threading.Lock
     _cache_size: int
     _root: bool
+    _dry_run: bool
 
     def __init__(self, name: str, **properties: str) -> None:
         configured = Config().get_catalog_config(name) or {}
@@ -117,17 +118,38 @@ class OlympiaCatalog(MetastoreCatalog):
                 store = OlympiaStore.create(uri, options)
             except oe.AlreadyExistsError:  # another process created it meanwhile
                 store = OlympiaStore.open(uri, options)
-        if not merged.get(WAREHOUSE) and store.properties.get(WAREHOUSE):
-            merged[WAREHOUSE] = store.properties[WAREHOUSE]
-        super().__init__(name, **merged)
+        self._setup(name, store, merged, int(cache_size))
+        self._root = True
+
+    def _setup(self, name: str, store: OlympiaStore, properties: dict[str, str],
+               cache_size: int) -> None:
+        if not properties.get(WAREHOUSE) and store.properties.get(WAREHOUSE):
+            properties[WAREHOUSE] = store.properties[WAREHOUSE]
+        super().__init__(name, **properties)
         self._store = store
         self._pinned = None
         self._txn = None
         self._written = []
         self._metadata_cache = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._cache_size = int(cache_size)
-        self._root = True
+        self._cache_size = cache_size
+        self._root = False
+        self._dry_run = False
+
+    @classmethod
+    def over(cls, store: OlympiaStore, name: str = "olympia", *,
+             dry_run: bool = False) -> OlympiaCatalog:
+        """An OlympiaCatalog over an Olympia catalog that is open already (``olympia apply``
+        creating tables): the warehouse is the catalog's ``warehouse`` property, the FileIO
+        gets the catalog's own storage options (:func:`iceberg_properties`). With
+        ``dry_run``, commits stage definitions but write no metadata file (plans staged to
+        be classified); such a catalog is only good for a transaction that is aborted.
+        It does not own ``store`` (closing it closes nothing)."""
+        catalog = cls.__new__(cls)
+        catalog._setup(name, store, iceberg_properties(store.uri, store.storage.options),
+                       DEFAULT_CACHE_SIZE)
+        catalog._dry_run = dry_run
+        return catalog
 
     def __repr__(self) -> str:
         mode = (f", version={self._pinned.version}" if self._pinned is not None
@@ -556,8 +578,9 @@ class OlympiaCatalog(MetastoreCatalog):
                         before: TableMetadata | None = None) -> None:
         """Write a new metadata file and stage the definition pointing at it; the version
         records what happened to the table (``iceberg.<ns>.<table>`` in ``olympia log``)."""
-        self._write_metadata(metadata, io, location)
-        self._written.append((io, location))
+        if not self._dry_run:
+            self._write_metadata(metadata, io, location)
+            self._written.append((io, location))
         self._remember(location, metadata)
         txn = self._staging()
         txn.put_table(table_definition(ns, name, metadata, location, previous),

@@ -52,6 +52,23 @@ def storage_options(uri: str, properties: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
+def iceberg_properties(uri: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """The pyiceberg FileIO properties for tables next to a catalog opened with the storage
+    ``options`` (the inverse of :func:`storage_options`): an S3 catalog's endpoint, region
+    and credentials as ``s3.*``, read through pyiceberg's fsspec FileIO (the s3fs client the
+    catalog files use too)."""
+    if urlsplit(uri).scheme not in ("s3", "s3a"):
+        return {}
+    out = {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    for prop, (path, _) in _S3.items():
+        value: Any = options
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None:
+            out[prop] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
 def _set(options: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     for part in path[:-1]:
         options = options.setdefault(part, {})

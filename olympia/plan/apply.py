@@ -22,6 +22,7 @@ from olympia.exceptions import (
 )
 from olympia.plan.changes import Change
 from olympia.plan.gate import Gate
+from olympia.plan.ops import stage_iceberg
 from olympia.plan.plan import Plan
 from olympia.plan.render import SIGNS
 from olympia.plan.state import Observed
@@ -71,6 +72,7 @@ def apply_plan(catalog: Catalog, plan: Plan, *, allow_destructive: bool = False,
     # SERIALIZABLE: a commit racing this one that touches what the check below read (the
     # managed namespaces' objects) makes the commit fail instead of applying a stale plan.
     txn = catalog.transaction(isolation="SERIALIZABLE")
+    stage_iceberg(txn, catalog, dry_run=False)
     try:
         _stage_all(plan, txn, progress)
         check_allowed(plan, allow_destructive)
@@ -99,6 +101,7 @@ def review(catalog: Catalog, plan: Plan) -> None:
     if not plan.has_changes:
         return
     txn = catalog.transaction()
+    stage_iceberg(txn, catalog, dry_run=True)  # Iceberg operations write no metadata file
     try:
         _stage_all(plan, txn, None)
     finally:

@@ -21,6 +21,7 @@ from typing import Any
 
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.exceptions import SpecError
+from olympia.plan import icediff
 from olympia.plan.changes import (
     Change,
     attribute_details,
@@ -35,6 +36,7 @@ from olympia.plan.ops import (
     Action,
     AlterNamespace,
     AlterTable,
+    CreateIcebergTable,
     CreateNamespace,
     CreateTable,
     CreateView,
@@ -58,13 +60,21 @@ def _name(ns: str, obj: str = "") -> str:
 
 
 class Differ:
-    """One comparison of ``spec`` with ``current`` (the managed namespaces of a version)."""
+    """One comparison of ``spec`` with ``current`` (the managed namespaces of a version).
 
-    def __init__(self, spec: Spec, current: Current, observed: Observed) -> None:
+    ``iceberg_aware``: Iceberg tables are created and compared through Iceberg
+    (:mod:`olympia.plan.icediff`); else like any other definition."""
+
+    iceberg_aware = True
+
+    def __init__(self, spec: Spec, current: Current, observed: Observed,
+                 warehouse: str = "") -> None:
         self.spec = spec
         self.current = current
         self.observed = observed
+        self.warehouse = warehouse  # the catalog's warehouse property (Iceberg tables)
         self.problems: list[Problem] = []
+        self.definitions_only: list[str] = []  # Iceberg tables created without metadata
 
     def problem(self, position: Any, message: str) -> None:
         self.problems.append(Problem(position, message))
@@ -211,7 +221,7 @@ class Differ:
         return out
 
     def _replacement(self, kind: str, item: TableSpec | ViewSpec, gone: Table | View,
-                     gone_kind: str, create: CreateTable | CreateView,
+                     gone_kind: str, create: CreateTable | CreateIcebergTable | CreateView,
                      details: list[dict[str, Any]]) -> Change:
         name = _name(gone.namespace, gone.name)
         drop = DropTable if gone_kind == "table" else DropView
@@ -223,7 +233,13 @@ class Differ:
                ) -> list[Change]:
         desired = item.table
         name = _name(desired.namespace, desired.name)
-        create = CreateTable.of(desired)
+        real = self.iceberg_aware and item.iceberg and icediff.creatable(
+            item, self.spec.namespaces[desired.namespace].namespace.properties, self.warehouse)
+        create: CreateTable | CreateIcebergTable = (
+            icediff.create_op(item) if real else CreateTable.of(desired))
+        if self.iceberg_aware and item.iceberg and not real and (
+                current is None or current.format != desired.format):
+            self.definitions_only.append(name)
         if current is None:
             details = new_attributes(Table(desired.namespace, desired.name), desired,
                                       ("comment", "protected", "format", "table_type",
@@ -232,6 +248,7 @@ class Differ:
             details += property_details({}, desired.format_properties, "format_properties")
             details += [detail(f"column {c.name}", None, column_text(c), text=True)
                         for c in desired.columns]
+            details += icediff.create_details(item)
             if view is not None:
                 return [self._replacement("table", item, view, "view", create,
                                           [detail("type", "view", "table"), *details])]
@@ -241,6 +258,12 @@ class Differ:
             return [self._replacement("table", item, current, "table", create,
                                       attribute_details(current, desired,
                                                          ("format", "table_type")))]
+        if self.iceberg_aware and icediff.has_metadata(current):
+            return icediff.alter(self, item, current)
+        if real:  # declared as Iceberg without metadata: it becomes a real table
+            return [Change(Action.UPDATE, Kind.TABLE, name, source=str(item.position),
+                           details=[detail("iceberg metadata", None, "created"),
+                                    *icediff.create_details(item)], ops=[create])]
         args, details = _alter_common(current, desired)
         if item.manages_location and current.location != desired.location:
             args["location"] = desired.location
@@ -351,9 +374,20 @@ class Differ:
                        source=str(item.position))]
 
 
-def compute_changes(spec: Spec, current: Current, observed: Observed) -> list[Change]:
-    """The ordered changes that turn ``current`` into what ``spec`` declares."""
-    return Differ(spec, current, observed).changes()
+def compute_changes(spec: Spec, current: Current, observed: Observed,
+                    warehouse: str = "") -> tuple[list[Change], list[str]]:
+    """The ordered changes that turn ``current`` into what ``spec`` declares, and warnings;
+    ``warehouse``: the catalog's warehouse property (where Iceberg tables go)."""
+    differ = Differ(spec, current, observed, warehouse)
+    changes = differ.changes()
+    warnings = []
+    if differ.definitions_only:
+        shown = ", ".join(differ.definitions_only[:5]) + (
+            ", ..." if len(differ.definitions_only) > 5 else "")
+        warnings.append(f"{len(differ.definitions_only)} Iceberg table(s) ({shown}) stay "
+                        "definitions without Iceberg metadata: no declared location, no "
+                        "namespace location property and no catalog warehouse property")
+    return changes, warnings
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from olympia.plan.changes import Change, column_text
 from olympia.plan.compat import is_safe_change
 from olympia.plan.ops import (
     AlterNamespace,
-    AlterTable,
+    CreateIcebergTable,
     CreateTable,
     CreateView,
     DropNamespace,
@@ -33,6 +33,7 @@ from olympia.plan.ops import (
     RenameTable,
     RenameView,
     ReplaceView,
+    TableChanges,
 )
 
 UNPROTECT = "removes protection"
@@ -103,7 +104,7 @@ class Gate:
             case DropTable() | DropView():
                 kind = "table" if isinstance(op, DropTable) else "view"
                 name = _name(op.identifier)
-                again = any(isinstance(o, CreateTable | CreateView)
+                again = any(isinstance(o, CreateTable | CreateIcebergTable | CreateView)
                             and o.identifier == op.identifier for o in later)
                 reasons.append(f"drops {kind} {name}" + (" and creates it anew"
                                                          if again else ""))
@@ -116,7 +117,7 @@ class Gate:
                 if self._staged("namespace", (op.namespace,)):
                     reasons.append(UNPROTECT)
                     self.unprotected.add((op.namespace,))
-            case AlterTable():
+            case TableChanges():
                 reasons += self._alter_table(op)
             case ReplaceView(protected=False):
                 if self._staged("view", op.identifier):
@@ -152,7 +153,7 @@ class Gate:
             return [f"namespace {namespace} holds protected objects"]
         return []
 
-    def _alter_table(self, op: AlterTable) -> list[str]:
+    def _alter_table(self, op: TableChanges) -> list[str]:
         try:
             table = self.txn.load_table(op.identifier)
         except NotFoundError:

@@ -14,6 +14,8 @@ from urllib.parse import quote
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import CatalogReader
 from olympia.exceptions import InvalidArgumentError
+from olympia.plan.icediff import has_metadata
+from olympia.spec.iceberg import layout_of
 from olympia.spec.loader import spec_files
 from olympia.spec.schema import SCHEMA_FILE_NAME, schema_path
 from olympia.spec.variables import escape
@@ -55,13 +57,34 @@ def _table(table: Table) -> dict[str, Any]:
         out["format"] = table.format
     if table.table_type != "external":
         out["table_type"] = table.table_type
-    if table.location:
-        out["location"] = table.location
-    if table.format_properties:
-        out["format_properties"] = dict(sorted(table.format_properties.items()))
+    if table.format == "iceberg":
+        out.update(_iceberg(table))
+    else:
+        if table.location:
+            out["location"] = table.location
+        if table.format_properties:
+            out["format_properties"] = dict(sorted(table.format_properties.items()))
     if table.properties:
         out["properties"] = dict(sorted(table.properties.items()))
     out["columns"] = [_column(c) for c in table.columns]
+    return out
+
+
+def _iceberg(table: Table) -> dict[str, Any]:
+    """What a spec declares of an Iceberg table besides its columns: partitioning, sorting
+    and a format version other than 2; never its metadata location or the format
+    properties Iceberg writes (they change with every data commit)."""
+    if not has_metadata(table):
+        return {}
+    out: dict[str, Any] = {}
+    version = table.format_properties.get("format-version", "2")
+    if version != "2" and version.isdigit():
+        out["format_version"] = int(version)
+    layout = layout_of(table.format_properties, table.columns)
+    if layout.partition_by:
+        out["partition_by"] = list(layout.partition_texts())
+    if layout.sort_by:
+        out["sort_by"] = list(layout.sort_texts())
     return out
 
 

@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from olympia.catalog.objects import Column
 from olympia.exceptions import InvalidArgumentError
 from olympia.plan.ops import COLUMN_DEF, OP_CLASSES, Op
+from olympia.spec.iceberg import SortTerm, Term
 
 
 def op_schema(name: str) -> dict[str, Any]:
@@ -61,6 +62,13 @@ def _typed(key: str, value: Any) -> Any:
         return {name: _column(c, name) for name, c in value.items()}
     if key == "referenced_objects":
         return tuple((a, b) for a, b in value)
+    if key in ("partition_by", "sort_by") and value is not None:
+        parse = Term.parse if key == "partition_by" else SortTerm.parse
+        for text in value:
+            try:
+                parse(text)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"{key} {_short(text)}: {exc}") from None
     if isinstance(value, list):
         return tuple(value)
     return value

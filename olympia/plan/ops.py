@@ -8,14 +8,17 @@ Transaction method explicitly; nothing is looked up by name.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from olympia.catalog.objects import Column, Table, View
+from olympia.exceptions import CatalogError
 
 if TYPE_CHECKING:
+    from olympia.catalog.catalog import Catalog
     from olympia.catalog.transaction import Transaction
 
 Ident = tuple[str, str]  # (namespace, name)
@@ -217,8 +220,11 @@ class CreateTable(ObjectOp):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AlterTable(ObjectOp):
-    op: Literal["alter_table"] = "alter_table"
+class TableChanges(ObjectOp):
+    """What every table alteration can change: properties, columns, comment, protection.
+
+    Column updates are keyed by the column's new name."""
+
     set_properties: Mapping[str, str] = field(default_factory=dict)
     unset_properties: tuple[str, ...] = ()
     add_columns: tuple[Column, ...] = ()
@@ -227,8 +233,6 @@ class AlterTable(ObjectOp):
     update_columns: Mapping[str, Column] = field(default_factory=dict)
     column_order: tuple[str, ...] | None = None
     comment: str | None = None
-    location: str | None = None
-    format_properties: Mapping[str, str] | None = None
     protected: bool | None = None
     action_type = "TABLE_ALTER"
     schema = {"identifier": _IDENT, "set_properties": _PROPS, "unset_properties": _NAMES,
@@ -236,9 +240,20 @@ class AlterTable(ObjectOp):
               "rename_columns": {"type": "object", "additionalProperties": _NAME},
               "update_columns": {"type": "object", "additionalProperties": _COLUMN},
               "column_order": _nullable(_NAMES), "comment": _nullable(_TEXT),
-              "location": _nullable(_TEXT), "format_properties": _nullable(_PROPS),
               "protected": _nullable(_BOOL)}
     required = ("identifier",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterTable(TableChanges):
+    """An alteration of the Olympia definition itself (tables of formats other than
+    Iceberg, and Iceberg tables declared without metadata yet)."""
+
+    op: Literal["alter_table"] = "alter_table"
+    location: str | None = None
+    format_properties: Mapping[str, str] | None = None
+    schema = {**TableChanges.schema, "location": _nullable(_TEXT),
+              "format_properties": _nullable(_PROPS)}
 
     def apply(self, txn: Transaction) -> None:
         txn.alter_table(self.identifier, set_properties=self.set_properties,
@@ -247,6 +262,88 @@ class AlterTable(ObjectOp):
                         update_columns=self.update_columns, column_order=self.column_order,
                         comment=self.comment, location=self.location,
                         format_properties=self.format_properties, protected=self.protected)
+
+
+# Iceberg operations: partition and sort terms as written in specs (olympia.spec.iceberg)
+_TERMS: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1,
+                                                       "maxLength": 1000}}
+_FORMAT_VERSION: dict[str, Any] = {"enum": [1, 2]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateIcebergTable(ObjectOp):
+    """Create a real Iceberg table (metadata file and definition) through pyiceberg; an
+    Iceberg table declared without metadata yet becomes one. ``location`` empty: derived
+    from the namespace's ``location`` property or the catalog's ``warehouse``."""
+
+    op: Literal["create_iceberg_table"] = "create_iceberg_table"
+    columns: tuple[Column, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    table_type: str = "external"
+    location: str = ""
+    partition_by: tuple[str, ...] = ()
+    sort_by: tuple[str, ...] = ()
+    format_version: int = 2
+    comment: str = ""
+    protected: bool = False
+    action_type = "TABLE_CREATE"
+    schema = {"identifier": _IDENT, "columns": _COLUMNS, "properties": _PROPS,
+              "table_type": _NAME, "location": _TEXT, "partition_by": _TERMS,
+              "sort_by": _TERMS, "format_version": _FORMAT_VERSION, "comment": _TEXT,
+              "protected": _BOOL}
+    required = ("identifier", "columns")
+
+    def apply(self, txn: Transaction) -> None:
+        from olympia.iceberg import bridge  # needs pyiceberg: only for Iceberg tables
+
+        staging = _iceberg_staging(txn, self)
+        bridge.create_table(txn, staging.catalog, self, dry_run=staging.dry_run)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterIcebergTable(TableChanges):
+    """Evolve a real Iceberg table through pyiceberg (schema, partition spec, sort order,
+    properties, format version) in the transaction; comment and protection are Olympia's.
+    ``partition_by``/``sort_by`` None: unchanged."""
+
+    op: Literal["alter_iceberg_table"] = "alter_iceberg_table"
+    partition_by: tuple[str, ...] | None = None
+    sort_by: tuple[str, ...] | None = None
+    format_version: int | None = None
+    schema = {**TableChanges.schema, "partition_by": _nullable(_TERMS),
+              "sort_by": _nullable(_TERMS), "format_version": _nullable(_FORMAT_VERSION)}
+
+    def apply(self, txn: Transaction) -> None:
+        from olympia.iceberg import bridge  # needs pyiceberg: only for Iceberg tables
+
+        staging = _iceberg_staging(txn, self)
+        bridge.alter_table(txn, staging.catalog, self, dry_run=staging.dry_run)
+
+
+@dataclass(frozen=True)
+class IcebergStaging:
+    """Where a transaction's Iceberg operations go: the catalog it stages in and whether
+    they only stage definitions and write no metadata file (plans staged to be
+    classified)."""
+
+    catalog: Catalog
+    dry_run: bool
+
+
+_STAGING: weakref.WeakKeyDictionary[Transaction, IcebergStaging] = weakref.WeakKeyDictionary()
+
+
+def stage_iceberg(txn: Transaction, catalog: Catalog, dry_run: bool) -> None:
+    """Let Iceberg operations stage in ``txn``, a transaction of ``catalog``."""
+    _STAGING[txn] = IcebergStaging(catalog, dry_run)
+
+
+def _iceberg_staging(txn: Transaction, op: Op) -> IcebergStaging:
+    staging = _STAGING.get(txn)
+    if staging is None:
+        raise CatalogError(f"{op.op} needs a transaction prepared for Iceberg operations "
+                           "(olympia.plan.ops.stage_iceberg)")
+    return staging
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,6 +453,6 @@ class DropView(ObjectOp):
 OP_CLASSES: dict[str, type[Op]] = {
     cls.__dataclass_fields__["op"].default: cls  # type: ignore[misc]
     for cls in (CreateNamespace, AlterNamespace, RenameNamespace, DropNamespace, CreateTable,
-                AlterTable, RenameTable, DropTable, CreateView, ReplaceView, RenameView,
-                DropView)
+                AlterTable, CreateIcebergTable, AlterIcebergTable, RenameTable, DropTable,
+                CreateView, ReplaceView, RenameView, DropView)
 }

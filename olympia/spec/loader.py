@@ -18,7 +18,7 @@ from typing import Any
 from olympia.catalog.keys import ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View, canonical_type
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
-from olympia.spec import schema
+from olympia.spec import iceberg, schema
 from olympia.spec import variables as spec_variables
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import (
@@ -217,9 +217,63 @@ class _Builder:
             body.get("location", ""), _properties(doc, (*path, "format_properties")),
             body.get("comment", ""), bool(body.get("protected", False)),
         )
+        layout = self._layout(doc, path, table)
+        if layout is None:
+            return
         self.spec.tables[(ns, name)] = TableSpec(
             table, doc.at_key(path), old, renames, "location" in body,
-            "format_properties" in body)
+            "format_properties" in body, layout, body.get("format_version"))
+
+    def _layout(self, doc: Document, path: Path_, table: Table) -> iceberg.Layout | None:
+        """The partitioning and sorting of an Iceberg table, its columns checked for types
+        Iceberg cannot hold; keys only Iceberg tables have are refused on other formats.
+        None when something is wrong (reported)."""
+        body: dict[str, Any] = doc.get(path)
+        ok = True
+        if table.format != "iceberg":
+            for key in ("partition_by", "sort_by", "format_version"):
+                if key in body:
+                    self.problem(doc.at_key((*path, key)), f"{key} is for Iceberg tables; "
+                                 f"this table's format is {table.format}")
+                    ok = False
+            return iceberg.Layout() if ok else None
+        if "format_properties" in body:
+            self.problem(doc.at_key((*path, "format_properties")),
+                         "an Iceberg table's format properties are written by Iceberg: "
+                         "declare format_version, partition_by and sort_by instead")
+            ok = False
+        for i, column in enumerate(table.columns):
+            why = iceberg.unrepresentable(column)
+            if why is not None:
+                self.problem(doc.at((*path, "columns", i, "type")),
+                             f"column {excerpt(column.name)}: {why} (the table's format is "
+                             "iceberg; declare another format, or another type)")
+                ok = False
+        parsed: dict[str, list[Any]] = {"partition_by": [], "sort_by": []}
+        for key, parse in (("partition_by", iceberg.parse_terms),
+                           ("sort_by", iceberg.parse_sort)):
+            items = body.get(key) or []
+            for i, text in enumerate(items):
+                if i and _split(items[i - 1]) and ")" in text and "(" not in text:
+                    continue  # the rest of a term split at its comma (reported with it)
+                try:
+                    if _split(text):
+                        raise InvalidArgumentError(
+                            "a term with a comma was split by YAML flow syntax: quote it, "
+                            'e.g. "bucket(16, id)", or write the list one item a line')
+                    parsed[key] += parse([text], table.columns)
+                except InvalidArgumentError as exc:
+                    self.problem(doc.at((*path, key, i)), f"{key}: {exc}")
+                    ok = False
+        terms = parsed["partition_by"]
+        for i, term in enumerate(terms):
+            if term in terms[:i]:
+                self.problem(doc.at((*path, "partition_by", i)),
+                             f"partition_by: {term} appears twice")
+                ok = False
+        if not ok:
+            return None
+        return iceberg.Layout(tuple(terms), tuple(parsed["sort_by"]))
 
     def _view(self, doc: Document, ns: str, name: str) -> None:
         path: Path_ = ("views", name)
@@ -370,6 +424,11 @@ def _properties(doc: Document, path: Path_) -> dict[str, str]:
     if path[-1] not in parent or parent[path[-1]] is None:
         return {}
     return {key: doc.text((*path, key)) for key in parent[path[-1]]}
+
+
+def _split(text: str) -> bool:
+    """Whether a term was cut at its comma (``[bucket(16, id)]`` in flow syntax)."""
+    return "(" in text and ")" not in text
 
 
 def _join(ns: str, name: str) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from olympia.catalog.objects import Namespace, Table, View
+from olympia.spec.iceberg import Layout
 from olympia.spec.yamlpos import Position
 
 Key = tuple[str, str]  # (namespace, name)
@@ -27,6 +28,13 @@ class TableSpec:
     column_renames: Mapping[str, str] = field(default_factory=dict)  # new name -> old name
     manages_location: bool = False  # omitted: the catalog's value is left alone
     manages_format_properties: bool = False
+    layout: Layout = field(default_factory=Layout)  # Iceberg: partitioning and sorting
+    format_version: int | None = None  # Iceberg tables; None: not declared
+
+    @property
+    def iceberg(self) -> bool:
+        """Whether the table is declared as an Iceberg table."""
+        return self.table.format == "iceberg"
 
 
 @dataclass(frozen=True)
