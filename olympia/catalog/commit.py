@@ -7,8 +7,9 @@ distributed transactions.
    the hints) and its actions are checked against ours
    (:func:`olympia.catalog.actions.find_conflict`); without a conflict the staged changes
    are replayed onto the winner's tree and step 2 is tried again at once for ``vn/<v+2>``.
-   From the second loss in a row on, the roots committed after the winner are read too,
-   so a writer far behind catches up in reads, not in lost races. A rebase rewrites only
+   When the winner was committed over a second before this attempt (the base was stale,
+   not a race lost), the roots after it are read too, so a writer far behind catches up in
+   reads, not in lost races. A rebase rewrites only
    the nodes whose content changed relative to the new base: a node already written by an
    earlier attempt with the same keys, values and children is referenced again, and
    definition files are written once.
@@ -41,6 +42,7 @@ from olympia.tree import btree
 from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
+STALE_MILLIS = 1000  # a winner this much older than our attempt: we were behind
 
 
 def now_millis() -> int:
@@ -64,9 +66,9 @@ class CommitOptions:
     """
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
-    immediate_retries: int = 3
-    backoff_s: float = 0.002
-    max_backoff_s: float = 0.25
+    immediate_retries: int = 1
+    backoff_s: float = 0.005
+    max_backoff_s: float = 0.2
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(0, bound))
@@ -166,7 +168,7 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         except FileAlreadyExists:
             losses += 1
             base = _checked(files, version, change)
-            if losses > 1:  # racing hard or far behind: skip the roots already there
+            if base.created_at_millis + STALE_MILLIS < created:  # behind, not racing
                 base = _catch_up(files, base, change)
             bound = options.pause(losses)
             if options.clock() + bound >= deadline:
