@@ -1,0 +1,140 @@
+"""The commit protocol (olympia/catalog/commit.py): a lost race is rebased at once on the
+root that won, retries are bounded by a time budget, a rebase keeps the node files whose
+content did not change. Counts are asserted, never times (the clock is injected)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from olympia import Catalog
+from olympia.catalog.commit import CommitOptions
+from olympia.catalog.keys import version_path
+from olympia.exceptions import CatalogError, CommitConflict
+from olympia.tree import btree
+
+COLUMNS = [{"name": "id", "type": "int8"}]
+
+
+def _two_writers(order: int = 128, tables: int = 0) -> tuple[Catalog, Catalog]:
+    """Two Catalog objects (separate storage clients and caches) on one memory catalog."""
+    uri = f"memory://commit-{uuid.uuid4().hex}"
+    first = Catalog.create(uri, order=order)
+    with first.transaction() as txn:
+        txn.create_namespace("s")
+        for i in range(tables):
+            txn.create_table("s", f"t{i:02d}", columns=COLUMNS)
+    return first, Catalog.open(uri)
+
+
+def _node_files(catalog: Catalog) -> set[str]:
+    return {f.path for f in catalog.storage.list("node/")}
+
+
+def test_lost_race_rebases_on_the_winner_at_once() -> None:
+    ours, theirs = _two_writers()
+    slept: list[float] = []
+    ours.commit_options = replace(ours.commit_options, sleep=slept.append)
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    theirs.create_table("s", "theirs", columns=COLUMNS)  # wins version 2
+    ours.storage.stats.reset()
+    assert txn.commit() == 3
+    stats = ours.storage.stats.snapshot()
+    # writes: our def, root attempt at vn/2 (lost), root at vn/3, vn/latest
+    assert stats["writes"] == 4 and stats["failures"] == 1
+    assert stats["reads"] == 1  # the winning root, read directly
+    assert stats["exists"] == 0 and stats["misses"] == 0  # no discovery, no probing
+    assert slept == []  # no pause before the retry
+    assert ours.version == 3  # the catalog heard of its commit through the callback
+    assert ours.list_tables("s") == ["mine", "theirs"]
+    assert ours.at_version(3).root.node.previous_root == version_path(2)
+
+
+def test_lost_race_on_the_same_object_is_a_conflict() -> None:
+    ours, theirs = _two_writers()
+    txn = ours.transaction()
+    txn.create_table("s", "orders", columns=COLUMNS)
+    theirs.create_table("s", "orders", columns=[{"name": "other", "type": "int4"}])
+    with pytest.raises(CommitConflict, match="s.orders.*version 2") as info:
+        txn.commit()
+    assert info.value.version == 2
+    assert txn.state == "aborted"
+    assert Catalog.open(ours.uri).load_table("s.orders").columns[0].name == "other"
+
+
+def test_commit_gives_up_when_its_time_budget_is_spent() -> None:
+    ours, theirs = _two_writers()
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # another writer wins while this one pauses
+        slept.append(seconds)
+        now[0] += seconds
+        theirs.create_table("s", f"theirs{len(slept)}", columns=COLUMNS)
+
+    ours.commit_options = CommitOptions(
+        timeout_s=1.0, immediate_retries=0, backoff_s=0.1, max_backoff_s=0.4,
+        clock=lambda: now[0], sleep=sleep, jitter=lambda bound: bound)
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    theirs.create_table("s", "theirs0", columns=COLUMNS)
+    ours.storage.stats.reset()
+    with pytest.raises(CommitConflict, match="gave up after 1 s and 4 attempts"):
+        txn.commit()
+    assert slept == [0.1, 0.2, 0.4]  # doubling, capped; the fourth would pass the budget
+    assert ours.storage.stats.snapshot()["failures"] == 4  # four roots lost
+    assert txn.state == "aborted"
+    assert "mine" not in Catalog.open(ours.uri).list_tables("s")
+
+
+def test_pause_grows_after_the_immediate_retries() -> None:
+    options = CommitOptions(immediate_retries=2, backoff_s=0.01, max_backoff_s=0.05)
+    assert [options.pause(n) for n in range(1, 7)] == [0.0, 0.0, 0.01, 0.02, 0.04, 0.05]
+
+
+def test_commit_timeout_is_set_per_catalog() -> None:
+    uri = f"memory://commit-{uuid.uuid4().hex}"
+    assert Catalog.create(uri, commit_timeout=5).commit_options.timeout_s == 5
+    assert Catalog.open(uri).commit_options.timeout_s == 30
+    assert Catalog.open(uri, commit_timeout=0.5).commit_options.timeout_s == 0.5
+    with pytest.raises(CatalogError, match="commit_timeout"):
+        Catalog.open(uri, commit_timeout=0)
+
+
+def test_disjoint_rebase_keeps_the_node_files_already_written() -> None:
+    ours, theirs = _two_writers(order=4, tables=40)
+    depth = ours.snapshot.depth()
+    assert depth >= 3
+    txn = ours.transaction()
+    txn.create_table("s", "t00a", columns=COLUMNS)  # first leaf
+    theirs.create_table("s", "t39a", columns=COLUMNS)  # last leaf, another subtree
+    before = _node_files(ours)
+    ours.storage.stats.reset()
+    assert txn.commit() == 3
+    new_nodes = _node_files(ours) - before
+    assert len(new_nodes) == depth - 1  # one per level below the root, written once
+    # our def, the nodes, the lost and the won root, vn/latest: nothing rewritten
+    assert ours.storage.stats.snapshot()["writes"] == 1 + (depth - 1) + 2 + 1
+    snap = Catalog.open(ours.uri).snapshot
+    assert set(btree.node_paths(snap.nodes, snap.root.node)) >= new_nodes
+    assert btree.validate(snap.nodes, snap.root.node, 4) == 1 + 42
+    assert {"t00a", "t39a"} <= set(snap.list_tables("s"))
+
+
+def test_rebase_rewrites_the_nodes_the_winner_changed() -> None:
+    ours, theirs = _two_writers(order=4, tables=40)
+    txn = ours.transaction()
+    txn.create_table("s", "t20a", columns=COLUMNS)
+    theirs.create_table("s", "t20b", columns=COLUMNS)  # the same leaf
+    before = _node_files(ours)
+    txn.commit()
+    snap = Catalog.open(ours.uri).snapshot
+    assert btree.validate(snap.nodes, snap.root.node, 4) == 1 + 42
+    assert {"t20a", "t20b"} <= set(snap.list_tables("s"))
+    # the leaf holding both was written again on the new base; the first attempt's copy
+    # of it is an orphan (not reachable from the committed root)
+    reachable = set(btree.node_paths(snap.nodes, snap.root.node))
+    assert (_node_files(ours) - before) - reachable
