@@ -50,14 +50,11 @@ def policy(**overrides: Any) -> ExpirePolicy:
     return ExpirePolicy(**values)
 
 
-def mark_old(catalog: Catalog | None = None) -> int:
+def mark_old(catalog: Catalog) -> int:
     """An instant at which every file of ``catalog`` written so far is older than the grace
     period, by the storage's own timestamps (what expiry compares; S3 truncates them to
     whole seconds), once the clock has passed it: runs given it as ``now_ms`` then agree
-    whether or not they are given a clock. Without a catalog, any storage: wait 2.2 s."""
-    if catalog is None:
-        time.sleep(2.2)
-        return now_millis()
+    whether or not they are given a clock."""
     newest = max(f.modified for f in catalog.storage.list())
     instant = math.floor(newest * 1000) + GRACE_MS + 1
     while now_millis() < instant:  # a wait for a condition, not a guess at a duration

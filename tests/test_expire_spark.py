@@ -95,7 +95,7 @@ def test_concurrent_writers_lose_nothing(spark: Any, shared_location: Location) 
     new oldest one on reads correctly and nothing committed is missing."""
     location = shared_location
     catalog, before = build(location, order=3)
-    now = mark_old()
+    now = mark_old(catalog)
     writer = Catalog.open(location.uri, location.storage_options)
     target = catalog.version - 8  # below what keep_last=4 keeps
     log: list[str] = []
@@ -151,7 +151,7 @@ def test_commit_landing_after_the_walk_stops_the_spark_job(spark: Any, tmp_path:
     location = Location(str(tmp_path / "c"), {}, "local")
     catalog, before = build(location, order=3, tables=8, alters=0)
     late = StalledCommit(location, "late")
-    now = mark_old()
+    now = mark_old(catalog)
 
     def land(step: str, _info: dict[str, Any]) -> None:
         if step == "identified":
@@ -184,7 +184,7 @@ def test_crash_between_deletes_then_rerun(spark: Any, shared_location: Location)
     location = shared_location
     catalog, before = build(location, order=4, tables=8, alters=2)
     catalog.storage.write(ORPHAN, b"orphan")
-    now = mark_old()
+    now = mark_old(catalog)
 
     def die(step: str, _info: dict[str, Any]) -> None:
         if step == "roots-deleted":
