@@ -150,6 +150,9 @@ def _evolve_schema(itx: IcebergTransaction, schema: Schema, op: AlterIcebergTabl
                 update.add_column(col.name, iceberg_type(_with_ids(col)), col.comment or None,
                                   required=not col.nullable)
             order = list(op.column_order or [])
+            if not order and replaced:  # a replaced column keeps its place
+                order = [op.rename_columns.get(f.name, f.name) for f in schema.fields
+                         if f.name not in op.remove_columns]
             for i, name in enumerate(order):
                 if i == 0:
                     update.move_first(name)
