@@ -13,19 +13,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.exceptions import CommitFailedException, NotInstalledError, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import (
     ParquetFormatModel,
     ParquetFormatWriter,
     _check_pyarrow_schema_compatible,
-    _determine_partitions,
     _to_requested_schema,
     pyarrow_to_schema,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.partitioning import PartitionKey
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey, PartitionSpec
 from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
@@ -148,14 +147,12 @@ class OlympiaWriter(DataSourceArrowWriter):
                 converted = pa.Table.from_batches([_to_requested_schema(
                     file_schema, batch_schema, batch, include_field_ids=True,
                     format_model=ParquetFormatModel())])
-                if spec.is_unpartitioned():
-                    parts: list[tuple[PartitionKey | None, pa.Table]] = [(None, converted)]
-                else:
-                    parts = [(p.partition_key, p.arrow_table_partition)
-                             for p in _determine_partitions(spec, file_schema, converted)]
-                for key, rows in parts:
-                    values = tuple(v.value for v in key.field_values) if key else ()
+                for values, rows in split_by_partition(spec, file_schema, converted):
                     if values not in files:
+                        key = PartitionKey(
+                            [PartitionFieldValue(f, v) for f, v in zip(spec.fields, values,
+                                                                       strict=True)],
+                            spec, file_schema) if values else None
                         name = f"{task}-{self._write_id}-{len(files):05d}.parquet"
                         path = locations.new_data_location(name, key)
                         files[values] = _OpenFile(path, key, ParquetFormatModel().create_writer(
@@ -292,6 +289,41 @@ class OlympiaWriter(DataSourceArrowWriter):
             log.warning("olympia %s to %s aborted; listing %s for files of killed tasks "
                         "failed (%s)", self._mode, self._options.table, data_path,
                         type(exc).__name__)
+
+
+def split_by_partition(spec: PartitionSpec, schema: Schema,
+                       table: pa.Table) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
+    """The rows of ``table`` for each partition value of ``spec`` (one pass: the rows of
+    each value are taken by index), the value as a tuple of transformed values."""
+    if spec.is_unpartitioned():
+        yield (), table
+        return
+    names = [f"p{i}" for i in range(len(spec.fields))]
+    keys = pa.table({name: _transformed(field.transform, schema, field.source_id, table)
+                     for name, field in zip(names, spec.fields, strict=True)})
+    keys = keys.append_column("row", pa.array(range(table.num_rows), pa.int64()))
+    grouped = keys.group_by(names, use_threads=False).aggregate([("row", "list")])
+    rows = grouped.column("row_list")
+    for i in range(grouped.num_rows):
+        yield (tuple(grouped.column(name)[i].as_py() for name in names),
+               table.take(rows[i].values))
+
+
+def _transformed(transform: Any, schema: Schema, source_id: int, table: pa.Table) -> Any:
+    """A partition transform applied to a column: pyiceberg's Arrow transform, or its
+    per-value transform on the Iceberg representation (micros, days) where the Arrow one
+    needs the optional pyiceberg-core package."""
+    source = schema.find_field(source_id)
+    column = table.column(schema.find_column_name(source_id))
+    try:
+        return transform.pyarrow_transform(source.field_type)(column)
+    except NotInstalledError:
+        one = transform.transform(source.field_type)
+        if pa.types.is_timestamp(column.type) or pa.types.is_time(column.type):
+            column = column.cast(pa.int64())
+        elif pa.types.is_date(column.type):
+            column = column.cast(pa.int32())
+        return pa.array([None if v is None else one(v) for v in column.to_pylist()])
 
 
 def _data_files(messages: list[WriterCommitMessage | None]) -> list[DataFile]:

@@ -1,0 +1,429 @@
+"""The olympia PySpark data source on local[2]: partitioned writes read back exactly, pushed
+filters skip files (counted by the planner's log line in Spark's Python worker logs),
+overwrite, failed jobs, concurrent appends, catalog-version time travel, local disk and the
+real S3 server."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iceberg_helpers import local_properties, s3_properties
+from pyiceberg.expressions import AlwaysTrue, EqualTo
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
+from pyiceberg.types import (
+    DateType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
+from pyspark import InheritableThread
+
+import olympia.spark
+from olympia import exceptions as oe
+from olympia import versions
+from olympia.iceberg import OlympiaCatalog
+from olympia.spark.filters import pushdown
+from olympia.spark.options import SourceOptions
+from olympia.spark.reader import group
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "name", StringType(), required=False),
+    NestedField(3, "part", IntegerType(), required=False),
+    NestedField(4, "ts", TimestamptzType(), required=False),
+    NestedField(5, "amount", DecimalType(12, 2), required=False),
+)
+SPEC = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "part"))
+PARTS = 4
+PLANNED = re.compile(r"olympia scan of table (\S+) at catalog version (\d+), snapshot \S+: "
+                     r"(\d+) of (\d+) data files planned")
+
+
+@pytest.fixture(scope="module")
+def source(spark: Any) -> Iterator[Any]:
+    """The olympia data source registered, with Python worker logs collected (the planner's
+    log line is how the tests count the files a scan plans)."""
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")
+    olympia.spark.register(spark)
+    yield spark
+    spark.conf.unset("spark.sql.pyspark.worker.logging.enabled")
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Catalog properties on local disk or on the S3 server."""
+    if request.param == "local":
+        return local_properties(tmp_path)
+    return s3_properties(request.getfixturevalue("s3_server"), uuid.uuid4().hex[:12])
+
+
+def open_catalog(properties: dict[str, str]) -> OlympiaCatalog:
+    return OlympiaCatalog("test", **properties)
+
+
+def options(properties: dict[str, str]) -> dict[str, str]:
+    """Reader/writer options: the catalog URI and every other property as it is."""
+    out = {k: v for k, v in properties.items() if k != "uri"}
+    out["catalog"] = properties["uri"]
+    return out
+
+
+def rows(spark: Any, count: int, start: int = 0) -> Any:
+    return spark.range(start, start + count, numPartitions=2).selectExpr(
+        "id", "concat('n', id) AS name", f"CAST(id % {PARTS} AS INT) AS part",
+        "timestamp_seconds(1700000000 + id) AS ts",
+        "CAST(id / 100 AS DECIMAL(12, 2)) AS amount")
+
+
+def checksum(df: Any) -> tuple[int, int]:
+    """Row count and an order-independent hash of every value."""
+    row = df.selectExpr("count(*) AS n", "sum(CAST(xxhash64(id, name, part, ts, amount) "
+                        "AS DECIMAL(38, 0))) AS h").collect()[0]
+    return int(row["n"]), int(row["h"] or 0)
+
+
+def read(spark: Any, properties: dict[str, str], table: str, **extra: str) -> Any:
+    return spark.read.format("olympia").options(**options(properties), **extra).load(table)
+
+
+def write(df: Any, properties: dict[str, str], table: str, mode: str = "append") -> None:
+    df.write.format("olympia").options(**options(properties)).mode(mode).save(table)
+
+
+def planned(spark: Any, table: str) -> list[tuple[int, int]]:
+    """(files planned, data files in the snapshot) of every scan of ``table`` so far (the
+    log is not in time order)."""
+    out = []
+    for row in spark.tvf.python_worker_logs().select("msg").collect():
+        match = PLANNED.search(row["msg"] or "")
+        if match and match.group(1) == table:
+            out.append((int(match.group(3)), int(match.group(4))))
+    return out
+
+
+def new_table(properties: dict[str, str], spec: PartitionSpec = SPEC) -> tuple[str, Any]:
+    catalog = open_catalog(properties)
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(namespace)
+    catalog.create_table(f"{namespace}.orders", SCHEMA, partition_spec=spec)
+    return f"{namespace}.orders", catalog
+
+
+def data_files(catalog: OlympiaCatalog, table: str) -> list[Any]:
+    return [task.file for task in catalog.load_table(table).scan().plan_files()]
+
+
+def stored_files(properties: dict[str, str], table: str) -> set[str]:
+    """Every Parquet file under the table's location, as the storage lists it."""
+    location = open_catalog(properties).load_table(table).location()
+    io = open_catalog(properties).load_table(table).io
+    if location.startswith("file://"):
+        return {str(p) for p in Path(location[len("file://"):]).rglob("*.parquet")}
+    fs = io.get_fs("s3")
+    return {p for p in fs.find(location[len("s3://"):]) if p.endswith(".parquet")}
+
+
+# --- reads and writes ---------------------------------------------------------------------
+
+
+def test_partitioned_write_reads_back_exactly(source: Any, where: dict[str, str]) -> None:
+    spark = source
+    count = 1_000_000 if "py-io-impl" not in where else 40_000  # 1M rows on local disk
+    table, catalog = new_table(where)
+    version = catalog.olympia.refresh()
+    df = rows(spark, count)
+    write(df, where, table)
+
+    assert catalog.olympia.refresh() == version + 1  # one catalog version
+    iceberg = catalog.load_table(table)
+    assert len(iceberg.metadata.snapshots) == 1  # one snapshot, with the files' stats
+    assert iceberg.current_snapshot().summary["added-records"] == str(count)
+    files = data_files(catalog, table)
+    # partitioned by the table's spec: one file per partition value per task
+    assert sorted(f.partition[0] for f in files) == sorted(list(range(PARTS)) * 2)
+    assert all(f.record_count > 0 and f.lower_bounds and f.value_counts for f in files)
+    assert sum(f.record_count for f in files) == count
+    # pyiceberg reads what Spark wrote, partition by partition
+    for part in range(PARTS):
+        assert iceberg.scan(row_filter=EqualTo("part", part)).count() == count // PARTS
+
+    back = read(spark, where, table)
+    assert back.schema.simpleString() == (
+        "struct<id:bigint,name:string,part:int,ts:timestamp,amount:decimal(12,2)>")
+    assert checksum(back) == checksum(df)
+
+
+def test_transforms_partition_like_pyiceberg(source: Any, tmp_path: Path) -> None:
+    """bucket and day (pyiceberg's per-value transforms when pyiceberg-core is absent)."""
+    from pyspark.sql.functions import expr
+
+    spark = source
+    properties = local_properties(tmp_path)
+    spec = PartitionSpec(PartitionField(1, 1000, BucketTransform(3), "id_bucket"),
+                         PartitionField(4, 1001, DayTransform(), "ts_day"))
+    table, catalog = new_table(properties, spec)
+    df = rows(spark, 3_000).withColumn("ts", expr("timestamp_seconds(1700000000 + id * 60)"))
+    write(df, properties, table)
+    iceberg = catalog.load_table(table)
+    bucket = BucketTransform(3).transform(LongType())
+    day = DayTransform().transform(TimestamptzType())
+    files = data_files(catalog, table)
+    expected = {(bucket(i), day((1700000000 + i * 60) * 10**6)) for i in range(3_000)}
+    assert {tuple(f.partition) for f in files} == expected
+    for task in iceberg.scan().plan_files():
+        got = ArrowScan(iceberg.metadata, iceberg.io, iceberg.schema(), AlwaysTrue()) \
+            .to_table([task])
+        micros = got.column("ts").cast("int64").to_pylist()
+        assert {(bucket(i), day(t)) for i, t in zip(got.column("id").to_pylist(), micros,
+                                                     strict=True)} == {tuple(task.file.partition)}
+    assert checksum(read(spark, properties, table)) == checksum(df)
+
+
+def test_filters_skip_files(source: Any, where: dict[str, str]) -> None:
+    spark = source
+    table, catalog = new_table(where)
+    df = rows(spark, 20_000)
+    write(df, where, table)
+    total = len(data_files(catalog, table))
+
+    full = read(spark, where, table)
+    assert full.count() == 20_000
+    assert full.where("id = 12345").collect()[0].asDict() == \
+        df.where("id = 12345").collect()[0].asDict()
+    # partition column: only that partition's files
+    assert checksum(full.where("part = 1")) == checksum(df.where("part = 1"))
+    # data column: the two tasks wrote ids [0, 10000) and [10000, 20000) to separate files
+    assert checksum(full.where("id < 500")) == checksum(df.where("id < 500"))
+    assert checksum(full.where("name LIKE 'n1999%'")) == checksum(df.where("name LIKE 'n1999%'"))
+    # not translatable (endsWith, a function of a column): every file, right answer
+    assert checksum(full.where("name LIKE '%7' AND id % 3 = 0")) == \
+        checksum(df.where("name LIKE '%7' AND id % 3 = 0"))
+    assert checksum(full.where("part IN (0, 3) AND NOT (part = 3)")) == \
+        checksum(df.where("part = 0"))
+
+    scans = planned(spark, table)
+    # per task and part one file: ids 0-9999 in task 0's files, 10000-19999 in task 1's;
+    # 'n1999%' lies within both tasks' name ranges
+    assert sorted(scans) == sorted([
+        (total, total), (total // 2, total), (total // PARTS, total), (total // 2, total),
+        (total, total), (total, total), (total // 4, total)])
+
+
+def test_overwrite_replaces_exactly_the_data(source: Any, where: dict[str, str]) -> None:
+    spark = source
+    table, catalog = new_table(where)
+    write(rows(spark, 3_000), where, table)
+    before = {f.file_path for f in data_files(catalog, table)}
+    replacement = rows(spark, 1_000, start=50_000)
+    write(replacement, where, table, mode="overwrite")
+
+    assert checksum(read(spark, where, table)) == checksum(replacement)
+    iceberg = catalog.load_table(table)
+    assert len(iceberg.metadata.snapshots) == 2
+    assert iceberg.current_snapshot().summary.operation.value == "overwrite"
+    assert not before & {f.file_path for f in data_files(catalog, table)}
+
+
+def test_failed_job_leaves_table_catalog_and_storage_unchanged(
+        source: Any, where: dict[str, str]) -> None:
+    from pyspark.sql.functions import udf
+
+    spark = source
+    table, catalog = new_table(where)
+    write(rows(spark, 2_000), where, table)
+    version, files = catalog.olympia.refresh(), stored_files(where, table)
+    snapshot = catalog.load_table(table).metadata.current_snapshot_id
+
+    @udf("string")
+    def explode_on_one_row(name: str) -> str:
+        if name == "n3900":
+            raise ValueError("bad row n3900")
+        return name
+
+    failing = rows(spark, 2_000, start=2_000).withColumn("name", explode_on_one_row("name"))
+    with pytest.raises(Exception, match="bad row n3900"):
+        write(failing, where, table)
+
+    assert catalog.olympia.refresh() == version
+    assert catalog.load_table(table).metadata.current_snapshot_id == snapshot
+    assert stored_files(where, table) == files  # the other task's files were deleted too
+    assert read(spark, where, table).count() == 2_000
+
+
+def test_mismatched_schema_is_refused_before_writing(source: Any, tmp_path: Path) -> None:
+    spark = source
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    version = catalog.olympia.refresh()
+    extra = rows(spark, 10).selectExpr("*", "id AS extra")
+    with pytest.raises(Exception, match="columns not in the table: extra"):
+        write(extra, properties, table)
+    with pytest.raises(Exception, match="missing columns amount, ts"):
+        write(rows(spark, 10).drop("ts", "amount"), properties, table)
+    with pytest.raises(Exception, match="column types do not match"):
+        write(rows(spark, 10).selectExpr("id", "name", "name AS part", "ts", "amount"),
+              properties, table)
+    assert catalog.olympia.refresh() == version
+    assert stored_files(properties, table) == set()
+
+
+def test_concurrent_appends_both_land(source: Any, where: dict[str, str]) -> None:
+    spark = source
+    table, catalog = new_table(where)
+    version = catalog.olympia.refresh()
+    errors: list[BaseException] = []
+
+    def job(start: int) -> None:
+        try:
+            # Spark looks Python data sources up in the thread's active session
+            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+            write(rows(spark, 5_000, start=start), where, table)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [InheritableThread(target=job, args=(start,)) for start in (0, 5_000)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, [str(e)[:3000] for e in errors]
+    assert checksum(read(spark, where, table)) == checksum(rows(spark, 10_000))
+    assert len(catalog.load_table(table).metadata.snapshots) == 2
+    assert catalog.olympia.refresh() == version + 2
+
+
+def test_catalog_version_time_travel_across_tables(source: Any, where: dict[str, str]) -> None:
+    spark = source
+    orders, catalog = new_table(where)
+    namespace = orders.split(".")[0]
+    catalog.create_table(f"{namespace}.items", SCHEMA)
+    items = f"{namespace}.items"
+    write(rows(spark, 1_000), where, orders)
+    write(rows(spark, 500), where, items)
+    version = catalog.olympia.refresh()
+    first_snapshot = catalog.load_table(orders).metadata.current_snapshot_id
+    target = f"{where['uri']}-export"
+    versions.export(catalog.olympia, "before-more", target, "minimal",
+                    target_storage_options=catalog.olympia.storage.options)
+    write(rows(spark, 700, start=1_000), where, orders)
+    write(rows(spark, 300, start=500), where, items)
+
+    at = {"version": str(version)}
+    assert read(spark, where, orders, **at).count() == 1_000
+    assert read(spark, where, items, **at).count() == 500
+    assert read(spark, where, orders).count() == 1_700
+    assert read(spark, where, items).count() == 800
+    exported = {"export": "before-more"}
+    assert read(spark, where, orders, **exported).count() == 1_000
+    assert read(spark, where, items, **exported).count() == 500
+    assert read(spark, where, orders, snapshot_id=str(first_snapshot)).count() == 1_000
+    with pytest.raises(Exception, match="no snapshot 42"):
+        read(spark, where, orders, snapshot_id="42")
+    with pytest.raises(Exception, match="version and export"):
+        read(spark, where, orders, version="1", export="x")
+
+
+def test_spark_conf_sets_the_catalog_once(source: Any, tmp_path: Path) -> None:
+    spark = source
+    properties = local_properties(tmp_path)
+    table, _ = new_table(properties)
+    write(rows(spark, 100), properties, table)
+    spark.conf.set("spark.olympia.catalog", properties["uri"])
+    try:
+        olympia.spark.register(spark)
+        assert spark.read.format("olympia").load(table).count() == 100
+    finally:
+        spark.conf.unset("spark.olympia.catalog")
+        olympia.spark.register(spark)
+    with pytest.raises(Exception, match="needs the catalog"):
+        spark.read.format("olympia").load(table)
+
+
+@pytest.mark.s3
+def test_storage_secrets_stay_out_of_plans_and_errors(source: Any, s3_server: Any) -> None:
+    spark = source
+    properties = s3_properties(s3_server, uuid.uuid4().hex[:12])
+    table, _ = new_table(properties)
+    secret = properties["s3.secret-access-key"]
+    df = read(spark, properties, table).where("part = 1")
+    plan = df._jdf.queryExecution().toString()
+    explained = df._sc._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "extended")
+    assert secret not in plan and secret not in explained
+    assert df.count() == 0
+    with pytest.raises(Exception) as failure:
+        read(spark, properties, table, version="nope")
+    assert secret not in str(failure.value)
+
+
+# --- planning without Spark ---------------------------------------------------------------
+
+
+def test_filter_translation() -> None:
+    from pyspark.sql import datasource as ds
+
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "x", DoubleType()),
+                    NestedField(3, "d", DateType()),
+                    NestedField(4, "s", StructType(NestedField(5, "a", IntegerType()))),
+                    NestedField(6, "name", StringType()))
+    keep = [ds.EqualTo(("id",), 3), ds.In(("id",), (1, 2)), ds.IsNull(("name",)),
+            ds.Not(ds.StringStartsWith(("name",), "ab")), ds.EqualNullSafe(("id",), None),
+            ds.LessThanOrEqual(("d",), date(2024, 1, 2))]
+    rest = [ds.GreaterThan(("x",), 1.5), ds.EqualTo(("s", "a"), 1),
+            ds.StringEndsWith(("name",), "z"), ds.StringContains(("name",), "z"),
+            ds.In(("id",), (1, None)), ds.EqualTo(("missing",), 1),
+            ds.EqualTo(("id",), "not a number")]
+    expression, untranslated = pushdown(keep + rest, schema)
+    assert untranslated == rest
+    assert str(expression).count("Reference(name='id')") == 3
+    assert "Not(child=StartsWith(term=Reference(name='name')" in repr(expression)
+    bind(schema, expression, case_sensitive=True)
+    assert pushdown([], schema) == (AlwaysTrue(), [])
+
+
+def test_partitions_are_sized_groups_of_files() -> None:
+    class File:
+        def __init__(self, size: int) -> None:
+            self.file_size_in_bytes = size
+
+    class Task:
+        def __init__(self, size: int) -> None:
+            self.file, self.delete_files = File(size), set()
+
+    tasks: list[Any] = [Task(s) for s in (100, 90, 50, 40, 10, 10)]
+    assert [len(p.tasks) for p in group(tasks, split_size=1000, parallelism=1)] == [6]
+    halves = group(tasks, split_size=1000, parallelism=2)
+    assert sorted(sum(t.file.file_size_in_bytes for t in p.tasks) for p in halves) == [150, 150]
+    assert len(group(tasks, split_size=100, parallelism=1)) == 3
+    assert len(group(tasks, split_size=1, parallelism=8)) == 6  # never more than files
+    assert group([], split_size=1, parallelism=8) == []
+
+
+def test_options_are_checked_without_echoing_values() -> None:
+    with pytest.raises(oe.InvalidArgumentError, match="needs the catalog"):
+        SourceOptions.parse({"path": "a.b"}, {})
+    with pytest.raises(oe.InvalidArgumentError, match="needs a table"):
+        SourceOptions.parse({"catalog": "/x"}, {})
+    parsed = SourceOptions.parse({"path": "a.b", "s3.secret-access-key": "hush"},
+                                 {"catalog": "/x", "s3.endpoint": "http://e", "parallelism": "3"})
+    assert parsed.catalog_uri == "/x" and parsed.parallelism == 3
+    assert parsed.properties == {"s3.secret-access-key": "hush", "s3.endpoint": "http://e"}
+    assert "hush" not in repr(parsed)
+    with pytest.raises(oe.InvalidArgumentError, match="option version must be at least 0"):
+        SourceOptions.parse({"path": "a.b", "catalog": "/x", "version": "-1"}, {})
