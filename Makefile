@@ -3,6 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 WAREHOUSE ?= $(CURDIR)/warehouse
+# where `olympia apply` creates the example Iceberg tables (the catalog's warehouse property;
+# Olympia expiry never deletes Iceberg files, even under the catalog's folder)
+TABLES ?= file://$(WAREHOUSE)/tables
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint typecheck proto proto-check lock bench clean
@@ -17,10 +20,11 @@ $(VENV)/.installed: requirements/constraints.txt pyproject.toml
 	touch $@
 
 demo: install
-	$(VENV)/bin/olympia init --catalog $(WAREHOUSE) --if-not-exists
+	$(VENV)/bin/olympia init --catalog $(WAREHOUSE) --if-not-exists --property warehouse=$(TABLES)
 	$(VENV)/bin/olympia validate examples/catalog --var-file examples/vars.yaml
 	$(VENV)/bin/olympia plan --catalog $(WAREHOUSE) examples/catalog --var-file examples/vars.yaml --out $(WAREHOUSE).plan.json
 	$(VENV)/bin/olympia apply --catalog $(WAREHOUSE) $(WAREHOUSE).plan.json --auto-approve
+	$(PY) examples/append_and_read.py $(WAREHOUSE)
 	$(VENV)/bin/olympia log --catalog $(WAREHOUSE) --limit 5
 
 test: install

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pyarrow as pa
+from pyiceberg.exceptions import NoSuchIcebergTableError
 
 from olympia.iceberg import OlympiaCatalog
 
@@ -23,7 +24,13 @@ from olympia.iceberg import OlympiaCatalog
 def main(uri: str) -> int:
     catalog = OlympiaCatalog("demo", uri=uri)
     try:
-        table = catalog.load_table("sales.payments")
+        try:
+            table = catalog.load_table("sales.payments")
+        except NoSuchIcebergTableError:
+            print(f"sales.payments in {uri} has no Iceberg metadata: the catalog was made "
+                  "without a warehouse property (olympia init --property warehouse=URI); "
+                  "remove it and run `make demo` again", file=sys.stderr)
+            return 1
         start = len(table.scan().to_arrow()) + 1
         day = datetime(2026, 11, 23, 9, 30, tzinfo=UTC)
         rows = pa.Table.from_pylist([

@@ -5,6 +5,8 @@ destructive changes, inspect, and validation at file:line:col."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from iceberg_helpers import local_properties, s3_properties
-from plan_helpers import plan_for, spec_problems, write_spec, write_text
+from plan_helpers import (
+    EXAMPLE,
+    EXAMPLE_VARS,
+    ROOT,
+    plan_for,
+    spec_problems,
+    write_spec,
+    write_text,
+)
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DecimalType, DoubleType, LongType, StringType
 
@@ -65,8 +75,8 @@ def fresh(props: dict[str, str]) -> Catalog:
                           properties={"warehouse": props["warehouse"]})
 
 
-def apply(catalog: Catalog, spec: Path, **kwargs: Any) -> int:
-    return apply_plan(catalog, plan_for(catalog, spec), **kwargs).version
+def apply(catalog: Catalog, spec: Path, **variables: str) -> int:
+    return apply_plan(catalog, plan_for(catalog, spec, **variables)).version
 
 
 def test_yaml_creates_a_table_pyiceberg_reads_and_writes(where: dict[str, str],
@@ -347,3 +357,21 @@ def test_spec_rules_agree_with_the_type_mapping(name: str) -> None:
     else:
         assert why is None
     assert column_from_field(field).without_ids() == as_stored(column).without_ids()
+
+
+def test_example_catalog_and_demo_script(tmp_path: Path) -> None:
+    """What `make demo` does: apply examples/catalog to a catalog with a warehouse (its
+    Iceberg tables become real, sales.orders partitioned by day and bucket), then
+    examples/append_and_read.py appends to sales.payments and reads the rows back."""
+    props = local_properties(tmp_path)
+    catalog = fresh(props)
+    apply(catalog, EXAMPLE, **EXAMPLE_VARS)
+    orders = OlympiaCatalog("c", **props).load_table("sales.orders")
+    assert [str(f.transform) for f in orders.spec().fields] == ["day", "bucket[16]"]
+    for run, total in ((1, 3), (2, 6)):
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / "append_and_read.py"),
+                               props["uri"]], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert f"Appended 3 rows to sales.payments as catalog version {run + 1}; the table " \
+               f"now holds {total}:" in done.stdout
+    assert not plan_for(catalog, EXAMPLE, **EXAMPLE_VARS).has_changes
