@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from olympia.catalog.columns import change_columns
-from olympia.catalog.objects import assign_column_ids, coerce_columns
+from olympia.catalog.objects import assign_column_ids, canonical_type, coerce_columns
 from olympia.exceptions import AlreadyExistsError, InvalidArgumentError, NoSuchColumnError
 
 COLUMNS = assign_column_ids(coerce_columns([
@@ -42,3 +42,19 @@ def test_bad_changes_name_the_column(kwargs: dict[str, object], error: type[Exce
                                      message: str) -> None:
     with pytest.raises(error, match=message):
         change_columns("s.t", COLUMNS, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spelling", "canonical"), [
+    ("CHAR(007)", "char(7)"), ("varchar", "varchar"), ("varchar(0)", "varchar"),
+    ("fixed(2147483647)", "fixed(2147483647)"),
+])
+def test_type_parameters_are_normalised(spelling: str, canonical: str) -> None:
+    assert canonical_type(spelling) == canonical
+
+
+@pytest.mark.parametrize("spelling", ["char(2147483648)", "char(4294967296)",
+                                      "fixed(0)", "char(1" + "0" * 5000 + ")"])
+def test_type_parameters_are_bounded_in_the_api_too(spelling: str) -> None:
+    with pytest.raises(InvalidArgumentError,
+                       match=r"at most 2147483647|positive length"):
+        canonical_type(spelling)

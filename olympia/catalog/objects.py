@@ -31,6 +31,11 @@ _PARAM = re.compile(
 TYPE_NAMES = sorted({*_SIMPLE, "decimal(P,S)", "char(N)", "varchar", "varchar(N)", "fixed(N)"})
 
 
+# The largest char/varchar/fixed length: what Java engines can hold (and the uint32 proto
+# fields can store).
+MAX_TYPE_PARAMETER = 2**31 - 1
+
+
 def canonical_type(spelling: str) -> str:
     """Normalise a type spelling: ``BIGINT`` -> ``int8``, ``Decimal(10, 2)`` -> ``decimal(10,2)``.
 
@@ -45,21 +50,34 @@ def canonical_type(spelling: str) -> str:
         base, a, b = m.group(1), m.group(2), m.group(3)
         base = "decimal" if base == "numeric" else base
         if base == "decimal":
-            precision = int(a) if a else 38
-            scale = int(b) if b else 0
+            precision = int(a) if a and len(a) <= 12 else (0 if a else 38)
+            scale = int(b) if b and len(b) <= 12 else (precision + 1 if b else 0)
             if not 1 <= precision <= 38 or scale > precision:
-                raise InvalidArgumentError(f"invalid decimal precision/scale in {spelling!r}")
+                raise InvalidArgumentError(
+                    f"invalid decimal precision/scale in {_quoted(spelling)}")
             return f"decimal({precision},{scale})"
         if b is not None:
             raise InvalidArgumentError(f"{base} takes one parameter: {spelling!r}")
-        if base == "varchar":
-            return f"varchar({a})" if a else "varchar"
-        if not a or int(a) < 1:
+        if base == "varchar" and not a:
+            return "varchar"
+        length = int(a) if a and len(a) <= 12 else (MAX_TYPE_PARAMETER + 1 if a else 0)
+        if base == "varchar" and length == 0:
+            return "varchar"  # what the format stores for unbounded text (specs refuse it)
+        if length < 1:
             raise InvalidArgumentError(f"{base} needs a positive length: {spelling!r}")
-        return f"{base}({a})"
+        if length > MAX_TYPE_PARAMETER:
+            raise InvalidArgumentError(
+                f"{base} length must be at most {MAX_TYPE_PARAMETER}: {_quoted(spelling)}")
+        return f"{base}({length})"
     raise InvalidArgumentError(
-        f"unknown type {spelling!r}; known types: {', '.join(TYPE_NAMES)}"
+        f"unknown type {_quoted(spelling)}; known types: {', '.join(TYPE_NAMES)}"
     )
+
+
+def _quoted(text: str, limit: int = 60) -> str:
+    """``repr(text)``, cut in the middle beyond ``limit`` characters (messages stay short)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit // 2]}...{shown[-limit // 2:]}"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ SpecError.
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import replace
@@ -340,7 +341,8 @@ class _Builder:
         body: dict[str, Any] = doc.get(path)
         what = f"column {excerpt(name)}"
         try:
-            if canonical_type(body["type"]) == "varchar(0)":
+            if canonical_type(body["type"]) == "varchar" and re.search(r"\(\s*0+\s*\)",
+                                                                       str(body["type"])):
                 raise InvalidArgumentError("varchar(0) is not a length: the catalog stores "
                                            "length 0 as unbounded text; write varchar")
         except InvalidArgumentError as exc:

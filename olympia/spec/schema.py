@@ -20,12 +20,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from olympia.catalog.objects import MAX_TYPE_PARAMETER
 from olympia.spec.yamlpos import MAX_PROBLEMS, Document, Path_, Problem, excerpt
 
 SCHEMA_FILE_NAME = "olympia-spec.schema.json"
-# the largest type parameter the schema's type pattern admits: the largest length a Java
-# engine (Spark, Trino, Hive) can hold, within the format's uint32 fields
-MAX_TYPE_PARAMETER = 2**31 - 1
 # a type's shape without the schema's bound on its parameters
 _TYPE_SHAPE = re.compile(r"\s*[A-Za-z][A-Za-z0-9]*(\s*\(\s*[0-9]+\s*(,\s*[0-9]+\s*)?\))?\s*")
 
