@@ -11,8 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+# Property tests draw the same examples on every run (the suite must be deterministic);
+# HYPOTHESIS_PROFILE=explore searches afresh (random examples, as hypothesis does by default).
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
 
