@@ -9,7 +9,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,9 @@ class _RecordingBackend:
         for path in paths:
             self._note("delete", path)
         return self.inner.delete_many(paths)
+
+    def place(self, root: str) -> Hashable:
+        return self.inner.place(root)
 
 
 @contextlib.contextmanager

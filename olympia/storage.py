@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
@@ -153,6 +153,10 @@ class Backend(Protocol):
         """Delete in one request; the paths the storage did not delete, each with its error
         text. A missing file counts as deleted."""
 
+    def place(self, root: str) -> Hashable:
+        """What identifies the files under ``root`` in this store: two backends that give
+        equal places address the same files."""
+
 
 class LocalBackend:
     """Local disk. Publishes every file by rename/link of a fully written temp file."""
@@ -220,6 +224,9 @@ class LocalBackend:
             self.delete(path)
         return {}
 
+    def place(self, root: str) -> Hashable:
+        return "file", os.path.realpath(root)
+
 
 def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
@@ -268,6 +275,9 @@ class MemoryBackend:
         for path in paths:
             self.delete(path)
         return {}
+
+    def place(self, root: str) -> Hashable:
+        return "memory", id(self.files), root
 
 
 class FsspecBackend:
@@ -335,6 +345,12 @@ class FsspecBackend:
                                    Delete={"Objects": keys, "Quiet": True})
         return {f"{bucket}/{e['Key']}": f"{e.get('Code')}: {e.get('Message')}"
                 for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"}
+
+    def place(self, root: str) -> Hashable:
+        options = getattr(self.fs, "storage_options", {})
+        endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
+            "endpoint_url")
+        return type(self.fs).__name__, endpoint, root
 
 
 _INHERITED: list[Any] = []  # filesystems a forked process inherited, never closed here
@@ -470,6 +486,39 @@ def classify(error: BaseException | str) -> Kind:
     return _kind_of_code(found.group(1)) if found else StorageError
 
 
+Opened = tuple[str, Backend, str | None]
+"""What a scheme's opener gives: the root (prefix with a trailing ``/``, as the backend
+addresses it), the backend, and the canonical URI (None: as given)."""
+
+
+def _open_local(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    parts = urlsplit(uri)
+    local = parts.path if len(parts.scheme) > 1 else uri
+    root = os.path.abspath(os.path.expanduser(local)).rstrip("/") + "/"
+    backend = LocalBackend(fsync=bool(options.pop("fsync", True)))
+    return root, backend, "file://" + root.rstrip("/")
+
+
+def _open_memory(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    parts = urlsplit(uri)
+    return "/", MemoryBackend((parts.netloc + parts.path).strip("/")), None
+
+
+def _open_s3(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    parts = urlsplit(uri)
+    root = (parts.netloc + parts.path).strip("/") + "/"
+    return root, FsspecBackend(lambda: _s3_filesystem(options, settings)), None
+
+
+# The backend of each URI scheme ("": a plain local path); options are the storage options
+# left after Olympia's own (StorageSettings) were taken out.
+SCHEMES: dict[str, Callable[[str, dict[str, Any], StorageSettings], Opened]] = {
+    "": _open_local, "file": _open_local, "local": _open_local,
+    "memory": _open_memory,
+    "s3": _open_s3, "s3a": _open_s3,
+}
+
+
 class Storage:
     """The files of one catalog, addressed by paths relative to its prefix."""
 
@@ -482,29 +531,24 @@ class Storage:
         self.stats = StorageStats()
         parts = urlsplit(uri)
         scheme = parts.scheme if len(parts.scheme) > 1 else ""  # "C:" is not a scheme
-        self.backend: Backend
-        if scheme in ("", "file", "local"):
-            local = parts.path if scheme else uri
-            self.root = os.path.abspath(os.path.expanduser(local)).rstrip("/") + "/"
-            self.backend = LocalBackend(fsync=bool(options.pop("fsync", True)))
-            self.uri = "file://" + self.root.rstrip("/")
-        elif scheme == "memory":
-            name = (parts.netloc + parts.path).strip("/")
-            self.root = "/"
-            self.backend = MemoryBackend(name)
-        elif scheme in ("s3", "s3a"):
-            self.root = (parts.netloc + parts.path).strip("/") + "/"
-            settings = self.settings
-            self.backend = FsspecBackend(lambda: _s3_filesystem(options, settings))
-        else:
+        opener = SCHEMES.get(scheme)
+        if opener is None:
             raise StorageError(
                 f"unsupported storage scheme {scheme!r} (use a local path, file://, memory:// "
                 "or s3://)", uri)
+        self.backend: Backend
+        self.root, self.backend, canonical = opener(uri, options, self.settings)
+        self.uri = canonical or self.uri
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r})"
+
+    def same_place(self, other: Storage) -> bool:
+        """Whether ``other`` addresses the same files (same store, same prefix), however
+        its URI and options are spelled."""
+        return bool(self.backend.place(self.root) == other.backend.place(other.root))
 
     def full(self, path: str) -> str:
         """The backend path of a catalog-relative path."""

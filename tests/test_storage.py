@@ -481,3 +481,36 @@ def test_a_dead_endpoint_fails_every_command_quickly_and_clearly() -> None:
         assert out.exit_code == 1, (args, out.output)
         assert "after 2 tries" in out.output and "s3://bucket/prefix/" in out.output
         assert "s3cr3t" not in out.output
+
+
+def test_backends_come_from_the_scheme_table(tmp_path: Any) -> None:
+    from olympia.storage import SCHEMES, FsspecBackend, LocalBackend, MemoryBackend
+
+    assert {k: v.__name__ for k, v in SCHEMES.items()} == {
+        "": "_open_local", "file": "_open_local", "local": "_open_local",
+        "memory": "_open_memory", "s3": "_open_s3", "s3a": "_open_s3"}
+    local = Storage(str(tmp_path / "a"))
+    assert isinstance(local.backend, LocalBackend)
+    assert local.uri == f"file://{tmp_path}/a"
+    assert isinstance(Storage("memory://x").backend, MemoryBackend)
+    assert isinstance(Storage("s3://bucket/p", {"endpoint_url": "http://127.0.0.1:1"}).backend,
+                      FsspecBackend)
+    with pytest.raises(StorageError, match="unsupported storage scheme 'gs'"):
+        Storage("gs://bucket/p")
+
+
+def test_same_place_however_spelled(tmp_path: Any) -> None:
+    a = Storage(str(tmp_path / "a"))
+    (tmp_path / "link").symlink_to(tmp_path)
+    assert a.same_place(Storage(f"file://{tmp_path}/a/"))
+    assert a.same_place(Storage(str(tmp_path / "link" / "a")))
+    assert not a.same_place(Storage(str(tmp_path / "b")))
+    name = uuid.uuid4().hex
+    assert Storage(f"memory://{name}").same_place(Storage(f"memory://{name}/"))
+    assert not Storage(f"memory://{name}").same_place(Storage(f"memory://{name}-2"))
+    assert not a.same_place(Storage(f"memory://{name}"))
+    s3 = {"endpoint_url": "http://127.0.0.1:1"}
+    assert Storage("s3://bucket/p", s3).same_place(Storage("s3a://bucket/p/", s3))
+    assert not Storage("s3://bucket/p", s3).same_place(Storage("s3://bucket/q", s3))
+    assert not Storage("s3://bucket/p", s3).same_place(
+        Storage("s3://bucket/p", {"endpoint_url": "http://127.0.0.1:2"}))

@@ -14,7 +14,6 @@ also refuses a target holding other versions (it sets the target's ``vn/oldest``
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,7 +38,7 @@ from olympia.exceptions import (
     InvalidArgumentError,
     VersionExpiredError,
 )
-from olympia.storage import FsspecBackend, LocalBackend, MemoryBackend, Storage
+from olympia.storage import Storage
 from olympia.tree.node import parse_node_file
 
 MODES = {"full": pb.FULL, "minimal": pb.MINIMAL, "partial": pb.PARTIAL}
@@ -134,24 +133,6 @@ def _require_same(source: Storage, target: Storage, path: str, target_size: int)
                                 f"not a copy of {source.display(path)})", target.display(path))
 
 
-def _same_location(a: Storage, b: Storage) -> bool:
-    """Whether two storages address the same prefix of the same store."""
-    x, y = a.backend, b.backend
-    if isinstance(x, MemoryBackend) and isinstance(y, MemoryBackend):
-        return x.files is y.files
-    if isinstance(x, LocalBackend) and isinstance(y, LocalBackend):
-        return os.path.realpath(a.root) == os.path.realpath(b.root)
-    if isinstance(x, FsspecBackend) and isinstance(y, FsspecBackend):
-        return a.root == b.root and _endpoint(x.fs) == _endpoint(y.fs)
-    return False
-
-
-def _endpoint(fs: Any) -> tuple[type, Any]:
-    options = getattr(fs, "storage_options", {})
-    client = options.get("client_kwargs") or {}
-    return type(fs), options.get("endpoint_url") or client.get("endpoint_url")
-
-
 def _catalog_id(source: CatalogFiles, target: Storage, root_path: str) -> str | None:
     """The id of the catalog a target root belongs to; None if its definition is in neither
     the target nor the source (then it is not the source's)."""
@@ -172,7 +153,7 @@ def _catalog_id(source: CatalogFiles, target: Storage, root_path: str) -> str | 
 def _check_target(catalog: Catalog, snapshot: Snapshot, target: Storage, mode: str) -> None:
     """Refuse the source itself, a target holding another catalog, and, for a full export
     (which sets ``vn/oldest``), a target holding other versions of this one."""
-    if _same_location(catalog.storage, target):
+    if catalog.storage.same_place(target):
         raise InvalidArgumentError(
             f"export target {target.uri} is the source catalog itself; export elsewhere")
     roots = [f.path for f in target.list("vn/") if path_version(f.path) is not None]
