@@ -66,9 +66,9 @@ class CommitOptions:
     """
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
-    immediate_retries: int = 1
+    immediate_retries: int = 2
     backoff_s: float = 0.005
-    max_backoff_s: float = 0.2
+    max_backoff_s: float = 0.05
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(0, bound))
