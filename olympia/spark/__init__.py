@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from olympia.spark.options import CONF_PREFIX, PARALLELISM
+from olympia.spark.options import CONF_PREFIX, PARALLELISM, properties_from_storage_options
 
-__all__ = ["register"]
+__all__ = ["properties_from_storage_options", "register"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 

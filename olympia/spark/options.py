@@ -118,6 +118,41 @@ class SourceOptions:
         return catalog
 
 
+# s3fs option path (as Olympia storage options spell it) -> pyiceberg property
+_S3_PROPERTIES = {("key",): "s3.access-key-id", ("secret",): "s3.secret-access-key",
+                  ("token",): "s3.session-token", ("profile",): "s3.profile-name",
+                  ("anon",): "s3.anonymous", ("client_kwargs", "endpoint_url"): "s3.endpoint",
+                  ("client_kwargs", "region_name"): "s3.region"}
+
+
+def properties_from_storage_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """Catalog properties for the data source from Olympia storage options (what the CLI's
+    ``-o`` and the Airflow connection hold): S3 credentials, endpoint and region become the
+    pyiceberg ``s3.*`` properties (which reach both the catalog files and the table files);
+    other scalar options pass as ``olympia.storage.<option>``.
+
+    Raises:
+        InvalidArgumentError: an option Olympia passes to s3fs that has no pyiceberg
+            counterpart (a nested dict other than the endpoint and region), naming it.
+    """
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            for inner, inner_value in value.items():
+                prop = _S3_PROPERTIES.get((key, inner))
+                if prop is None:
+                    raise InvalidArgumentError(
+                        f"storage option {key}.{inner} has no pyiceberg counterpart: give the "
+                        "data source its s3.* properties directly")
+                out[prop] = str(inner_value)
+        elif (key,) in _S3_PROPERTIES:
+            prop = _S3_PROPERTIES[(key,)]
+            out[prop] = str(value).lower() if isinstance(value, bool) else str(value)
+        else:
+            out[f"olympia.storage.{key}"] = str(value)
+    return out
+
+
 def _number(options: Mapping[str, str], key: str, minimum: int | None = None) -> int | None:
     raw = options.get(key)
     if raw in (None, ""):
