@@ -375,3 +375,41 @@ def test_example_catalog_and_demo_script(tmp_path: Path) -> None:
         assert f"Appended 3 rows to sales.payments as catalog version {run + 1}; the table " \
                f"now holds {total}:" in done.stdout
     assert not plan_for(catalog, EXAMPLE, **EXAMPLE_VARS).has_changes
+
+
+def test_nested_fields_order_and_comments_evolve(tmp_path: Path) -> None:
+    props = local_properties(tmp_path)
+    catalog = fresh(props)
+    spec = tmp_path / "spec"
+    address = {"name": "address", "type": "struct", "fields": [
+        {"name": "city", "type": "string"}]}
+    tags = {"name": "tags", "type": "list", "element": {"type": "int"}}
+    apply(catalog, write_spec(spec, docs({"columns": [*COLUMNS, address, tags]})))
+    ice = OlympiaCatalog("c", **props)
+    table = ice.load_table("sales.payments")
+    table.append(pa.Table.from_pylist([{"id": 1, "method": "card", "address": {"city": "Oslo"},
+                                        "tags": [1, 2]}], schema=table.schema().as_arrow()))
+    address = {**address, "fields": [{"name": "city", "type": "string", "comment": "town"},
+                                     {"name": "zip", "type": "string"}]}
+    tags = {**tags, "element": {"type": "bigint"}}
+    reordered = [COLUMNS[1], COLUMNS[0], {**COLUMNS[2], "nullable": True, "comment": "count"},
+                 *COLUMNS[3:], tags, address]
+    write_spec(spec, docs({"columns": reordered}))
+    plan = plan_for(catalog, spec)
+    assert not plan.destructive
+    apply_plan(catalog, plan)
+    table = ice.load_table("sales.payments")
+    schema = table.schema()
+    assert [f.name for f in schema.fields] == [c["name"] for c in reordered]
+    assert schema.find_field("address.city").doc == "town"
+    assert schema.find_field("address.zip").field_type == StringType()
+    assert schema.find_field("tags.element").field_type == LongType()
+    assert schema.find_field("qty").doc == "count"
+    row = table.scan().to_arrow().to_pylist()[0]
+    assert row["address"] == {"city": "Oslo", "zip": None} and row["tags"] == [1, 2]
+    assert not plan_for(catalog, spec).has_changes
+    required = [{**c, "nullable": False} if c["name"] == "qty" else c for c in reordered]
+    write_spec(spec, docs({"columns": required}))
+    assert plan_for(catalog, spec).changes[0].reasons == [
+        "changes column qty incompatibly (int4 -> int4 not null)"]
+    ice.close()
