@@ -107,8 +107,8 @@ def start_queued_runs(db: sqlite3.Connection) -> None:
 
 
 def test_examples_import_wherever_copied(tmp_path: Path) -> None:
-    """The example file alone in a fresh dags folder, with no connection and no Variables:
-    the DAG processor imports it without errors and registers every DAG."""
+    """The example files alone in a fresh dags folder, with no connection and no Variables:
+    the DAG processor imports them without errors and registers every DAG."""
     dags = tmp_path / "dags"
     dags.mkdir()
     for example in (ROOT / "examples" / "dags").glob("*.py"):
@@ -124,7 +124,7 @@ def test_examples_import_wherever_copied(tmp_path: Path) -> None:
         return cli_json(run(env, *args, "--output", "json", stderr=False))
 
     assert listed("dags", "list-import-errors") == []
-    assert {d["dag_id"] for d in listed("dags", "list")} == {
+    assert {d["dag_id"] for d in listed("dags", "list")} >= {  # other example files add more
         "olympia_apply", "olympia_maintenance", "olympia_orders_changed",
         "olympia_export_version", "olympia_rollback"}
 
