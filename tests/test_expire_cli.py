@@ -42,6 +42,8 @@ def test_cli_expire(spark: Any, tmp_path: Any) -> None:
     assert data["dry_run"] and data["engine"] == "spark"
     assert data["versions_expired"] == catalog.version - 1 and data["files_deleted"] == 0
     assert ORPHAN in data["sample"] and files(catalog) == listed
+    assert set(data["timings"]) >= {"list", "walk", "classify"}
+    assert sum(data["timings"].values()) == pytest.approx(data["seconds_identifying"])
 
     out = runner.invoke(main, ["expire", "-c", catalog.uri, "--keep-last", "2",
                                "--older-than", "0s", "--grace", "0s", "--force", "--local"])

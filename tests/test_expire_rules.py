@@ -38,6 +38,11 @@ from olympia.expire.reachability import decide, effective_now, is_candidate, kin
 from olympia.tree import btree
 from olympia.versions.dtxn import load_transaction
 
+# the steps ExpireResult.timings reports, in the order they run
+IDENTIFY_STEPS = ["decide", "raise_oldest", "list", "transactions", "walk", "classify",
+                  "sample"]
+DELETE_STEPS = ["recheck", "delete_roots", "delete_files", "verify"]
+
 
 def test_durations() -> None:
     assert parse_duration("0s") == 0
@@ -155,7 +160,15 @@ def test_local_engine_end_to_end(location: Location) -> None:
     dry = expire_local(catalog, policy(), dry_run=True, now_ms=now, settle_ms=0)
     assert files(catalog) == listed and catalog.files.oldest_version() == 0
     assert dry.dry_run and dry.files_deleted == 0 and dry.files_candidates > 0
+    assert list(dry.timings) == IDENTIFY_STEPS
+    assert sum(dry.timings.values()) == pytest.approx(dry.seconds_identifying)
     result = expire_local(catalog, policy(), now_ms=now, settle_ms=0)
+    assert list(result.timings) == [*IDENTIFY_STEPS, *DELETE_STEPS]
+    assert sum(result.timings[s] for s in DELETE_STEPS) == pytest.approx(
+        result.seconds_deleting)
+    assert sum(result.timings.values()) == pytest.approx(
+        result.seconds_identifying + result.seconds_deleting)
+    assert result.to_dict()["timings"] == result.timings
     latest = catalog.refresh()
     assert result.new_oldest_version == latest - 3 and result.files_failed == 0
     assert {k: v.candidates for k, v in result.folders.items()} == {

@@ -140,6 +140,7 @@ class ExpireResult:
     walk_levels: int = 0
     seconds_identifying: float = 0.0
     seconds_deleting: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
     sample: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -208,6 +209,9 @@ class ExpireResult:
                      f"{format_duration(pol['older_than_ms'])}, grace "
                      f"{format_duration(pol['grace_ms'])}; identify "
                      f"{self.seconds_identifying:.1f}s, delete {self.seconds_deleting:.1f}s")
+        if self.timings:
+            lines.append("  seconds per step: " + ", ".join(
+                f"{name} {seconds:.2f}" for name, seconds in self.timings.items()))
         if self.sample:
             lines.append(f"  sample: {', '.join(self.sample[:5])}")
         return "\n".join(lines)
@@ -228,8 +232,9 @@ class _Run:
     """One run's state, driven by :func:`run`."""
 
     def __init__(self, engine: Engine, catalog: Catalog, policy: ExpirePolicy,
-                 decision: Decision, on_step: StepHook | None) -> None:
+                 decision: Decision, on_step: StepHook | None, started: float) -> None:
         self.engine = engine
+        self.mark = started
         self.files = catalog.files
         self.decision = decision
         self.on_step = on_step
@@ -243,6 +248,14 @@ class _Run:
     def step(self, name: str, **info: Any) -> None:
         if self.on_step is not None:
             self.on_step(name, info)
+
+    def lap(self, name: str) -> None:
+        """Add the seconds since the previous lap to ``timings[name]``: the laps of a run
+        add up to its identifying plus deleting time."""
+        now = time.monotonic()
+        timings = self.result.timings
+        timings[name] = timings.get(name, 0.0) + now - self.mark
+        self.mark = now
 
     def walk(self, versions: range, roots: Iterable[str], prior: Walk | None) -> Walk:
         """Walk ``versions`` and ``roots``, then every export their catalog definitions
@@ -329,13 +342,15 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
     policy = policy.resolved(catalog.properties)
     files = catalog.files
     state = _Run(engine, catalog, policy, decide(files, policy, effective_now(now_ms, clock)),
-                 on_step)
+                 on_step, started)
     decision, result = state.decision, state.result
     result.dry_run = dry_run
+    state.lap("decide")
     state.step("decided", new_oldest=decision.new_oldest, latest=decision.latest)
     if not dry_run and advance_oldest(files, decision.new_oldest):
         state.step("oldest-advanced", oldest=decision.new_oldest)
         time.sleep(settle_ms / 1000)
+    state.lap("raise_oldest")
     moved = "" if dry_run or not decision.versions_expired else (
         f" (vn/oldest was already raised to {decision.new_oldest})")
     ttl = catalog.catalog_def.txn_ttl_millis
@@ -349,6 +364,7 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
     identified = False
     try:
         listing = engine.list_files(prefixes)
+        state.lap("list")
         state.step("listed")
         latest = files.discover_latest()
         result.latest_version_at_end = latest.version
@@ -366,11 +382,13 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
             {p: why for p, why in export_roots(latest.catalog_def).items()
              if p not in state.protected})
         roots = [p for p in state.protected if not state.retained(p)]
+        state.lap("transactions")
         walk = state.walk(range(decision.new_oldest, latest.version + 1), roots, None)
         later = files.discover_latest()  # anything committed while we walked
         if later.version > latest.version:
             result.latest_version_at_end = later.version
             walk = state.walk(range(latest.version + 1, later.version + 1), [], walk)
+        state.lap("walk")
         state.step("walked", nodes=walk.nodes, levels=walk.levels)
         # files that existed before the listing must be in it, spelled as the tree spells
         # them; otherwise the anti-join would see every live file as unreferenced (the
@@ -383,6 +401,7 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
                 f"the listing of {catalog.uri} lacks {', '.join(sorted(set(probe) - found))}"
                 ", which the catalog references: listed paths and catalog paths disagree")
         result.folders.update(stats)
+        state.lap("classify")
         result.sample = engine.sample(candidates, SAMPLE_SIZE)
         identified = True
     except OlympiaError as exc:
@@ -392,21 +411,27 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
             engine.release()
     result.protected = dict(sorted(state.protected.items()))
     result.nodes_walked, result.walk_levels = walk.nodes, walk.levels
-    result.seconds_identifying = time.monotonic() - started
-    state.step("identified", candidates=result.files_candidates)
     if dry_run:
         engine.release()
+    state.lap("sample")
+    result.seconds_identifying = state.mark - started
+    state.step("identified", candidates=result.files_candidates)
+    if dry_run:
         return result
 
-    started = time.monotonic()
+    started = state.mark = time.monotonic()
     stage = f", nothing deleted{moved}"
     try:
         walk = state.recheck(walk, candidates)
+        state.lap("recheck")
         stage = " while deleting (run it again to finish)"
         report = engine.delete(candidates, roots=True)
+        state.lap("delete_roots")
         state.step("roots-deleted")
         state.recheck(walk, candidates)
+        state.lap("recheck")
         report.merge(engine.delete(candidates, roots=False))
+        state.lap("delete_files")
         state.step("files-deleted")
         state.hold_oldest()
         remaining = engine.remaining(candidates, prefixes)
@@ -423,6 +448,7 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
     if result.files_failed and not result.errors:
         result.errors = ["some deletes were reported done by the storage but the files are "
                          "still listed"]
-    result.seconds_deleting = time.monotonic() - started
+    state.lap("verify")
+    result.seconds_deleting = state.mark - started
     state.step("verified", deleted=result.files_deleted, failed=result.files_failed)
     return result
