@@ -1,0 +1,74 @@
+"""Iceberg table metadata as Olympia sees it: the definition a metadata file gives a table,
+what a commit did to it, and pyiceberg's identifier and property conventions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.table import CommitTableResponse
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Identifier
+
+from olympia import exceptions as oe
+from olympia.catalog.objects import Table as TableDef
+from olympia.iceberg.typemap import columns_from_schema
+
+ICEBERG = "iceberg"
+
+
+def identifier_parts(identifier: str | Identifier) -> tuple[str, ...]:
+    """pyiceberg's identifier split (a string splits on dots)."""
+    return MetastoreCatalog.identifier_to_tuple(identifier)
+
+
+def response(metadata: TableMetadata, location: str) -> CommitTableResponse:
+    """pyiceberg's answer to a commit."""
+    return CommitTableResponse(metadata=metadata, metadata_location=location)  # type: ignore[call-arg]
+
+
+def describe(before: TableMetadata | None, after: TableMetadata) -> str:
+    """``create``, ``append snapshot <id>`` (the snapshot's operation), or ``update``."""
+    if before is None:
+        return "create"
+    snapshot = after.current_snapshot()
+    if snapshot is not None and snapshot.snapshot_id != before.current_snapshot_id:
+        operation = snapshot.summary.operation.value if snapshot.summary else "snapshot"
+        return f"{operation} snapshot {snapshot.snapshot_id}"
+    return "update"
+
+
+def is_iceberg(definition: TableDef) -> bool:
+    """Whether ``definition`` is an Iceberg table with metadata (not one declared without)."""
+    return definition.format == ICEBERG and bool(definition.location)
+
+
+def string_properties(properties: Mapping[str, Any]) -> dict[str, str]:
+    """Property values as strings; None as a key or value is an InvalidArgumentError."""
+    for key, value in properties.items():
+        if key is None or value is None:
+            raise oe.InvalidArgumentError(
+                f"property {key!r} has no value: None is not a property key or value")
+    return {str(k): str(v) for k, v in properties.items()}
+
+
+def table_definition(ns: str, name: str, metadata: TableMetadata, location: str,
+                     previous: TableDef | None) -> TableDef:
+    """The Olympia definition of an Iceberg table whose current metadata file is
+    ``location``: columns with field ids, table properties, partitioning and sort order in
+    the format properties; comment, table type and protection kept from ``previous``."""
+    sort_order = metadata.sort_order_by_id(metadata.default_sort_order_id)
+    format_properties = {
+        "format-version": str(metadata.format_version),
+        "table-uuid": str(metadata.table_uuid),
+        "table-location": metadata.location,
+        "partition-spec": metadata.spec().model_dump_json(),
+        "sort-order": sort_order.model_dump_json() if sort_order else "",
+    }
+    base = previous or TableDef(ns, name, comment=metadata.properties.get("comment", ""))
+    return replace(base, namespace=ns, name=name, columns=columns_from_schema(metadata.schema()),
+                   properties=dict(metadata.properties), format=ICEBERG, location=location,
+                   format_properties=format_properties)
+

@@ -1,0 +1,369 @@
+"""The Olympia side of an OlympiaCatalog: which catalog version it reads, and how its changes
+are staged and committed.
+
+A :class:`CatalogSession` reads the latest version, a pinned one (catalog-version time
+travel: read-only), or an Olympia transaction's staged state (``transaction()``,
+``bound_to``). Every change runs as a stage function on a transaction-bound session and is
+committed as ONE Olympia version, its metadata files deleted if the transaction is abandoned
+before its commit starts. Metadata files, immutable once written, are read through a bounded
+in-memory cache. The Catalog interface itself is :class:`olympia.iceberg.OlympiaCatalog`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Self, TypeVar
+
+from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchNamespaceError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+from pyiceberg.utils.config import Config
+
+from olympia import exceptions as oe
+from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.catalog.objects import Table as TableDef
+from olympia.catalog.reader import CatalogReader, Snapshot
+from olympia.catalog.transaction import Transaction
+from olympia.iceberg.metadata import ICEBERG, describe, identifier_parts, table_definition
+from olympia.iceberg.options import iceberg_properties, storage_options
+from olympia.versions import timetravel
+
+T = TypeVar("T")
+
+WAREHOUSE = "warehouse"
+CREATE_PROPERTY = "olympia.create"
+CACHE_PROPERTY = "olympia.metadata-cache-size"
+DEFAULT_CACHE_SIZE = 256
+
+
+class CatalogSession(MetastoreCatalog):
+    """An Olympia catalog opened for pyiceberg: properties, version, time travel,
+    transactions, identifiers and metadata reads (see :class:`OlympiaCatalog`, which adds the
+    Catalog interface)."""
+
+    _store: OlympiaStore
+    _pinned: Snapshot | None
+    _txn: Transaction | None
+    _written: list[tuple[FileIO, str]]
+    _metadata_cache: OrderedDict[str, TableMetadata]
+    _cache_lock: threading.Lock
+    _cache_size: int
+    _root: bool
+    _dry_run: bool
+
+    def __init__(self, name: str, **properties: str) -> None:
+        configured = Config().get_catalog_config(name) or {}
+        merged = {k: v for k, v in configured.items() if isinstance(v, str)}
+        merged.update({k: v for k, v in properties.items() if v is not None})
+        uri = merged.get("uri")
+        if not uri:
+            raise oe.InvalidArgumentError(
+                f"catalog {name}: the property uri (where the Olympia catalog lives) is required")
+        options = storage_options(uri, merged)
+        cache_size = merged.get(CACHE_PROPERTY, str(DEFAULT_CACHE_SIZE))
+        if not cache_size.isdigit():
+            raise oe.InvalidArgumentError(f"property {CACHE_PROPERTY} must be a whole number")
+        try:
+            store = OlympiaStore.open(uri, options)
+        except oe.NoSuchCatalogError as exc:
+            if merged.get(CREATE_PROPERTY, "false").strip().lower() != "true":
+                raise oe.NoSuchCatalogError(
+                    f"{exc}; create it with `olympia init` or set {CREATE_PROPERTY}=true") from None
+            try:
+                store = OlympiaStore.create(uri, options)
+            except oe.AlreadyExistsError:  # another process created it meanwhile
+                store = OlympiaStore.open(uri, options)
+        self._setup(name, store, merged, int(cache_size))
+        self._root = True
+
+    def _setup(self, name: str, store: OlympiaStore, properties: dict[str, str],
+               cache_size: int) -> None:
+        if not properties.get(WAREHOUSE) and store.properties.get(WAREHOUSE):
+            properties[WAREHOUSE] = store.properties[WAREHOUSE]
+        super().__init__(name, **properties)
+        self._store = store
+        self._pinned = None
+        self._txn = None
+        self._written = []
+        self._metadata_cache = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._cache_size = cache_size
+        self._root = False
+        self._dry_run = False
+
+    @classmethod
+    def over(cls, store: OlympiaStore, name: str = "olympia", *,
+             dry_run: bool = False) -> Self:
+        """An OlympiaCatalog over an Olympia catalog that is open already (``olympia apply``
+        creating tables): the warehouse is the catalog's ``warehouse`` property, the FileIO
+        gets the catalog's own storage options (:func:`iceberg_properties`). With
+        ``dry_run``, commits stage definitions but write no metadata file (plans staged to
+        be classified); such a catalog is only good for a transaction that is aborted.
+        It does not own ``store`` (closing it closes nothing)."""
+        catalog = cls.__new__(cls)
+        catalog._setup(name, store, iceberg_properties(store.uri, store.storage.options),
+                       DEFAULT_CACHE_SIZE)
+        catalog._dry_run = dry_run
+        return catalog
+
+    def __repr__(self) -> str:
+        mode = (f", version={self._pinned.version}" if self._pinned is not None
+                else ", in a transaction" if self._txn is not None else "")
+        return f"{type(self).__name__}({self.name!r}, {self._store.uri!r}{mode})"
+
+    # --- the Olympia side ------------------------------------------------------------------
+
+    @property
+    def olympia(self) -> OlympiaStore:
+        """The Olympia catalog underneath (history, rollback, exports, ...)."""
+        return self._store
+
+    @property
+    def version(self) -> int:
+        """The Olympia version this catalog reads: the pinned one, the one a transaction
+        started from, or the latest loaded."""
+        if self._pinned is not None:
+            return self._pinned.version
+        if self._txn is not None:
+            return self._txn.base.version
+        return self._store.version
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this is a time-travel view (every write is refused)."""
+        return self._pinned is not None
+
+    def _copy(self, *, pinned: Snapshot | None = None,
+              txn: Transaction | None = None) -> Self:
+        other = copy.copy(self)
+        other._pinned, other._txn, other._written, other._root = pinned, txn, [], False
+        return other
+
+    def close(self) -> None:
+        """Release the Olympia storage's thread pool (views and transactions share it, so
+        only the catalog made by the constructor closes it)."""
+        if self._root:
+            self._store.close()
+
+    # --- catalog-version time travel ------------------------------------------------------
+
+    def at_version(self, version: int) -> Self:
+        """A read-only catalog showing every table as it was in Olympia version ``version``.
+
+        Raises:
+            NoSuchVersionError, VersionExpiredError: the version does not exist (any more).
+        """
+        return self._copy(pinned=timetravel.at_version(self._store, version))
+
+    def as_of(self, when: datetime | int | str) -> Self:
+        """A read-only catalog at the version that was latest at ``when`` (a datetime, epoch
+        milliseconds or an ISO-8601 string; naive means UTC).
+
+        Raises:
+            NoSuchVersionError: no kept version is that old.
+        """
+        if isinstance(when, datetime):
+            aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+            millis = int(aware.timestamp() * 1000)
+        else:
+            millis = timetravel.parse_instant(when)
+        return self._copy(pinned=timetravel.at_timestamp(self._store, millis))
+
+    def at_export(self, name: str) -> Self:
+        """A read-only catalog at the version recorded under the export ``name``.
+
+        Raises:
+            NoSuchExportError: no export of that name.
+        """
+        return self._copy(pinned=timetravel.at_export(self._store, name))
+
+    # --- transactions --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Self]:
+        """Change many tables in ONE Olympia version::
+
+            with catalog.transaction() as tx:
+                tx.load_table("sales.orders").append(orders)
+                tx.load_table("sales.items").append(items)
+
+        Tables loaded through ``tx`` stage their commits in the transaction; it commits when
+        the block ends and discards everything (metadata files included) if the block raises.
+
+        Raises:
+            CommitFailedException: a concurrent commit changed one of the same tables.
+            ReadOnlyError: this is a time-travel view.
+        """
+        self._require_writable("transaction")
+        if self._txn is not None:
+            raise oe.CatalogError("this catalog is already a transaction: use it directly")
+        bound = self.bound_to(self._store.transaction())
+        try:
+            yield bound
+        except BaseException:
+            assert bound._txn is not None
+            bound._txn.abort()
+            raise
+        bound._commit()
+
+    def bound_to(self, txn: Transaction) -> Self:
+        """This catalog staging every change in an Olympia transaction someone else commits
+        (``olympia apply`` creating and evolving Iceberg tables in its one version).
+
+        Metadata files written for the transaction are deleted if it is aborted before its
+        commit starts; a commit that may have landed never deletes them.
+        """
+        bound = self._copy(txn=txn)
+        committing = False
+
+        def started(_: Transaction) -> None:
+            nonlocal committing
+            committing = True
+
+        def ended(done: Transaction) -> None:
+            if done.state == "aborted" and not committing:
+                bound._discard_written()
+
+        txn.before_commit.append(started)
+        txn.after_end.append(ended)
+        return bound
+
+    def _commit(self) -> None:
+        assert self._txn is not None
+        try:
+            self._txn.commit()
+        except oe.CommitConflict as exc:
+            self._discard_written()  # a conflict means the version did not land
+            raise CommitFailedException(str(exc)) from exc
+
+    def _discard_written(self) -> None:
+        for io, path in self._written:
+            with contextlib.suppress(OSError):
+                io.delete(path)
+        self._written = []
+
+    def _require_writable(self, operation: str) -> None:
+        if self._pinned is not None:
+            raise oe.ReadOnlyError(
+                f"catalog {self.name} at version {self._pinned.version} is a read-only "
+                f"time-travel view: {operation} is refused; write through the latest catalog")
+
+    def _change(self, stage: Callable[[Self], T], operation: str) -> T:
+        """Run ``stage`` on a transaction-bound catalog: this one, or a fresh transaction
+        committed at once."""
+        self._require_writable(operation)
+        if self._txn is not None:
+            return stage(self)
+        with self.transaction() as bound:
+            return stage(bound)
+
+    def _reader(self) -> CatalogReader:
+        if self._pinned is not None:
+            return self._pinned
+        if self._txn is not None:
+            return self._txn
+        self._store.refresh()
+        return self._store.snapshot
+
+    def _staging(self) -> Transaction:
+        assert self._txn is not None, "staging needs a transaction-bound catalog"
+        return self._txn
+
+    # --- identifiers ---------------------------------------------------------------------
+
+    @staticmethod
+    def _namespace(namespace: str | Identifier) -> str:
+        parts = identifier_parts(namespace)
+        if not parts or any(not p.strip() for p in parts):
+            raise NoSuchNamespaceError(f"Empty namespace identifier: {namespace!r}")
+        if len(parts) > 1:
+            raise oe.InvalidArgumentError(
+                f"namespace {'.'.join(parts)!r} has {len(parts)} levels; Olympia namespaces "
+                "have one (pass a tuple such as ('a.b',) for a name containing dots)")
+        return parts[0]
+
+    @staticmethod
+    def _table_ident(identifier: str | Identifier) -> tuple[str, str]:
+        parts = identifier_parts(identifier)
+        if len(parts) < 2 or any(not p.strip() for p in parts):
+            raise NoSuchNamespaceError(f"table identifier {identifier!r} names no namespace")
+        if len(parts) > 2:
+            raise oe.InvalidArgumentError(
+                f"table identifier {'.'.join(parts)!r} has a {len(parts) - 1}-level namespace; "
+                "Olympia namespaces have one level")
+        return parts[0], parts[1]
+
+    def _read_metadata(self, location: str) -> TableMetadata:
+        """A metadata file's contents; files never change once written, so they are cached."""
+        with self._cache_lock:
+            cached = self._metadata_cache.get(location)
+            if cached is not None:
+                self._metadata_cache.move_to_end(location)
+                return cached
+        io = self._load_file_io(location=location)
+        try:
+            metadata = FromInputFile.table_metadata(io.new_input(location))
+        except OSError as exc:
+            raise oe.StorageError(f"cannot read Iceberg metadata ({exc})", location) from exc
+        self._remember(location, metadata)
+        return metadata
+
+    def _remember(self, location: str, metadata: TableMetadata) -> None:
+        with self._cache_lock:
+            self._metadata_cache[location] = metadata
+            while len(self._metadata_cache) > self._cache_size:
+                self._metadata_cache.popitem(last=False)
+
+    def _load_file_io(self, properties: Properties = EMPTY_DICT,
+                      location: str | None = None) -> FileIO:
+        # the catalog's own settings outrank table properties (anyone who can commit to a
+        # table can set those; endpoints and credentials stay the operator's)
+        return load_file_io({**properties, **self.properties}, location)
+
+    # --- staging metadata -------------------------------------------------------------
+
+    def _require_new(self, ns: str, name: str, adopt: bool = False) -> TableDef | None:
+        """Check that a table can be created; with ``adopt``, a table declared (in a spec)
+        as Iceberg but without metadata yet is returned, to become the new table."""
+        txn = self._staging()
+        if not txn.namespace_exists(ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+        if txn.table_exists(ns, name) and adopt:
+            declared = txn.load_table(ns, name)
+            if declared.format == ICEBERG and not declared.location:
+                return declared
+        if txn.table_exists(ns, name) or txn.view_exists(ns, name):
+            raise TableAlreadyExistsError(f"Table {ns}.{name} already exists")
+        return None
+
+    def _stage_metadata(self, ns: str, name: str, metadata: TableMetadata, location: str,
+                        io: FileIO, previous: TableDef | None,
+                        before: TableMetadata | None = None) -> None:
+        """Write a new metadata file and stage the definition pointing at it; the version
+        records what happened to the table (``iceberg.<ns>.<table>`` in ``olympia log``)."""
+        if not self._dry_run:
+            self._write_metadata(metadata, io, location)
+            self._written.append((io, location))
+        self._remember(location, metadata)
+        txn = self._staging()
+        txn.put_table(table_definition(ns, name, metadata, location, previous),
+                      create=previous is None)
+        txn.annotate(**{f"iceberg.{ns}.{name}": describe(before, metadata)})
+
+    def _delete_old_metadata(self, io: FileIO, base: TableMetadata,  # type: ignore[override]
+                             metadata: TableMetadata) -> None:
+        # In a transaction the "old" files are still the committed ones until it commits.
+        if self._txn is None:
+            MetastoreCatalog._delete_old_metadata(io, base, metadata)
