@@ -75,8 +75,10 @@ def fresh(props: dict[str, str]) -> Catalog:
                           properties={"warehouse": props["warehouse"]})
 
 
-def apply(catalog: Catalog, spec: Path, **variables: str) -> int:
-    return apply_plan(catalog, plan_for(catalog, spec, **variables)).version
+def apply(catalog: Catalog, spec: Path, allow_destructive: bool = False,
+          **variables: str) -> int:
+    return apply_plan(catalog, plan_for(catalog, spec, **variables),
+                      allow_destructive=allow_destructive).version
 
 
 def test_yaml_creates_a_table_pyiceberg_reads_and_writes(where: dict[str, str],
@@ -412,4 +414,41 @@ def test_nested_fields_order_and_comments_evolve(tmp_path: Path) -> None:
     write_spec(spec, docs({"columns": required}))
     assert plan_for(catalog, spec).changes[0].reasons == [
         "changes column qty incompatibly (int4 -> int4 not null)"]
+    ice.close()
+
+
+def test_columns_that_go_take_their_partition_and_sort_fields(tmp_path: Path) -> None:
+    """Dropping the columns a table is partitioned and sorted by, and replacing one by an
+    incompatible type, repartition and re-sort in the same version."""
+    props = local_properties(tmp_path)
+    catalog = fresh(props)
+    spec = tmp_path / "spec"
+    apply(catalog, write_spec(spec, docs()))  # partitioned by method, sorted by paid_at
+    ice = OlympiaCatalog("c", **props)
+    table = ice.load_table("sales.payments")
+    table.append(rows(1, table.schema().as_arrow()))
+    columns = [c for c in COLUMNS if c["name"] not in ("method", "paid_at")]
+    columns[1] = {"name": "qty", "type": "string"}  # replaced: a new field id
+    write_spec(spec, docs({"columns": columns, "partition_by": ["qty", "truncate(2, qty)"],
+                           "sort_by": ["qty desc", "id"]}))
+    with pytest.raises(DestructiveChangeError):
+        apply(catalog, spec)
+    before = catalog.refresh()
+    assert apply(catalog, spec, allow_destructive=True) == before + 1
+    table = ice.load_table("sales.payments")
+    qty = table.schema().find_field("qty")
+    assert [(f.source_id, str(f.transform)) for f in table.spec().fields] == [
+        (qty.field_id, "identity"), (qty.field_id, "truncate[2]")]
+    assert [(f.source_id, f.direction.value) for f in table.sort_order().fields] == [
+        (qty.field_id, "desc"), (1, "asc")]
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
+    assert not plan_for(catalog, spec).has_changes
+    # Iceberg keeps every partition spec: a column once identity-partitioned under its
+    # name cannot be replaced by another of that name (plan says so, naming the table)
+    write_spec(spec, docs({"columns": [*columns[:1], {"name": "qty", "type": "int"},
+                                       *columns[2:]], "partition_by": [], "sort_by": []}))
+    with pytest.raises(SpecError, match="table sales.payments: Iceberg refuses the change: "
+                                        "Cannot create identity partition sourced from "
+                                        "different field in schema: qty"):
+        plan_for(catalog, spec)
     ice.close()

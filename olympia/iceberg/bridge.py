@@ -15,11 +15,23 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.exceptions import NoSuchIcebergTableError
+from pyiceberg.exceptions import NoSuchIcebergTableError, ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Transaction as IcebergTransaction
-from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
+from pyiceberg.table.sorting import (
+    UNSORTED_SORT_ORDER,
+    NullOrder,
+    SortDirection,
+    SortField,
+    SortOrder,
+)
+from pyiceberg.table.update import (
+    AddSortOrderUpdate,
+    AssertDefaultSortOrderId,
+    SetDefaultSortOrderUpdate,
+    TableUpdate,
+)
 from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.transforms import parse_transform
 
@@ -69,12 +81,11 @@ def create_table(txn: Transaction, store: OlympiaStore, op: CreateIcebergTable,
         PartitionField(by_name[t.column].id, FIRST_PARTITION_FIELD_ID + i,
                        parse_transform(t.transform), _field_name(t))
         for i, t in enumerate(terms)))
-    order = SortOrder(*(_sort_field(s, by_name) for s in sorts)) if sorts else None
+    order = SortOrder(*(_sort_field(s, by_name) for s in sorts)) if sorts else UNSORTED_SORT_ORDER
     properties = {**op.properties, "format-version": str(op.format_version)}
     try:
-        created = catalog.create_table((ns, name), schema, op.location or None, spec,
-                                       **({"sort_order": order} if order else {}),
-                                       properties=properties)
+        created = catalog.create_table((ns, name), schema, op.location or None, spec, order,
+                                       properties)
     except ValueError as exc:
         if "location" not in str(exc):
             raise
@@ -101,27 +112,100 @@ def alter_table(txn: Transaction, store: OlympiaStore, op: AlterIcebergTable,
         table = catalog.load_table(op.identifier)
     except NoSuchIcebergTableError as exc:
         raise InvalidArgumentError(str(exc)) from None
-    with table.transaction() as itx:
-        if op.format_version is not None and op.format_version > table.format_version:
-            itx.upgrade_table_version(op.format_version)  # type: ignore[arg-type]
-        if op.set_properties:
-            itx.set_properties(dict(op.set_properties))
-        if op.unset_properties:
-            itx.remove_properties(*op.unset_properties)
-        _evolve_schema(itx, table.schema(), op)
-        schema = itx.table_metadata.schema()
-        by_name = {f.name: f.field_id for f in schema.fields}
-        if op.partition_by is not None:
-            _evolve_spec(itx, [Term.parse(t) for t in op.partition_by], by_name)
-        if op.sort_by is not None:
-            sorts = [SortTerm.parse(t) for t in op.sort_by]
-            with itx.update_sort_order() as update:
-                for s in sorts:
-                    add = update.desc if s.descending else update.asc
-                    add(s.term.column, parse_transform(s.term.transform),
-                        NullOrder.NULLS_FIRST if s.nulls_first else NullOrder.NULLS_LAST)
+    ns, name = op.identifier
+    try:
+        with table.transaction() as itx:
+            _evolve(itx, op)
+    except (ValidationError, ValueError) as exc:  # what pyiceberg refuses, named
+        raise InvalidArgumentError(f"table {ns}.{name}: Iceberg refuses the change: "
+                                   f"{exc}") from None
     location = catalog._staging().load_table(op.identifier).location
     _olympia_side(txn, op.identifier, location, op.comment, op.protected, None)
+
+
+def _evolve(itx: IcebergTransaction, op: AlterIcebergTable) -> None:
+    """Stage ``op`` in one pyiceberg transaction: format version, properties; partition
+    fields and sort order no longer declared, or on columns about to go, before the schema
+    changes; then the declared partition fields and sort order."""
+    if op.format_version is not None and op.format_version > itx.table_metadata.format_version:
+        itx.upgrade_table_version(op.format_version)  # type: ignore[arg-type]
+    if op.set_properties:
+        itx.set_properties(dict(op.set_properties))
+    if op.unset_properties:
+        itx.remove_properties(*op.unset_properties)
+    schema = itx.table_metadata.schema()
+    going = {*op.remove_columns, *_replaced(schema, op)}
+    current = _partition_terms(itx, op.rename_columns)
+    wanted = list(current) if op.partition_by is None else [Term.parse(t)
+                                                            for t in op.partition_by]
+    gone = [field for term, field in current.items()
+            if term not in wanted or term.column in going]
+    if gone:
+        with itx.update_spec() as update:
+            for field in gone:
+                update.remove_field(field)
+    order = _sort_terms(itx, op.rename_columns) if op.sort_by is None else [
+        SortTerm.parse(t) for t in op.sort_by]
+    resort = op.sort_by is not None or any(s.term.column in going for s in order)
+    if resort and going:  # unsorted until the schema changed: the order may name a column
+        _unsort(itx)
+    _evolve_schema(itx, schema, op)
+    added = [term for term in wanted if term not in _partition_terms(itx, {})]
+    if added:
+        with itx.update_spec() as update:
+            for term in added:
+                update.add_field(term.column, parse_transform(term.transform),
+                                 _field_name(term))
+    if resort:
+        with itx.update_sort_order() as sorting:
+            for s in order:
+                add = sorting.desc if s.descending else sorting.asc
+                add(s.term.column, parse_transform(s.term.transform),
+                    NullOrder.NULLS_FIRST if s.nulls_first else NullOrder.NULLS_LAST)
+
+
+def _unsort(itx: IcebergTransaction) -> None:
+    """Make the unsorted order (id 0) the default. pyiceberg 0.12's ``update_sort_order``
+    cannot: it adds the empty order and then asks for the highest order id, not 0."""
+    metadata = itx.table_metadata
+    updates: tuple[TableUpdate, ...] = (
+        SetDefaultSortOrderUpdate(sort_order_id=0),)  # type: ignore[call-arg]
+    if metadata.sort_order_by_id(0) is None:
+        updates = (AddSortOrderUpdate(sort_order=UNSORTED_SORT_ORDER),  # type: ignore[call-arg]
+                   *updates)
+    itx._apply(updates, (AssertDefaultSortOrderId(  # type: ignore[call-arg]
+        default_sort_order_id=metadata.default_sort_order_id),))
+
+
+def _replaced(schema: Schema, op: AlterIcebergTable) -> list[str]:
+    """The updated columns (new names) whose type Iceberg cannot promote in place."""
+    old_of = {new: old for old, new in op.rename_columns.items()}
+    return [name for name, col in op.update_columns.items()
+            if not _in_place(_current(schema, old_of.get(name, name)), as_stored(col))]
+
+
+def _term(transform: str, column: str) -> Term:
+    function, _, width = transform.partition("[")
+    return Term(function, column, int(width.rstrip("]")) if width else None)
+
+
+def _partition_terms(itx: IcebergTransaction, renamed: Mapping[str, str]) -> dict[Term, str]:
+    """The current partition fields as terms (column names after ``renamed``), with their
+    field names; fields Iceberg voided are left out."""
+    metadata = itx.table_metadata
+    names = {f.field_id: renamed.get(f.name, f.name) for f in metadata.schema().fields}
+    return {_term(str(f.transform), names[f.source_id]): f.name for f in metadata.spec().fields
+            if str(f.transform) != "void" and f.source_id in names}
+
+
+def _sort_terms(itx: IcebergTransaction, renamed: Mapping[str, str]) -> list[SortTerm]:
+    """The current default sort order as terms (column names after ``renamed``)."""
+    metadata = itx.table_metadata
+    names = {f.field_id: renamed.get(f.name, f.name) for f in metadata.schema().fields}
+    order = metadata.sort_order_by_id(metadata.default_sort_order_id)
+    return [SortTerm(_term(str(f.transform), names[f.source_id]),
+                     f.direction == SortDirection.DESC, f.null_order == NullOrder.NULLS_FIRST)
+            for f in (order.fields if order else []) if f.source_id in names]
 
 
 def _evolve_schema(itx: IcebergTransaction, schema: Schema, op: AlterIcebergTable) -> None:
@@ -131,8 +215,7 @@ def _evolve_schema(itx: IcebergTransaction, schema: Schema, op: AlterIcebergTabl
     old_of = {new: old for old, new in op.rename_columns.items()}
     updates = {name: (_current(schema, old_of.get(name, name)), as_stored(col))
                for name, col in op.update_columns.items()}
-    replaced = [name for name, (before, after) in updates.items()
-                if not _in_place(before, after)]
+    replaced = _replaced(schema, op)
     if op.rename_columns or op.remove_columns or updates:
         with itx.update_schema(allow_incompatible_changes=True) as update:
             for old, new in op.rename_columns.items():
@@ -218,35 +301,6 @@ def _update(update: UpdateSchema, path: tuple[str, ...], before: Column,
 def _with_ids(column: Column) -> Column:
     """``column`` with provisional ids (pyiceberg assigns the real ones)."""
     return assign_column_ids((column,), 1)[0]
-
-
-def _evolve_spec(itx: IcebergTransaction, terms: list[Term], ids: Mapping[str, int]) -> None:
-    """Remove the partition fields not declared, add the declared ones missing (the order of
-    partition fields is not compared)."""
-    names = {v: k for k, v in ids.items()}
-    current: dict[Term, str] = {}
-    for f in itx.table_metadata.spec().fields:
-        if str(f.transform) == "void" or f.source_id not in names:
-            continue
-        function, width = _split(str(f.transform))
-        current[Term(function, names[f.source_id], width)] = f.name
-    wanted = set(terms)
-    with itx.update_spec() as update:
-        for term, name in current.items():
-            if term not in wanted:
-                update.remove_field(name)
-        for term in terms:
-            if term not in current:
-                if term.column not in ids:
-                    raise InvalidArgumentError(f"partition term {term}: no column "
-                                               f"{term.column!r}")
-                update.add_field(term.column, parse_transform(term.transform),
-                                 _field_name(term))
-
-
-def _split(transform: str) -> tuple[str, int | None]:
-    function, _, rest = transform.partition("[")
-    return function, int(rest.rstrip("]")) if rest else None
 
 
 def _field_name(term: Term) -> str:
