@@ -86,13 +86,13 @@ def create_table(txn: Transaction, store: OlympiaStore, op: CreateIcebergTable,
     try:
         created = catalog.create_table((ns, name), schema, op.location or None, spec, order,
                                        properties)
-    except ValueError as exc:
-        if "location" not in str(exc):
-            raise
-        raise InvalidArgumentError(
-            f"table {ns}.{name}: no location for the Iceberg table: declare its location, a "
-            f"location property on namespace {ns}, or create the catalog with a warehouse "
-            "(olympia init --property warehouse=URI)") from None
+    except (ValidationError, ValueError) as exc:  # what pyiceberg refuses, named
+        if "No default path" in str(exc):
+            raise InvalidArgumentError(
+                f"table {ns}.{name}: no location for the Iceberg table: declare its location, "
+                f"a location property on namespace {ns}, or create the catalog with a "
+                "warehouse (olympia init --property warehouse=URI)") from None
+        raise InvalidArgumentError(f"table {ns}.{name}: Iceberg refuses it: {exc}") from None
     _olympia_side(txn, op.identifier, created.metadata_location, op.comment, op.protected,
                   op.table_type)
 

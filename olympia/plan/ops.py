@@ -294,10 +294,8 @@ class CreateIcebergTable(ObjectOp):
     required = ("identifier", "columns")
 
     def apply(self, txn: Transaction) -> None:
-        from olympia.iceberg import bridge  # needs pyiceberg: only for Iceberg tables
-
         staging = _iceberg_staging(txn, self)
-        bridge.create_table(txn, staging.catalog, self, dry_run=staging.dry_run)
+        _bridge().create_table(txn, staging.catalog, self, dry_run=staging.dry_run)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,10 +312,8 @@ class AlterIcebergTable(TableChanges):
               "sort_by": _nullable(_TERMS), "format_version": _nullable(_FORMAT_VERSION)}
 
     def apply(self, txn: Transaction) -> None:
-        from olympia.iceberg import bridge  # needs pyiceberg: only for Iceberg tables
-
         staging = _iceberg_staging(txn, self)
-        bridge.alter_table(txn, staging.catalog, self, dry_run=staging.dry_run)
+        _bridge().alter_table(txn, staging.catalog, self, dry_run=staging.dry_run)
 
 
 @dataclass(frozen=True)
@@ -336,6 +332,22 @@ _STAGING: weakref.WeakKeyDictionary[Transaction, IcebergStaging] = weakref.WeakK
 def stage_iceberg(txn: Transaction, catalog: Catalog, dry_run: bool) -> None:
     """Let Iceberg operations stage in ``txn``, a transaction of ``catalog``."""
     _STAGING[txn] = IcebergStaging(catalog, dry_run)
+
+
+def _bridge() -> Any:
+    """olympia.iceberg.bridge, which needs pyiceberg (only Iceberg tables do).
+
+    Raises:
+        CatalogError: pyiceberg is not installed.
+    """
+    try:
+        from olympia.iceberg import bridge
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == "pyiceberg":
+            raise CatalogError("Iceberg tables need pyiceberg: pip install "
+                               "'olympia-catalog[iceberg]'") from None
+        raise
+    return bridge
 
 
 def _iceberg_staging(txn: Transaction, op: Op) -> IcebergStaging:
