@@ -12,14 +12,26 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from iceberg_helpers import local_properties, s3_properties
 from pyiceberg.expressions import AlwaysTrue, EqualTo
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestWriterV2,
+)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
+from pyiceberg.typedef import Record
 from pyiceberg.types import (
     DateType,
     DecimalType,
@@ -372,6 +384,62 @@ def test_storage_secrets_stay_out_of_plans_and_errors(source: Any, s3_server: An
     assert secret not in str(failure.value)
 
 
+def add_delete_file(table: Any, content: DataFileContent, rows: pa.Table,
+                    equality_ids: list[int] | None = None) -> None:
+    """Commit one delete file to ``table`` (pyiceberg 0.12 writes no delete files of its own:
+    its manifest writer and fast append are reused with the manifest content changed)."""
+    path = f"{table.location()}/data/deletes-{uuid.uuid4().hex}.parquet"
+    with table.io.new_output(path).create() as out:
+        pq.write_table(rows, out)
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    class AddDeleteFiles(_FastAppendFiles):
+        def new_manifest_writer(self, spec: PartitionSpec) -> Any:
+            return DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(),
+                                        self._snapshot_id, self._compression)
+
+    delete_file = DataFile.from_args(
+        content=content, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
+        record_count=rows.num_rows, file_size_in_bytes=len(table.io.new_input(path)),
+        spec_id=table.metadata.default_spec_id, equality_ids=equality_ids)
+    with table.transaction() as tx, AddDeleteFiles(Operation.DELETE, tx, table.io) as add:
+        add.append_data_file(delete_file)
+
+
+def test_positional_deletes_are_applied_and_equality_deletes_refused(
+        source: Any, tmp_path: Path) -> None:
+    spark = source
+    properties = local_properties(tmp_path)
+    table_name, catalog = new_table(properties, PartitionSpec())
+    write(rows(spark, 10).coalesce(1), properties, table_name)
+    table = catalog.load_table(table_name)
+    (data_file,) = data_files(catalog, table_name)
+    positions = pa.schema([
+        pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": b"2147483546"}),
+        pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": b"2147483545"})])
+    add_delete_file(table, DataFileContent.POSITION_DELETES, pa.table(
+        {"file_path": [data_file.file_path] * 2, "pos": [2, 5]}, schema=positions))
+
+    ids = [r["id"] for r in read(spark, properties, table_name).collect()]
+    assert sorted(ids) == [0, 1, 3, 4, 6, 7, 8, 9]
+
+    equality = pa.schema([pa.field("id", pa.int64(), True, {b"PARQUET:field_id": b"1"})])
+    table = catalog.load_table(table_name)
+    add_delete_file(table, DataFileContent.EQUALITY_DELETES,
+                    pa.table({"id": [7]}, schema=equality), equality_ids=[1])
+    snapshot = catalog.load_table(table_name).metadata.current_snapshot_id
+    with pytest.raises(Exception, match=rf"table {table_name} at catalog version \d+, "
+                                        rf"snapshot {snapshot} has equality delete files"):
+        read(spark, properties, table_name).collect()
+
+
 # --- planning without Spark ---------------------------------------------------------------
 
 
@@ -427,3 +495,15 @@ def test_options_are_checked_without_echoing_values() -> None:
     assert "hush" not in repr(parsed)
     with pytest.raises(oe.InvalidArgumentError, match="option version must be at least 0"):
         SourceOptions.parse({"path": "a.b", "catalog": "/x", "version": "-1"}, {})
+
+
+def test_storage_options_become_catalog_properties() -> None:
+    properties = olympia.spark.properties_from_storage_options({
+        "key": "AK", "secret": "SK", "anon": False, "max_concurrency": 4,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}})
+    assert properties == {
+        "s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.anonymous": "false",
+        "olympia.storage.max_concurrency": "4", "s3.endpoint": "http://127.0.0.1:9000",
+        "s3.region": "eu-west-1"}
+    with pytest.raises(oe.InvalidArgumentError, match="config_kwargs.retries"):
+        olympia.spark.properties_from_storage_options({"config_kwargs": {"retries": 3}})
