@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from olympia.catalog.objects import Column
+from olympia.catalog.objects import Column, Namespace, Table
 from olympia.exceptions import InvalidArgumentError
 from olympia.plan.opjson import parse_ops
 from olympia.plan.ops import Action, Kind, Op
@@ -139,3 +139,24 @@ def column_details(before: Column, after: Column) -> list[dict[str, Any]]:
     if not out:
         out.append(detail(attr, before.to_dict(), after.to_dict()))
     return out
+
+
+def alter_common(before: Namespace | Table, after: Namespace | Table,
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Property, comment and protection changes shared by namespaces and tables: the alter
+    arguments (only what changes) and the details."""
+    args: dict[str, Any] = {}
+    set_props = {k: v for k, v in sorted(after.properties.items())
+                 if before.properties.get(k) != v}
+    unset = sorted(set(before.properties) - set(after.properties))
+    if set_props:
+        args["set_properties"] = set_props
+    if unset:
+        args["unset_properties"] = tuple(unset)
+    details = property_details(before.properties, after.properties)
+    details += attribute_details(before, after, ("comment", "protected"))
+    if before.comment != after.comment:
+        args["comment"] = after.comment
+    if before.protected != after.protected:
+        args["protected"] = after.protected
+    return args, details

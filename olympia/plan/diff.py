@@ -24,6 +24,7 @@ from olympia.exceptions import SpecError
 from olympia.plan import icediff
 from olympia.plan.changes import (
     Change,
+    alter_common,
     attribute_details,
     column_details,
     column_text,
@@ -181,7 +182,7 @@ class Differ:
                 ops=[CreateNamespace(namespace=name,
                                      properties=dict(sorted(desired.properties.items())),
                                      comment=desired.comment, protected=desired.protected)])]
-        args, details = _alter_common(existing, desired)
+        args, details = alter_common(existing, desired)
         if not args:
             return []
         return [Change(Action.UPDATE, Kind.NAMESPACE, name, details=details,
@@ -264,7 +265,7 @@ class Differ:
             return [Change(Action.UPDATE, Kind.TABLE, name, source=str(item.position),
                            details=[detail("iceberg metadata", None, "created"),
                                     *icediff.create_details(item)], ops=[create])]
-        args, details = _alter_common(current, desired)
+        args, details = alter_common(current, desired)
         if item.manages_location and current.location != desired.location:
             args["location"] = desired.location
             details.append(detail("location", current.location, desired.location))
@@ -273,7 +274,7 @@ class Differ:
             args["format_properties"] = dict(sorted(desired.format_properties.items()))
             details += property_details(current.format_properties, desired.format_properties,
                                         "format_properties")
-        column_args, column_details = self._columns(item, current)
+        column_args, column_details = self.column_changes(item, current)
         args.update(column_args)
         if not args:
             return []
@@ -281,7 +282,7 @@ class Differ:
                        ops=[AlterTable(identifier=(desired.namespace, desired.name), **args)],
                        source=str(item.position))]
 
-    def _columns(self, item: TableSpec, current: Table,
+    def column_changes(self, item: TableSpec, current: Table,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The column arguments of an alter and their details (incompatible type changes
         flagged)."""
@@ -399,27 +400,6 @@ def _renamed(objects: dict[Key, Any], renames: Mapping[Key, tuple[Change, Key]],
     for old, (_, new) in renames.items():
         out[new] = replace(out.pop(old), name=new[1])
     return out
-
-
-def _alter_common(before: Namespace | Table, after: Namespace | Table,
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Property, comment and protection changes shared by namespaces and tables: the alter
-    arguments (only what changes) and the details."""
-    args: dict[str, Any] = {}
-    set_props = {k: v for k, v in sorted(after.properties.items())
-                 if before.properties.get(k) != v}
-    unset = sorted(set(before.properties) - set(after.properties))
-    if set_props:
-        args["set_properties"] = set_props
-    if unset:
-        args["unset_properties"] = tuple(unset)
-    details = property_details(before.properties, after.properties)
-    details += attribute_details(before, after, ("comment", "protected"))
-    if before.comment != after.comment:
-        args["comment"] = after.comment
-    if before.protected != after.protected:
-        args["protected"] = after.protected
-    return args, details
 
 
 def _comparable(view: View) -> tuple[Any, ...]:

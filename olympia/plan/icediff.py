@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from olympia.catalog.objects import Table
 from olympia.exceptions import InvalidArgumentError
-from olympia.plan.changes import Change, detail
+from olympia.plan.changes import Change, alter_common, detail
 from olympia.plan.ops import Action, AlterIcebergTable, CreateIcebergTable, Kind
 from olympia.spec.iceberg import Layout, Term, as_stored, layout_of
 from olympia.spec.model import TableSpec
@@ -71,13 +71,11 @@ def create_details(item: TableSpec) -> list[dict[str, Any]]:
 def alter(differ: Differ, item: TableSpec, current: Table) -> list[Change]:
     """The change turning the Iceberg table ``current`` (with metadata) into what ``item``
     declares, or none."""
-    from olympia.plan.diff import _alter_common
-
     desired = item.table
     name = f"{desired.namespace}.{desired.name}"
     stored = replace(item, table=replace(desired, columns=tuple(
         as_stored(c) for c in desired.columns)))
-    args, details = _alter_common(current, desired)
+    args, details = alter_common(current, desired)
     fmt = current.format_properties
     if item.manages_location and desired.location.rstrip("/") != fmt.get(
             TABLE_LOCATION, "").rstrip("/"):
@@ -92,7 +90,7 @@ def alter(differ: Differ, item: TableSpec, current: Table) -> list[Change]:
         else:
             args["format_version"] = item.format_version
             details.append(detail("format_version", version, item.format_version))
-    column_args, column_details = differ._columns(stored, current)
+    column_args, column_details = differ.column_changes(stored, current)
     args.update(column_args)
     try:
         now = layout_of(fmt, current.columns)
