@@ -109,9 +109,13 @@ def test_yaml_creates_a_table_pyiceberg_reads_and_writes(where: dict[str, str],
     table.append(rows(4, table.schema().as_arrow()))
     read = ice.load_table("sales.payments").scan().to_arrow().sort_by("id")
     assert read.to_pylist() == [*data.to_pylist(), *rows(4, data.schema).to_pylist()]
-    # data appended by a job is not a change to revert
+    replaced = rows(10, data.schema, count=2)
+    table.overwrite(replaced)
+    read = ice.load_table("sales.payments").scan().to_arrow().sort_by("id")
+    assert read.to_pylist() == replaced.to_pylist()
+    # data a job appended or overwrote is not a change to revert
     assert not plan_for(catalog, spec).has_changes
-    assert catalog.refresh() == 3
+    assert catalog.refresh() == 4
     ice.close()
 
 
