@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from olympia.cli.common import (
     EXIT_CHANGES,
+    EXIT_SPEC_INVALID,
     catalog_options,
+    color_option,
     echo_json,
     handle_errors,
     open_catalog,
 )
+from olympia.exceptions import SpecError
 from olympia.plan import Change, Plan, apply_plan, inspect, make_plan
 from olympia.plan.apply import check_allowed, review
+from olympia.plan.markdown import render_markdown
 from olympia.plan.planfile import KEY_ENV
 from olympia.spec import collect_variables, load_spec, schema_path
 from olympia.spec.loader import SUFFIXES, git_commit_of
@@ -34,12 +40,6 @@ def variable_options(fn: Any) -> Any:
                              "environment (OLYMPIA_VAR_NAME).")(fn)
 
 
-def color_option(fn: Any) -> Any:
-    return click.option("--color/--no-color", default=None,
-                        help="Colour the plan (default: on a terminal unless NO_COLOR is "
-                             "set).")(fn)
-
-
 def _variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[str, str]:
     explicit = {}
     for pair in var_pairs:
@@ -53,14 +53,41 @@ def _variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[s
 @click.command("validate")
 @click.argument("spec", type=click.Path())
 @variable_options
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON: every problem as an object (file, line, "
+                   "column, message).")
 @handle_errors
-def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> None:
+def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...],
+             as_json: bool) -> None:
     """Check SPEC (a YAML file or a directory of them) without touching any catalog.
 
     Every problem is printed as file:line:col: message; exit code 3 when there are any.
     """
-    loaded = load_spec(spec, _variables(var_pairs, var_files))
-    click.echo(f"Valid: {loaded.summary()}.")
+    variables = _variables(var_pairs, var_files)
+    if not as_json:
+        click.echo(f"Valid: {load_spec(spec, variables).summary()}.")
+        return
+    try:
+        loaded = load_spec(spec, variables)
+    except SpecError as exc:
+        echo_json({"valid": False, "problems": [problem_dict(p) for p in exc.problems]})
+        sys.exit(EXIT_SPEC_INVALID)
+    echo_json({"valid": True, "summary": loaded.summary(), "problems": []})
+
+
+_POSITION = re.compile(r"(?s)(?P<file>.+?):(?P<line>\d+):(?P<column>\d+): (?P<message>.*)")
+
+
+def problem_dict(problem: str) -> dict[str, Any]:
+    """A ``file:line:col: message`` problem as an object; ``line`` and ``column`` are None
+    for a problem of a whole file (``file: message``)."""
+    found = _POSITION.fullmatch(problem)
+    if found:
+        return {"file": found["file"], "line": int(found["line"]),
+                "column": int(found["column"]), "message": found["message"]}
+    file, sep, message = problem.partition(": ")
+    return ({"file": file, "line": None, "column": None, "message": message} if sep
+            else {"file": None, "line": None, "column": None, "message": problem})
 
 
 @click.command("plan")
@@ -70,7 +97,11 @@ def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...]) 
 @click.option("--out", "out", type=click.Path(dir_okay=False),
               help="Save the plan, to apply exactly it later with `olympia apply FILE` "
                    f"(signed when {KEY_ENV} is set).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as versioned JSON.")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "markdown"]),
+              default="text", show_default=True,
+              help="text (for terminals), json (the versioned saved form) or markdown (for "
+                   "pull-request comments).")
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when there are changes, 0 when there are none.")
 @click.option("--git-commit", envvar="OLYMPIA_GIT_COMMIT", metavar="SHA",
@@ -81,18 +112,32 @@ def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...]) 
 @handle_errors
 def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
          var_pairs: tuple[str, ...], var_files: tuple[str, ...], out: str | None,
-         as_json: bool, detailed_exitcode: bool, git_commit: str | None,
-         color: bool | None) -> None:
-    """Show what applying SPEC to the catalog would change."""
-    loaded = load_spec(spec, _variables(var_pairs, var_files))
-    result = make_plan(open_catalog(catalog_uri, storage_option), loaded,
-                       git_commit=git_commit or git_commit_of(spec))
+         as_json: bool, output_format: str, detailed_exitcode: bool, git_commit: str | None,
+         color: bool) -> None:
+    """Show what applying SPEC to the catalog would change.
+
+    SPEC may also be a plan saved with --out: it is then checked against the catalog as
+    apply would check it and shown (e.g. as Markdown for a pull request), not made anew.
+    """
+    catalog = open_catalog(catalog_uri, storage_option)
+    if _is_plan_file(spec):
+        given = click.get_current_context().get_parameter_source("git_commit")
+        if var_pairs or var_files or out or given == ParameterSource.COMMANDLINE:
+            raise click.ClickException("--var, --var-file, --out and --git-commit apply to "
+                                       "specs; a saved plan is shown as it was saved")
+        result = Plan.load(spec, _plan_key())
+        review(catalog, result)  # classify it from its operations, as apply would
+    else:
+        loaded = load_spec(spec, _variables(var_pairs, var_files))
+        result = make_plan(catalog, loaded, git_commit=git_commit or git_commit_of(spec))
     if out:
         result.save(out, _plan_key())
-    if as_json:
+    if as_json or output_format == "json":
         echo_json(result.to_dict(_plan_key()))  # the saved form, signed as --out would be
+    elif output_format == "markdown":
+        click.echo(render_markdown(result), nl=False)
     else:
-        click.echo(result.render_text(color))
+        click.echo(result.render_text(color), color=color)
         if out:
             click.echo(f"\nSaved the plan to {out}; apply exactly these changes with "
                        f"`olympia apply {out}`.")
@@ -126,7 +171,7 @@ def _is_plan_file(source: str) -> bool:
 def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
           var_pairs: tuple[str, ...], var_files: tuple[str, ...], allow_destructive: bool,
           auto_approve: bool, git_commit: str | None, as_json: bool,
-          color: bool | None) -> None:
+          color: bool) -> None:
     """Apply SOURCE — a spec, or a plan saved by `olympia plan --out` — as ONE new version.
 
     Shows the plan (on stderr with --json) and asks for confirmation unless --auto-approve.
@@ -144,7 +189,8 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
         the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)),
                              git_commit=git_commit or git_commit_of(source))
     if not as_json or (the_plan.has_changes and not auto_approve):
-        click.echo(the_plan.render_text(color), err=as_json)  # --json: stdout is the result
+        click.echo(the_plan.render_text(color), err=as_json,  # --json: stdout is the result
+                   color=color)
     if not the_plan.has_changes:
         if as_json:
             echo_json(apply_plan(catalog, the_plan).to_dict())

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -19,6 +19,7 @@ from olympia.exceptions import (
     SpecError,
     StalePlanError,
 )
+from olympia.plan.render import want_color
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,18 +92,46 @@ def open_catalog(catalog_uri: str, storage_option: tuple[str, ...]) -> Catalog:
     return Catalog.open(catalog_uri, parse_storage_options(storage_option))
 
 
+# Library phrases that name Python arguments, and what a CLI user types instead.
+_CLI_WORDS = {" (allow_destructive=True)": ""}
+
+
+def cli_message(exc: OlympiaError) -> str:
+    """An error's message in the command line's words (``--allow-destructive``, never the
+    library's keyword argument)."""
+    text = str(exc)
+    for library, cli in _CLI_WORDS.items():
+        text = text.replace(library, cli)
+    return text
+
+
+def exit_on_closed_pipe() -> NoReturn:
+    """The reader of stdout went away (``olympia log | head``): stop quietly, exit 0.
+
+    Points stdout at the null device first, so that flushing it at exit cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real descriptor (an in-memory stream): nothing to do
+        pass
+    sys.exit(EXIT_OK)
+
+
 def handle_errors(fn: F) -> F:
-    """Turn Olympia errors into one clear message and the documented exit code, and errors
+    """Turn Olympia errors into one clear message and the documented exit code, errors
     of local files (a plan or schema to write, a folder to inspect into) into one naming the
-    file, exit 1."""
+    file, exit 1, and a closed stdout into a quiet exit."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except OlympiaError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {cli_message(exc)}", err=True)
             sys.exit(exit_code_for(exc))
+        except BrokenPipeError:
+            exit_on_closed_pipe()
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"Error: {where}{exc.strerror or exc}", err=True)
@@ -113,3 +142,44 @@ def handle_errors(fn: F) -> F:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def key_value_pairs(option: str, values: tuple[str, ...]) -> dict[str, str]:
+    """``KEY=VALUE`` option values as a dict; a value without ``=`` or with an empty key is
+    a usage error naming the option (exit 1)."""
+    pairs = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"{option} needs KEY=VALUE, got {item[:60]!r}")
+        pairs[key] = value
+    return pairs
+
+
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+def color_option(fn: F) -> F:
+    """Add ``--color auto|always|never`` (and ``--no-color``, the same as ``never``); the
+    command gets ``color`` as a bool: auto means stdout is a terminal and NO_COLOR is not
+    set. Output must then be echoed with ``color=color`` so that click keeps the escape
+    codes through a pipe."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, color: str, no_color: bool, **kwargs: Any) -> Any:
+        return fn(*args, color=resolve_color("never" if no_color else color), **kwargs)
+
+    wrapped = click.option("--no-color", "no_color", is_flag=True, hidden=True,
+                           help="The same as --color never.")(wrapper)
+    return click.option("--color", "color", type=click.Choice(COLOR_CHOICES),
+                        default="auto", show_default=True,
+                        help="Colour the output: always (also through pipes, for CI logs), "
+                             "never, or auto (on a terminal unless NO_COLOR is set)."
+                        )(wrapped)  # type: ignore[return-value]
+
+
+def resolve_color(when: str) -> bool:
+    """Whether to colour output for ``--color WHEN``."""
+    if when == "auto":
+        return want_color(sys.stdout)
+    return when == "always"

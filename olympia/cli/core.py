@@ -12,6 +12,7 @@ from olympia.cli.common import (
     catalog_options,
     echo_json,
     handle_errors,
+    key_value_pairs,
     open_catalog,
     parse_storage_options,
 )
@@ -31,11 +32,11 @@ from olympia.tree import btree
 def init(catalog_uri: str, storage_option: tuple[str, ...], order: int, isolation: str,
          properties: tuple[str, ...], if_not_exists: bool) -> None:
     """Create an empty catalog (version 0)."""
+    props = key_value_pairs("--property", properties)
     options = parse_storage_options(storage_option)
     if if_not_exists and Catalog.exists_at(catalog_uri, options):
         click.echo(f"Catalog already exists at {catalog_uri}")
         return
-    props = dict(p.split("=", 1) for p in properties if "=" in p)
     catalog = Catalog.create(catalog_uri, options, order=order, txn_isolation_level=isolation,
                              properties=props)
     click.echo(f"Created catalog {catalog.uri} (order {order}, version 0)")

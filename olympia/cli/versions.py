@@ -8,18 +8,21 @@ from typing import Any
 import click
 
 from olympia import versions
-from olympia.catalog.objects import Column
+from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
-from olympia.cli.code import color_option
 from olympia.cli.common import (
     catalog_options,
+    color_option,
     echo_json,
     handle_errors,
     open_catalog,
     parse_storage_options,
 )
 from olympia.plan.apply import check_allowed
+from olympia.plan.changes import column_text
+from olympia.plan.render import change_lines, paint
 from olympia.plan.rollback import apply_rollback, plan_rollback
+from olympia.plan.versiondiff import version_diff
 from olympia.versions.dtxn import describe_transaction, transaction_dict
 from olympia.versions.export import MAX_DEPTH
 from olympia.versions.timetravel import format_millis
@@ -32,10 +35,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @click.option("--limit", "-n", type=click.IntRange(1), default=20, show_default=True)
 @click.option("--before", type=int, help="Show versions below this one (pagination).")
 @json_option
+@color_option
 @handle_errors
 def log(catalog_uri: str, storage_option: tuple[str, ...], limit: int, before: int | None,
-        as_json: bool) -> None:
-    """Versions, newest first, with the actions each one recorded."""
+        as_json: bool, color: bool) -> None:
+    """Versions, newest first, with the actions each one recorded (a namespace rename with
+    the tables and views it moved)."""
     catalog = open_catalog(catalog_uri, storage_option)
     entries = versions.history(catalog, limit=limit, before=before)
     if as_json:
@@ -46,40 +51,48 @@ def log(catalog_uri: str, storage_option: tuple[str, ...], limit: int, before: i
         head = f"version {entry.version}  {data['created_at']}"
         if entry.rollback:
             head += f"  (rollback of {entry.rollback[0]} to {entry.rollback[1]})"
-        click.echo(click.style(head, bold=True))
+        click.echo(paint(head, "bold", color), color=color)
         for key, value in sorted(entry.info.items()):
             click.echo(f"    {key}: {value}")
         for action in data["actions"]:
+            if "moved_by" in action:
+                continue  # shown under the namespace rename that moved it
             click.echo(f"    {action['description']}")
+            for move in action.get("moves", ()):
+                click.echo(f"        moves {move['type']} {move['from']} -> {move['to']}")
     if entries and entries[-1].version > catalog.files.oldest_version():
         click.echo(f"(more: --before {entries[-1].version})")
 
 
-def _column_text(col: Column) -> str:
-    text = f"{col.name} {col.type}"
-    if col.fields:
-        text += "<" + ", ".join(_column_text(f) for f in col.fields) + ">"
-    if col.element is not None:
-        text += "<" + _column_text(col.element).split(" ", 1)[1] + ">"
-    if col.key is not None and col.value is not None:
-        text += ("<" + _column_text(col.key).split(" ", 1)[1] + ", "
-                 + _column_text(col.value).split(" ", 1)[1] + ">")
-    return text + ("" if col.nullable else " not null")
+def _column_dict(col: Column) -> dict[str, Any]:
+    """Every field of a column (defaults included at the top level), its field id and its
+    type in the one spelling plans use (``type_text``)."""
+    return {"nullable": True, "comment": "", "properties": {}, **col.to_dict(with_ids=True),
+            "type_text": column_text(col)}
+
+
+def _common(obj: Namespace | Table | View) -> dict[str, Any]:
+    return {"comment": obj.comment, "protected": obj.protected,
+            "properties": dict(sorted(obj.properties.items()))}
 
 
 def _describe(snapshot: Snapshot) -> dict[str, Any]:
+    """Everything in one version, every field of every definition."""
     namespaces, tables, views = snapshot.load_all()
     return {
         "version": snapshot.version,
         "created_at": format_millis(snapshot.created_at_millis),
-        "namespaces": [{"name": n.name, "properties": dict(n.properties)} for n in namespaces],
+        "namespaces": [{"name": n.name, **_common(n)} for n in namespaces],
         "tables": [{"name": f"{t.namespace}.{t.name}", "namespace": t.namespace,
-                    "object_name": t.name, "format": t.format,
-                    "location": t.location, "columns": [c.to_dict() for c in t.columns],
-                    "properties": dict(t.properties)} for t in tables],
+                    "object_name": t.name, **_common(t), "format": t.format,
+                    "table_type": t.table_type, "location": t.location,
+                    "format_properties": dict(sorted(t.format_properties.items())),
+                    "columns": [_column_dict(c) for c in t.columns]} for t in tables],
         "views": [{"name": f"{v.namespace}.{v.name}", "namespace": v.namespace,
-                   "object_name": v.name, "dialect": v.dialect, "sql": v.sql,
-                   "columns": [c.to_dict() for c in v.columns]} for v in views],
+                   "object_name": v.name, **_common(v), "dialect": v.dialect, "sql": v.sql,
+                   "default_namespace": v.default_namespace,
+                   "referenced_objects": [f"{a}.{b}" for a, b in v.referenced_objects],
+                   "columns": [_column_dict(c) for c in v.columns]} for v in views],
     }
 
 
@@ -89,9 +102,10 @@ def _describe(snapshot: Snapshot) -> dict[str, Any]:
 @click.option("--as-of", help="The version latest at this instant (ISO-8601 or epoch ms).")
 @click.option("--export", "export_name", help="The version recorded by an export.")
 @json_option
+@color_option
 @handle_errors
 def show(catalog_uri: str, storage_option: tuple[str, ...], version: int | None,
-         as_of: str | None, export_name: str | None, as_json: bool) -> None:
+         as_of: str | None, export_name: str | None, as_json: bool, color: bool) -> None:
     """Everything in the catalog at one version (default: the latest)."""
     catalog = open_catalog(catalog_uri, storage_option)
     snapshot = versions.resolve(catalog, version=version, as_of=as_of, export=export_name)
@@ -102,12 +116,12 @@ def show(catalog_uri: str, storage_option: tuple[str, ...], version: int | None,
     click.echo(f"version {snapshot.version}  {format_millis(snapshot.created_at_millis)}")
     for ns in namespaces:
         props = ", ".join(f"{k}={v}" for k, v in sorted(ns.properties.items()))
-        click.echo(click.style(f"namespace {ns.name}", bold=True) + (f"  ({props})" if props
-                                                                    else ""))
+        click.echo(paint(f"namespace {ns.name}", "bold", color) + (f"  ({props})" if props
+                                                                  else ""), color=color)
         for t in (t for t in tables if t.namespace == ns.name):
             click.echo(f"  table {t.name} [{t.format}]")
             for col in t.columns:
-                click.echo(f"    {_column_text(col)}")
+                click.echo(f"    {col.name} {column_text(col)}")
         for v in (v for v in views if v.namespace == ns.name):
             click.echo(f"  view {v.name} [{v.dialect}]: {' '.join(v.sql.split())}")
 
@@ -117,19 +131,20 @@ def show(catalog_uri: str, storage_option: tuple[str, ...], version: int | None,
 @click.argument("from_version", type=int)
 @click.argument("to_version", type=int)
 @json_option
+@color_option
 @handle_errors
 def diff(catalog_uri: str, storage_option: tuple[str, ...], from_version: int,
-         to_version: int, as_json: bool) -> None:
-    """Objects added, removed and changed from FROM_VERSION to TO_VERSION."""
+         to_version: int, as_json: bool, color: bool) -> None:
+    """Objects created, dropped, renamed and changed from FROM_VERSION to TO_VERSION, with
+    their attribute and column changes, in the signs of a plan."""
     catalog = open_catalog(catalog_uri, storage_option)
-    result = versions.diff(catalog, from_version, to_version)
+    result = version_diff(catalog, from_version, to_version)
     if as_json:
         echo_json(result.to_dict())
         return
-    for sign, refs in (("+", result.added), ("-", result.removed), ("~", result.changed)):
-        for ref in refs:
-            click.echo(f"{sign} {ref.label}")
-    if result.catalog_def_changed:
+    for item in result.changes:
+        click.echo("\n".join(change_lines(item.change, color)), color=color)
+    if result.coarse.catalog_def_changed:
         click.echo("~ catalog definition")
     if result.empty:
         click.echo("no differences")
@@ -150,7 +165,7 @@ def diff(catalog_uri: str, storage_option: tuple[str, ...], from_version: int,
 @handle_errors
 def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
              dry_run: bool, allow_destructive: bool, auto_approve: bool, as_json: bool,
-             color: bool | None) -> None:
+             color: bool) -> None:
     """Roll back by committing a new version with an older version's contents.
 
     Shows the changes like a plan and asks for confirmation unless --auto-approve; protected
@@ -163,10 +178,11 @@ def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
         if as_json:
             echo_json(preview.to_dict())
         else:
-            click.echo(preview.render_text(color))
+            click.echo(preview.render_text(color), color=color)
         return
     if not as_json or not auto_approve:
-        click.echo(preview.render_text(color), err=as_json)  # --json: stdout is the result
+        click.echo(preview.render_text(color), err=as_json,  # --json: stdout is the result
+                   color=color)
     check_allowed(preview, allow_destructive, "rollback", "roll back")
     if not auto_approve:
         click.echo("", err=True)

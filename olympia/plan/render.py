@@ -67,19 +67,7 @@ def render(plan: Changes, title: str, color: bool | None = None,
     if plan.changes:
         lines += ["Symbols: + create, ~ change, -/+ replace, - drop.", ""]
     for change in plan.changes:
-        sign = SIGNS[change.action]
-        head = f"{sign} {change.kind} {change.name}"
-        if change.action == "rename":
-            head += f" (renamed from {change.from_name})"
-        elif change.action == "replace":
-            head += " (must be replaced)"
-        if change.destructive:
-            head += "  [destructive]"
-        lines.append(paint(f"  {head}", _COLOR_OF_SIGN[sign], on))
-        if change.blocked:
-            lines.append(paint(f"{INDENT}! refused: {change.blocked}", "red", on))
-        for d in change.details:
-            lines += [paint(text, _COLOR_OF_SIGN[s], on) for s, text in _detail_lines(d)]
+        lines += change_lines(change, on)
     if plan.warnings:
         lines += ["", "Warnings:"]
         lines += [paint(f"  ! {w}", "red", on) for w in plan.warnings]
@@ -87,6 +75,25 @@ def render(plan: Changes, title: str, color: bool | None = None,
         lines.append("")
     lines.append(paint(summary_line(plan, empty), "bold", on))
     return "\n".join(lines)
+
+
+def change_lines(change: Change, on: bool) -> list[str]:
+    """The lines of one change: its head (sign, kind, name), why it is refused, and its
+    attribute changes; coloured when ``on``."""
+    sign = SIGNS[change.action]
+    head = f"{sign} {change.kind} {change.name}"
+    if change.action == "rename":
+        head += f" (renamed from {change.from_name})"
+    elif change.action == "replace":
+        head += " (must be replaced)"
+    if change.destructive:
+        head += "  [destructive]"
+    lines = [paint(f"  {head}", _COLOR_OF_SIGN[sign], on)]
+    if change.blocked:
+        lines.append(paint(f"{INDENT}! refused: {change.blocked}", "red", on))
+    for d in change.details:
+        lines += [paint(text, _COLOR_OF_SIGN[s], on) for s, text in _detail_lines(d)]
+    return lines
 
 
 def _show(value: Any, raw: bool = False) -> str:

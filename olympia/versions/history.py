@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,30 @@ class VersionInfo:
         return [a for a in self.actions if a.type != A.TRANSACTION_INFO]
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able; a table or view dropped and created anew by a namespace rename carries
+        ``moved_by`` (the rename's description), and the rename lists its ``moves``."""
         rollback = self.rollback
+        changes = self.changes()
+        moved_by: dict[int, str] = {}
+        moves: dict[int, list[dict[str, str]]] = {}
+        for rename, pairs in namespace_moves(changes):
+            what = actions.describe(changes[rename])
+            for drop, create in pairs:
+                moved_by[drop] = moved_by[create] = what
+            moves[rename] = [{"type": actions.type_name(changes[d]).split("_")[0].lower(),
+                              "from": str(actions.ref_of(changes[d])),
+                              "to": str(actions.ref_of(changes[c]))} for d, c in pairs]
+        out = []
+        for i, a in enumerate(changes):
+            ref = actions.ref_of(a)
+            item: dict[str, Any] = {"type": actions.type_name(a),
+                                    "object": None if ref is None else str(ref),
+                                    **name_fields(ref), "description": actions.describe(a)}
+            if i in moved_by:
+                item["moved_by"] = moved_by[i]
+            if i in moves:
+                item["moves"] = moves[i]
+            out.append(item)
         return {
             "version": self.version,
             "created_at_millis": self.created_at_millis,
@@ -59,12 +82,41 @@ class VersionInfo:
             "is_rollback": self.is_rollback,
             "rollback": None if rollback is None else {"from": rollback[0], "to": rollback[1]},
             "info": self.info,
-            "actions": [
-                {"type": actions.type_name(a), "object": str(r) if (r := actions.ref_of(a))
-                 else None, **name_fields(r), "description": actions.describe(a)}
-                for a in self.changes()
-            ],
+            "actions": out,
         }
+
+
+_DROP_CREATE = {A.TABLE_DROP: A.TABLE_CREATE, A.VIEW_DROP: A.VIEW_CREATE}
+
+
+def namespace_moves(recorded: Sequence[apb.ActionDef],
+                    ) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The namespace renames among ``recorded`` (one version's actions) and, for each, the
+    (drop, create) pairs of its tables and views that it caused (a namespace rename records
+    every child as dropped under the old name and created under the new one).
+
+    Returns:
+        ``(index of the rename, [(index of the drop, index of the create), ...])`` per
+        namespace rename, indexes into ``recorded``.
+    """
+    where = {(a.type, actions.ref_of(a)): i for i, a in enumerate(recorded)}
+    out = []
+    for i, action in enumerate(recorded):
+        new = actions.renamed_ref(action)
+        if action.type != A.NAMESPACE_RENAME or new is None:
+            continue
+        old_ns, new_ns = action.object.namespace, new.namespace
+        pairs = []
+        for j, child in enumerate(recorded):
+            ref = actions.ref_of(child)
+            if child.type not in _DROP_CREATE or ref is None or ref.namespace != old_ns:
+                continue
+            moved = ObjectRef(ref.type, new_ns, ref.name)
+            k = where.get((_DROP_CREATE[child.type], moved))
+            if k is not None:
+                pairs.append((j, k))
+        out.append((i, pairs))
+    return out
 
 
 def name_fields(ref: ObjectRef | None) -> dict[str, str | None]:

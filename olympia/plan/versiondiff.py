@@ -1,0 +1,219 @@
+"""What changed between two catalog versions, object by object and column by column, in
+the same change and detail shapes a plan uses (so that ``olympia diff`` renders like a plan).
+
+Renames are read from the actions the versions in between recorded (table and view renames,
+and the children a namespace rename moved), so a renamed object shows as renamed, with its
+own changes, instead of as dropped and created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from olympia.catalog import actions
+from olympia.catalog.actions import A
+from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import ObjectRef, ObjectType
+from olympia.catalog.objects import Column, Namespace, Table, View
+from olympia.catalog.reader import Snapshot
+from olympia.exceptions import OlympiaError
+from olympia.plan.changes import (
+    Change,
+    attribute_details,
+    column_details,
+    column_text,
+    detail,
+    property_details,
+)
+from olympia.plan.compat import is_safe_change
+from olympia.plan.ops import Action, Kind
+from olympia.versions.history import Diff, name_fields, namespace_moves
+from olympia.versions.history import diff as object_diff
+
+Definition = Namespace | Table | View
+_ATTRIBUTES = {
+    ObjectType.NAMESPACE: ("comment", "protected"),
+    ObjectType.TABLE: ("comment", "protected", "format", "table_type", "location"),
+    ObjectType.VIEW: ("comment", "protected", "dialect", "default_namespace"),
+}
+
+
+@dataclass
+class ObjectChange:
+    """One object's change: its name now (``ref``), before a rename (``source``), and the
+    change with its details."""
+
+    ref: ObjectRef
+    change: Change
+    source: ObjectRef | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.change
+        out: dict[str, Any] = {"action": str(c.action), "type": str(c.kind), "name": c.name,
+               **name_fields(self.ref), "details": c.details}
+        if self.source is not None:
+            out["from"] = {"name": str(self.source), **name_fields(self.source)}
+        return out
+
+
+@dataclass
+class VersionDiff:
+    """The object-level diff of two versions (``coarse``: added, removed and changed keys,
+    a rename being one of each) and the detailed changes, ordered by object name."""
+
+    coarse: Diff
+    changes: list[ObjectChange] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.coarse.empty
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.coarse.to_dict(), "changes": [c.to_dict() for c in self.changes]}
+
+
+def version_diff(catalog: Catalog, from_version: int, to_version: int) -> VersionDiff:
+    """Every object created, dropped, renamed or changed from ``from_version`` to
+    ``to_version``, each with its attribute and column changes.
+
+    Raises:
+        VersionNotFoundError: either version does not exist (or has expired).
+    """
+    coarse = object_diff(catalog, from_version, to_version)
+    old, new = catalog.at_version(from_version), catalog.at_version(to_version)
+    renamed = _renames(catalog, from_version, to_version, coarse.added, coarse.removed)
+    out = []
+    for ref in coarse.added:
+        source = renamed.get(ref)
+        if source is None:
+            out.append(ObjectChange(ref, Change(Action.CREATE, _kind(ref), str(ref),
+                                                details=definition_details(None, _load(new, ref)))))
+            continue
+        details = [detail("name", str(source), str(ref))]
+        details += definition_details(_load(old, source), _load(new, ref))
+        out.append(ObjectChange(ref, Change(Action.RENAME, _kind(ref), str(ref), str(source),
+                                            details=details), source))
+    gone = set(renamed.values())
+    out += [ObjectChange(ref, Change(Action.DROP, _kind(ref), str(ref)))
+            for ref in coarse.removed if ref not in gone]
+    out += [ObjectChange(ref, Change(Action.UPDATE, _kind(ref), str(ref),
+                                     details=definition_details(_load(old, ref),
+                                                                _load(new, ref))))
+            for ref in coarse.changed]
+    out.sort(key=lambda c: (c.ref.namespace, c.ref.type != ObjectType.NAMESPACE, c.ref.name))
+    return VersionDiff(coarse, out)
+
+
+def definition_details(before: Definition | None, after: Definition) -> list[dict[str, Any]]:
+    """How ``after`` differs from ``before`` (None: everything ``after`` declares, as
+    additions), attribute by attribute and column by column; same-kind objects only."""
+    kind = _TYPE_OF[type(after)]
+    if before is None:
+        before = _empty(after)
+    out = attribute_details(before, after, _ATTRIBUTES[kind])
+    if isinstance(before, View) and isinstance(after, View):
+        if before.sql != after.sql:
+            out.append(detail("sql", before.sql or None, after.sql))
+        refs = [sorted(f"{a}.{b}" for a, b in o.referenced_objects) for o in (before, after)]
+        if refs[0] != refs[1]:
+            out.append(detail("referenced_objects", refs[0] or None, refs[1] or None))
+    out += property_details(before.properties, after.properties)
+    if isinstance(before, Table) and isinstance(after, Table):
+        out += property_details(before.format_properties, after.format_properties,
+                                "format_properties")
+    if isinstance(before, Table | View) and isinstance(after, Table | View):
+        out += columns_details(before.columns, after.columns)
+    return out
+
+
+def columns_details(before: Iterable[Column], after: Iterable[Column],
+                    ) -> list[dict[str, Any]]:
+    """Columns renamed (matched by field id), removed, added and changed, in that order;
+    incompatible type changes flagged as a plan flags them."""
+    old = list(before)
+    by_id = {c.id: c for c in old if c.id}
+    by_name = {c.name: c for c in old}
+    renamed, changed, added = [], [], []
+    matched: set[str] = set()
+    for col in after:
+        was = by_id.get(col.id) if col.id else None
+        if was is None:
+            candidate = by_name.get(col.name)
+            if candidate is not None and not (candidate.id and col.id):
+                was = candidate
+        if was is None:
+            added.append(detail(f"column {col.name}", None, column_text(col), text=True))
+            continue
+        matched.add(was.name)
+        if was.name != col.name:
+            renamed.append(detail(f"column {was.name}", was.name, col.name, rename=True))
+        prior = replace(was.without_ids(), name=col.name)
+        now = col.without_ids()
+        if prior != now:
+            lines = column_details(prior, now)
+            if not is_safe_change(prior, now):
+                lines[0]["incompatible"] = True
+            changed += lines
+    removed = [detail(f"column {c.name}", column_text(c), None, text=True)
+               for c in old if c.name not in matched]
+    return renamed + removed + added + changed
+
+
+_TYPE_OF: dict[type, ObjectType] = {Namespace: ObjectType.NAMESPACE, Table: ObjectType.TABLE,
+                                    View: ObjectType.VIEW}
+
+
+def _empty(like: Definition) -> Definition:
+    if isinstance(like, Namespace):
+        return Namespace(like.name)
+    if isinstance(like, Table):
+        return Table(like.namespace, like.name, format=like.format,
+                     table_type=like.table_type)
+    return View(like.namespace, like.name, "", dialect=like.dialect)
+
+
+def _kind(ref: ObjectRef) -> Kind:
+    return Kind(ref.type.label)
+
+
+def _load(snapshot: Snapshot, ref: ObjectRef) -> Definition:
+    if ref.type == ObjectType.NAMESPACE:
+        return snapshot.load_namespace(ref.namespace)
+    if ref.type == ObjectType.TABLE:
+        return snapshot.load_table(ref.namespace, ref.name)
+    return snapshot.load_view(ref.namespace, ref.name)
+
+
+def _renames(catalog: Catalog, from_version: int, to_version: int, added: list[ObjectRef],
+             removed: list[ObjectRef]) -> dict[ObjectRef, ObjectRef]:
+    """Added object -> the removed object it was renamed from, following the renames the
+    versions after ``from_version`` up to ``to_version`` recorded (chains of renames too).
+    Only read when something was both added and removed; versions that have expired since
+    contribute nothing."""
+    if not added or not removed or to_version <= from_version:
+        return {}
+    origin: dict[ObjectRef, ObjectRef] = {}  # name now -> name at from_version
+    for version in range(from_version + 1, to_version + 1):
+        try:
+            recorded = catalog.at_version(version).actions()
+        except OlympiaError:
+            continue
+        moves = {j: k for _, pairs in namespace_moves(recorded) for j, k in pairs}
+        created_by_move = set(moves.values())
+        for i, action in enumerate(recorded):
+            ref = actions.ref_of(action)
+            if ref is None or i in created_by_move:
+                continue
+            new = actions.renamed_ref(action)
+            if i in moves:
+                new = actions.ref_of(recorded[moves[i]])
+            if new is not None:
+                origin[new] = origin.pop(ref, ref)
+            elif action.type in (A.TABLE_DROP, A.VIEW_DROP, A.NAMESPACE_DROP, A.TABLE_CREATE,
+                                 A.VIEW_CREATE, A.NAMESPACE_CREATE):
+                origin.pop(ref, None)  # another object of that name from now on
+    gone = set(removed)
+    return {ref: origin[ref] for ref in added
+            if ref in origin and origin[ref] in gone and origin[ref].type == ref.type}
