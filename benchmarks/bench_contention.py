@@ -3,8 +3,9 @@ one-table creates into one shared namespace (disjoint tables), on local disk and
 
 Per run: aggregate commits/s (all writers, from a common start to the last commit), every
 writer's p50/p99 commit latency (the worst writer's p99 shows starvation), root-creation
-attempts per commit (exclusive creates of ``vn/...``: 1.0 means no lost race), and lost
-commits (creates that did not land; must be 0).
+attempts per commit (exclusive creates of ``vn/...``: 1.0 means no lost race), lost
+commits (creates that did not land; must be 0) and commits that gave up with CommitConflict
+(the writer counts them and goes on, so a run never waits for a writer that died).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from benchmarks.common import guarded, recording, s3_location, workdir
 from olympia import Catalog
+from olympia.exceptions import CommitConflict
 
 WRITERS = (1, 2, 4, 8)
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -23,18 +25,23 @@ COLUMNS = [{"name": "id", "type": "int8"}]
 
 def _writer(uri: str, options: dict[str, Any], writer: int, commits: int, start_at: float,
             out: Any) -> None:
-    """One process: wait for the common start, then commit ``commits`` table creates."""
+    """One process: wait for the common start, then commit ``commits`` table creates; a
+    commit that gives up (CommitConflict) is counted and the writer goes on."""
     catalog = Catalog.open(uri, options)
     latencies: list[float] = []
+    gave_up: list[str] = []
     with recording(catalog.storage) as log:
         while time.time() < start_at:
             time.sleep(0.001)
         for i in range(commits):
             begun = time.perf_counter()
-            catalog.create_table("bench", f"w{writer:02d}_{i:05d}", columns=COLUMNS)
+            try:
+                catalog.create_table("bench", f"w{writer:02d}_{i:05d}", columns=COLUMNS)
+            except CommitConflict as exc:
+                gave_up.append(str(exc))
             latencies.append(time.perf_counter() - begun)
     out.put({"writer": writer, "latencies": latencies, "finished": time.time(),
-             "attempts": log.count("create_exclusive", "root")})
+             "attempts": log.count("create_exclusive", "root"), "gave_up": gave_up})
 
 
 def _quantile(samples: list[float], q: float) -> float:
@@ -68,6 +75,8 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[
         "writers": writers, "commits": total,
         "commits_per_s": round(total / max(elapsed, 1e-6), 1),
         "lost_commits": total - landed,
+        "gave_up": sum(len(r["gave_up"]) for r in results),
+        "gave_up_example": next((r["gave_up"][0] for r in results if r["gave_up"]), ""),
         "attempts_per_commit": round(sum(r["attempts"] for r in results) / total, 2),
         "worst_p99_ms": max(w["p99_ms"] for w in per_writer),
         "per_writer": per_writer,

@@ -12,7 +12,7 @@ import pytest
 from olympia import Catalog
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.keys import version_path
-from olympia.exceptions import CatalogError, CommitConflict
+from olympia.exceptions import CatalogError, CommitConflict, InvalidArgumentError
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -138,3 +138,16 @@ def test_rebase_rewrites_the_nodes_the_winner_changed() -> None:
     # of it is an orphan (not reachable from the committed root)
     reachable = set(btree.node_paths(snap.nodes, snap.root.node))
     assert (_node_files(ours) - before) - reachable
+
+
+def test_transaction_on_a_given_snapshot() -> None:
+    ours, theirs = _two_writers()
+    old = ours.snapshot
+    ours.create_table("s", "later", columns=COLUMNS)
+    txn = ours.transaction(base=old)
+    assert txn.base is old and not txn.table_exists("s", "later")  # reads see the snapshot
+    txn.create_table("s", "mine", columns=COLUMNS)
+    assert txn.commit() == 3  # after the version committed since
+    assert ours.version == 3 and ours.list_tables("s") == ["later", "mine"]
+    with pytest.raises(InvalidArgumentError, match="snapshot of this catalog"):
+        ours.transaction(base=theirs.snapshot)

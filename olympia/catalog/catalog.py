@@ -1,4 +1,10 @@
-"""The Catalog: create or open a catalog at a URI, read it, and change it in transactions."""
+"""The Catalog: create or open a catalog at a URI, read it, and change it in transactions.
+
+Over ~400 lines for one reason: each one-shot write method (``create_table`` and eleven
+more) is written out with its full signature and docstring, so type checkers, ``help()`` and
+IDEs see the real parameters; each body is one transaction calling the same-named
+:class:`Transaction` method.
+"""
 
 from __future__ import annotations
 
@@ -209,10 +215,16 @@ class Catalog(CatalogReader):
 
         Returns:
             The open transaction.
+
+        Raises:
+            InvalidArgumentError: ``base`` is a snapshot of another Catalog object.
         """
         if base is None:
             self.refresh()
             base = self._snapshot
+        elif base.files is not self.files:
+            raise InvalidArgumentError("base must be a snapshot of this catalog (from its "
+                                       "snapshot or at_version)")
         level = base.catalog_def.txn_isolation_level if isolation is None else (
             isolation_level(isolation))
         return Transaction(self.files, base, level, on_commit=self._advance,

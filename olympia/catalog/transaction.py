@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
+from olympia.catalog.actions import A
 from olympia.catalog.commit import Change, CommitOptions, commit, now_millis
 from olympia.catalog.files import CatalogFiles, Root
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path
@@ -29,8 +30,6 @@ from olympia.tree import btree
 from olympia.tree.node import Node
 
 __all__ = ["Transaction", "now_millis"]
-
-A = actions.A
 
 
 class Transaction(ObjectWrites):

@@ -1,0 +1,283 @@
+"""Storage: the files of one catalog prefix on local disk, in memory, or on S3 (fsspec/s3fs).
+
+Every path given to :class:`Storage` is relative to the catalog prefix (``vn/latest``,
+``node/<uuid>.arrow``). The one operation that makes commits safe is
+:meth:`Storage.create_exclusive`: atomic (no reader ever sees a partial file) and exclusive
+(of N racing writers exactly one wins; the others get :class:`FileAlreadyExists`).
+
+The package: :mod:`olympia.storage.backends` (the backends and the scheme table),
+:mod:`olympia.storage.retry` (settings and failure classification), and here the
+:class:`Storage` facade every layer above uses.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from olympia.exceptions import (
+    FileAlreadyExists,
+    FileNotFound,
+    PartialDeleteError,
+    StorageError,
+    TransientStorageError,
+)
+from olympia.storage.backends import (
+    SCHEMES,
+    Backend,
+    FileInfo,
+    FsspecBackend,
+    LocalBackend,
+    MemoryBackend,
+)
+from olympia.storage.retry import (
+    DEFAULT_CONCURRENCY,
+    StorageSettings,
+    _not_deleted,
+    classify,
+)
+
+__all__ = [
+    "DEFAULT_CONCURRENCY", "SCHEMES", "Backend", "FileInfo", "FsspecBackend", "LocalBackend",
+    "MemoryBackend", "Storage", "StorageSettings", "StorageStats", "classify",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class StorageStats:
+    """Counts of storage operations; stable where timings are not (used by benchmarks).
+
+    Every operation issued counts, whatever its outcome: a read of an absent file is a
+    round trip too. ``misses`` counts the reads that found no file, ``failures`` the
+    operations that ended in any other error (after retries), ``retries`` the tries made
+    again after a transient failure.
+    """
+
+    reads: int = 0
+    writes: int = 0
+    exists: int = 0
+    lists: int = 0
+    deletes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    misses: int = 0
+    failures: int = 0
+    retries: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def snapshot(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+    def reset(self) -> None:
+        with self._lock:
+            for f in fields(self):
+                if not f.name.startswith("_"):
+                    setattr(self, f.name, 0)
+
+
+class Storage:
+    """The files of one catalog, addressed by paths relative to its prefix."""
+
+    def __init__(self, uri: str, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+        options = dict(self.options)
+        self.settings = StorageSettings.pop(options)
+        self.concurrency = self.settings.max_concurrency
+        self.uri = uri.rstrip("/")
+        self.stats = StorageStats()
+        parts = urlsplit(uri)
+        scheme = parts.scheme if len(parts.scheme) > 1 else ""  # "C:" is not a scheme
+        opener = SCHEMES.get(scheme)
+        if opener is None:
+            raise StorageError(
+                f"unsupported storage scheme {scheme!r} (use a local path, file://, memory:// "
+                "or s3://)", uri)
+        self.backend: Backend
+        self.root, self.backend, canonical = opener(uri, options, self.settings)
+        self.uri = canonical or self.uri
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
+
+    def __repr__(self) -> str:
+        return f"Storage({self.uri!r})"
+
+    def same_place(self, other: Storage) -> bool:
+        """Whether ``other`` addresses the same files (same store, same prefix), however
+        its URI and options are spelled."""
+        return bool(self.backend.place(self.root) == other.backend.place(other.root))
+
+    def full(self, path: str) -> str:
+        """The backend path of a catalog-relative path."""
+        return self.root + path.lstrip("/")
+
+    def display(self, path: str) -> str:
+        """A user-facing name for a file: the catalog URI joined with the relative path."""
+        return f"{self.uri}/{path.lstrip('/')}"
+
+    # --- single-file operations ---------------------------------------------------
+
+    def _call(self, op: str, path: str, fn: Callable[[], T]) -> T:
+        """Run one storage operation: a transient failure is tried again (at most
+        ``retry_attempts`` tries, with backoff) and then raised as TransientStorageError;
+        anything else is raised at once as its StorageError subclass."""
+        attempts = self.settings.retry_attempts
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except Exception as exc:
+                kind = classify(exc)
+                if kind is TransientStorageError and attempt + 1 < attempts:
+                    self.stats.add(retries=1)
+                    time.sleep(self.settings.pause(attempt))
+                    continue
+                if kind is FileNotFound:
+                    self.stats.add(misses=1)
+                    raise FileNotFound("file not found", self.display(path)) from None
+                self.stats.add(failures=1)
+                if isinstance(exc, StorageError):
+                    raise
+                if kind is FileAlreadyExists:
+                    raise FileAlreadyExists("file already exists", self.display(path)) from None
+                tries = f" after {attempts} tries" if kind is TransientStorageError else ""
+                raise kind(f"{op} failed{tries} ({exc})", self.display(path)) from exc
+        raise AssertionError("unreachable")
+
+    def read(self, path: str) -> bytes:
+        self.stats.add(reads=1)
+        data = self._call("read", path, lambda: self.backend.read(self.full(path)))
+        self.stats.add(bytes_read=len(data))
+        return data
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write (or replace) a file; readers see the old or the new content, never a mix."""
+        self.stats.add(writes=1, bytes_written=len(data))
+        self._call("write", path, lambda: self.backend.write(self.full(path), data))
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        """Create a file only if it does not exist; raise FileAlreadyExists otherwise.
+
+        A try that failed transiently may still have created the file: when the next try
+        (or, after the last, a read) finds the file holding ``data``, the create succeeded.
+        """
+        full = self.full(path)
+        self.stats.add(writes=1, bytes_written=len(data))
+        tried = False  # a try after a (transient) failure: our first one may have landed
+
+        def create() -> None:
+            nonlocal tried
+            try:
+                self.backend.create_exclusive(full, data)
+            except Exception as exc:
+                if tried and classify(exc) is FileAlreadyExists and (
+                        self._read_or_none(path) == data):
+                    return
+                raise
+            finally:
+                tried = True
+
+        try:
+            self._call("exclusive create", path, create)
+        except TransientStorageError:
+            with contextlib.suppress(StorageError):  # the last try may have landed too
+                if self._read_or_none(path) == data:
+                    return
+            raise
+
+    def _read_or_none(self, path: str) -> bytes | None:
+        try:
+            return self.read(path)
+        except FileNotFound:
+            return None
+
+    def exists(self, path: str) -> bool:
+        self.stats.add(exists=1)
+        return self._call("exists", path, lambda: self.backend.exists(self.full(path)))
+
+    def list(self, prefix: str = "") -> builtins.list[FileInfo]:
+        """Every file whose relative path starts with ``prefix``, sorted by path."""
+        self.stats.add(lists=1)
+        found = self._call("list", prefix, lambda: self.backend.list(self.full(prefix)))
+        cut = len(self.root)
+        return sorted(
+            (FileInfo(f.path[cut:], f.size, f.modified) for f in found), key=lambda f: f.path
+        )
+
+    def delete(self, path: str) -> None:
+        """Delete a file; a missing file counts as deleted."""
+        self.stats.add(deletes=1)
+        self._call("delete", path, lambda: self.backend.delete(self.full(path)))
+
+    # --- batched operations ---------------------------------------------------------
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
+        """Run ``fn`` over ``items`` with bounded concurrency, results in input order.
+
+        Raises:
+            Exception: the first failure (in input order), once the calls that had not
+                started are cancelled and those that had have finished: nothing runs on
+                after map returns or raises.
+        """
+        items = builtins.list(items)
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        if self._pool is None or self._pool_pid != os.getpid():
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="olympia-io")
+            self._pool_pid = os.getpid()
+        futures: builtins.list[Future[R]] = [self._pool.submit(fn, i) for i in items]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:  # also when this thread is interrupted
+            for future in futures:
+                future.cancel()
+            wait(futures)
+        for future in futures:
+            if not future.cancelled() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+        return [future.result() for future in futures]
+
+    def read_many(self, paths: Iterable[str]) -> builtins.list[bytes]:
+        return self.map(self.read, paths)
+
+    def write_many(self, files: Mapping[str, bytes]) -> None:
+        self.map(lambda item: self.write(*item), files.items())
+
+    def delete_many(self, paths: Iterable[str], batch: int = 1000) -> None:
+        """Delete files in requests of up to ``batch``; a missing file counts as deleted.
+        Files the storage reports it did not delete raise :class:`PartialDeleteError`
+        naming each (after the other requests finished)."""
+        paths = builtins.list(paths)
+        chunks = [paths[i : i + batch] for i in range(0, len(paths), batch)]
+
+        def run(chunk: builtins.list[str]) -> dict[str, str]:
+            self.stats.add(deletes=len(chunk))
+            full = [self.full(p) for p in chunk]
+            return self._call("delete", chunk[0], lambda: self.backend.delete_many(full))
+
+        cut = len(self.root)
+        left = {path[cut:]: why for failed in self.map(run, chunks) for path, why in failed.items()}
+        if left:
+            self.stats.add(failures=len(left))
+            raise PartialDeleteError({
+                path: _not_deleted(why)(f"delete failed ({why})", self.display(path))
+                for path, why in sorted(left.items())})
+
+    def close(self) -> None:
+        if self._pool is not None and self._pool_pid == os.getpid():
+            self._pool.shutdown(wait=False)
+            self._pool = None

@@ -1,0 +1,327 @@
+"""Storage backends (local disk, memory, S3 through s3fs) and the scheme table that picks
+one for a URI (:data:`SCHEMES`). A backend takes full paths (the root joined with a
+relative path) and raises its own errors; :class:`olympia.storage.Storage` adds the prefix,
+retries and error types."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from olympia.exceptions import (
+    InvalidArgumentError,
+)
+from olympia.storage.retry import StorageSettings
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A listed file: path relative to the prefix, size in bytes, modification epoch seconds."""
+
+    path: str
+    size: int
+    modified: float
+
+
+class Backend(Protocol):
+    """What a storage system must offer; paths here are full backend paths."""
+
+    def read(self, path: str) -> bytes: ...
+    def write(self, path: str, data: bytes) -> None: ...
+    def create_exclusive(self, path: str, data: bytes) -> None: ...
+    def exists(self, path: str) -> bool: ...
+    def list(self, prefix: str) -> list[FileInfo]: ...
+    def delete(self, path: str) -> None: ...
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        """Delete in one request; the paths the storage did not delete, each with its error
+        text. A missing file counts as deleted."""
+
+    def place(self, root: str) -> Hashable:
+        """What identifies the files under ``root`` in this store: two backends that give
+        equal places address the same files."""
+
+
+class LocalBackend:
+    """Local disk. Publishes every file by rename/link of a fully written temp file."""
+
+    def __init__(self, fsync: bool = True) -> None:
+        self.fsync = fsync
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def _temp(self, path: str, data: bytes) -> str:
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError:  # a parent is a file: no "file already exists" for `path`
+            raise NotADirectoryError(errno.ENOTDIR, "a parent folder is a file", path) from None
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        return tmp
+
+    def write(self, path: str, data: bytes) -> None:
+        tmp = self._temp(path, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        tmp = self._temp(path, data)
+        try:
+            os.link(tmp, path)  # fails with EEXIST if another writer published first
+        finally:
+            _unlink_quietly(tmp)
+
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        out: list[FileInfo] = []
+        root = prefix if os.path.isdir(prefix) else os.path.dirname(prefix)
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                if name.startswith(".tmp-") or not full.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                out.append(FileInfo(full, st.st_size, st.st_mtime))
+        return out
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        for path in paths:
+            self.delete(path)
+        return {}
+
+    def place(self, root: str) -> Hashable:
+        return "file", os.path.realpath(root)
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+class MemoryBackend:
+    """An in-process store, shared by every Storage opened on the same ``memory://name``;
+    so is the lock that makes exclusive creates exclusive."""
+
+    _stores: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _locks: dict[str, threading.Lock] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, name: str) -> None:
+        with self._registry_lock:
+            self.files = self._stores.setdefault(name, {})
+            self.lock = self._locks.setdefault(name, threading.Lock())
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self.files[path][0]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+
+    def write(self, path: str, data: bytes) -> None:
+        self.files[path] = (bytes(data), time.time())
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        with self.lock:
+            if path in self.files:
+                raise FileExistsError(path)
+            self.files[path] = (bytes(data), time.time())
+
+    def exists(self, path: str) -> bool:
+        return path in self.files
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        items = list(self.files.items())
+        return [FileInfo(p, len(d), m) for p, (d, m) in items if p.startswith(prefix)]
+
+    def delete(self, path: str) -> None:
+        self.files.pop(path, None)
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        for path in paths:
+            self.delete(path)
+        return {}
+
+    def place(self, root: str) -> Hashable:
+        return "memory", id(self.files), root
+
+
+class FsspecBackend:
+    """S3 through s3fs: exclusive creates with ``pipe_file(mode="create")`` (If-None-Match).
+
+    The filesystem (its S3 client is bound to fsspec's event loop) is never used across
+    ``fork()``: a forked process makes its own on first use (fsspec's instance cache is
+    keyed by process id, so it is a new one).
+    """
+
+    def __init__(self, make_fs: Callable[[], Any]) -> None:
+        self._make_fs = make_fs
+        self._fs = make_fs()
+        self._pid = os.getpid()
+
+    @property
+    def fs(self) -> Any:
+        """The s3fs filesystem of this process."""
+        if self._pid != os.getpid():
+            _abandon(self._fs)
+            self._fs, self._pid = self._make_fs(), os.getpid()
+        return self._fs
+
+    def read(self, path: str) -> bytes:
+        data: bytes = self.fs.cat_file(path)
+        return data
+
+    def write(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(path, data)
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(path, data, mode="create")
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        folder, _, partial = prefix.rpartition("/")
+        try:
+            found = self.fs.find(folder, detail=True, prefix=partial)
+        except FileNotFoundError:
+            return []
+        out = []
+        for path, info in found.items():
+            if not path.startswith(prefix):
+                continue
+            modified = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+            if hasattr(modified, "timestamp"):
+                modified = modified.timestamp()
+            out.append(FileInfo(path, int(info.get("size") or 0), float(modified)))
+        return out
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        """One ``DeleteObjects`` request (up to 1000 keys of one bucket). s3fs's ``rm``
+        drops the response's per-key ``Errors``, so the API is called directly."""
+        if not paths:
+            return {}
+        bucket = paths[0].partition("/")[0]
+        keys = [{"Key": path.partition("/")[2]} for path in paths]
+        response = self.fs.call_s3("delete_objects", Bucket=bucket,
+                                   Delete={"Objects": keys, "Quiet": True})
+        return {f"{bucket}/{e['Key']}": f"{e.get('Code')}: {e.get('Message')}"
+                for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"}
+
+    def place(self, root: str) -> Hashable:
+        options = getattr(self.fs, "storage_options", {})
+        endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
+            "endpoint_url")
+        return type(self.fs).__name__, endpoint, root
+
+
+_INHERITED: list[Any] = []  # filesystems a forked process inherited, never closed here
+
+
+def _abandon(fs: Any) -> None:
+    """Drop a filesystem inherited across fork() without closing it: its S3 client belongs
+    to the parent's event loop, which does not run in this process, so s3fs's finalizer
+    (which closes the client on that loop) is detached and the object stays referenced,
+    so nothing tries to close it here."""
+    registry = getattr(weakref.finalize, "_registry", {})
+    for finalizer, info in list(registry.items()):
+        if info.weakref() is fs:
+            finalizer.detach()
+    _INHERITED.append(fs)
+
+
+OBJECT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
+
+
+def _s3_filesystem(options: Mapping[str, Any], settings: StorageSettings) -> Any:
+    import s3fs
+
+    opts = dict(options)
+    for key in OBJECT_OPTIONS:
+        if not isinstance(opts.get(key) or {}, dict):
+            raise InvalidArgumentError(f"storage option {key} must be a JSON object")
+    client_kwargs = dict(opts.pop("client_kwargs", None) or {})
+    # one retry layer (Storage's): botocore makes one attempt per call, s3fs none of its own
+    config = {"connect_timeout": settings.connect_timeout,
+              "read_timeout": settings.read_timeout,
+              "retries": {"total_max_attempts": 1, "mode": "standard"},
+              **dict(opts.pop("config_kwargs", None) or {})}
+    for short, long in (("endpoint_url", "endpoint_url"), ("region", "region_name")):
+        if short in opts:
+            client_kwargs[long] = opts.pop(short)
+    for short, long in (("access_key_id", "key"), ("secret_access_key", "secret")):
+        if short in opts:
+            opts[long] = opts.pop(short)
+    # listings are never cached (another writer may have added a version); the client itself
+    # is: fsspec reuses one per thread for equal options, which saves ~100 ms per open
+    opts.setdefault("use_listings_cache", False)
+    try:
+        fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, config_kwargs=config, **opts)
+    except (TypeError, ValueError, KeyError) as exc:  # s3fs names no value in these
+        raise InvalidArgumentError(f"invalid S3 storage options ({exc})") from None
+    fs.retries = 1
+    return fs
+
+
+Opened = tuple[str, Backend, str | None]
+"""What a scheme's opener gives: the root (prefix with a trailing ``/``, as the backend
+addresses it), the backend, and the canonical URI (None: as given)."""
+
+
+def _open_local(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    parts = urlsplit(uri)
+    local = parts.path if len(parts.scheme) > 1 else uri
+    root = os.path.abspath(os.path.expanduser(local)).rstrip("/") + "/"
+    backend = LocalBackend(fsync=bool(options.pop("fsync", True)))
+    return root, backend, "file://" + root.rstrip("/")
+
+
+def _open_memory(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    parts = urlsplit(uri)
+    return "/", MemoryBackend((parts.netloc + parts.path).strip("/")), None
+
+
+def _open_s3(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    parts = urlsplit(uri)
+    root = (parts.netloc + parts.path).strip("/") + "/"
+    return root, FsspecBackend(lambda: _s3_filesystem(options, settings)), None
+
+
+# The backend of each URI scheme ("": a plain local path); options are the storage options
+# left after Olympia's own (StorageSettings) were taken out.
+SCHEMES: dict[str, Callable[[str, dict[str, Any], StorageSettings], Opened]] = {
+    "": _open_local, "file": _open_local, "local": _open_local,
+    "memory": _open_memory,
+    "s3": _open_s3, "s3a": _open_s3,
+}
