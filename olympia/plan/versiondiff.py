@@ -8,7 +8,7 @@ own changes, instead of as dropped and created.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -74,14 +74,27 @@ class VersionDiff:
         return {**self.coarse.to_dict(), "changes": [c.to_dict() for c in self.changes]}
 
 
-def version_diff(catalog: Catalog, from_version: int, to_version: int) -> VersionDiff:
+def version_diff(catalog: Catalog, from_version: int, to_version: int,
+                 within: Callable[[ObjectRef], bool] | None = None) -> VersionDiff:
     """Every object created, dropped, renamed or changed from ``from_version`` to
     ``to_version``, each with its attribute and column changes.
+
+    Args:
+        catalog: the catalog.
+        from_version: the older version.
+        to_version: the newer version.
+        within: when given, only the objects it accepts are compared and listed (the
+            others' definitions are not read), and the catalog definition is left out.
 
     Raises:
         VersionNotFoundError: either version does not exist (or has expired).
     """
     coarse = object_diff(catalog, from_version, to_version)
+    if within is not None:
+        keep = within
+        coarse = Diff(from_version, to_version, [r for r in coarse.added if keep(r)],
+                      [r for r in coarse.removed if keep(r)],
+                      [r for r in coarse.changed if keep(r)])
     old, new = catalog.at_version(from_version), catalog.at_version(to_version)
     renamed = _renames(catalog, from_version, to_version, coarse.added, coarse.removed)
     out = []
