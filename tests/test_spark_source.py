@@ -279,6 +279,42 @@ def test_failed_job_leaves_table_catalog_and_storage_unchanged(
     assert read(spark, where, table).count() == 2_000
 
 
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+def test_commit_during_the_job(source: Any, tmp_path: Path, mode: str) -> None:
+    """Another writer commits to the table while the job runs (from inside the job, so it
+    always lands first): an append still lands on top of it, an overwrite fails clearly,
+    deletes its files and commits nothing."""
+    from pyspark.sql.functions import udf
+
+    spark = source
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    write(rows(spark, 100), properties, table)
+    before = stored_files(properties, table)
+
+    @udf("string")
+    def commit_meanwhile(name: str) -> str:
+        if name == "n150":  # one row of one task: another writer appends a row
+            other = OlympiaCatalog("other", **properties)
+            other.load_table(table).append(
+                other.load_table(table).scan(row_filter=EqualTo("id", 1)).to_arrow())
+        return name
+
+    job = rows(spark, 100, start=100).withColumn("name", commit_meanwhile("name"))
+    if mode == "append":
+        write(job, properties, table)
+        assert read(spark, properties, table).count() == 100 + 1 + 100
+        assert len(catalog.load_table(table).metadata.snapshots) == 3
+        return
+    with pytest.raises(Exception, match=rf"table {table}: the overwrite of \d+ data files "
+                                        r"was not committed .*since the overwrite started"):
+        write(job, properties, table, mode="overwrite")
+    assert read(spark, properties, table).count() == 100 + 1  # the other writer's commit
+    assert len(catalog.load_table(table).metadata.snapshots) == 2
+    current = {f.file_path.removeprefix("file://") for f in data_files(catalog, table)}
+    assert stored_files(properties, table) == before | current  # the job's files are gone
+
+
 def test_mismatched_schema_is_refused_before_writing(source: Any, tmp_path: Path) -> None:
     spark = source
     properties = local_properties(tmp_path)

@@ -102,13 +102,13 @@ class SourceOptions:
 
         return OlympiaCatalog(CATALOG_NAME, **{**self.properties, "uri": self.catalog_uri})
 
-    def reading_catalog(self) -> Any:
-        """The catalog at the version the options choose (read-only when one is chosen).
+    def at_chosen_version(self, catalog: Any) -> Any:
+        """``catalog`` (from :meth:`open_catalog`) at the version the options choose:
+        itself, or a read-only view sharing its storage.
 
         Raises:
             NoSuchVersionError, VersionExpiredError, NoSuchExportError: no such version.
         """
-        catalog = self.open_catalog()
         if self.version is not None:
             return catalog.at_version(self.version)
         if self.as_of is not None:

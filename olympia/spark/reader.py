@@ -62,12 +62,13 @@ class ResolvedTable:
             NoSuchTableError, NoSuchVersionError, NoSuchExportError: nothing to read.
             CatalogError: the snapshot id is not one of the table's.
         """
-        catalog = options.reading_catalog()
+        root = options.open_catalog()
         try:
+            catalog = options.at_chosen_version(root)
             table = catalog.load_table(options.table)
             version = catalog.version
         finally:
-            catalog.close()
+            root.close()
         snapshot_id = options.snapshot_id
         if snapshot_id is None:
             snapshot_id = table.metadata.current_snapshot_id
