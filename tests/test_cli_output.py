@@ -298,3 +298,6 @@ def test_messages_speak_cli_not_python(cli: Cli, tmp_path: Path) -> None:
         assert out.exit_code == 5, out.output
         assert "--allow-destructive" in out.output
         assert not re.search(r"\w+=(True|False)|allow_destructive", out.output), out.output
+    out = cli("show", "--version", "1", "--as-of", "2020-01-01T00:00:00Z")
+    assert out.exit_code == 1
+    assert out.output == "Error: give only one of --version, --as-of and --export\n"

@@ -93,7 +93,8 @@ def open_catalog(catalog_uri: str, storage_option: tuple[str, ...]) -> Catalog:
 
 
 # Library phrases that name Python arguments, and what a CLI user types instead.
-_CLI_WORDS = {" (allow_destructive=True)": ""}
+_CLI_WORDS = {" (allow_destructive=True)": "",
+              "one of version, as_of and export": "one of --version, --as-of and --export"}
 
 
 def cli_message(exc: OlympiaError) -> str:
