@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import (
@@ -18,6 +19,41 @@ from benchmarks.common import (
 from olympia import Catalog
 
 
+def commit_levels(catalog: Catalog, fn: Callable[[], Any]) -> tuple[list[dict[str, Any]], Any]:
+    """Run the commit ``fn`` and report what it wrote per tree level: the root file (it
+    holds the root node), each level of nodes below it, the definition files and the
+    ``vn/latest`` hint; the format's limit is one node file per level."""
+    storage = catalog.storage
+    written: dict[str, int] = {}
+
+    def recorder(method: Callable[[str, bytes], None]) -> Callable[[str, bytes], None]:
+        def record(path: str, data: bytes) -> None:
+            written[path] = len(data)
+            method(path, data)
+        return record
+
+    storage.write = recorder(storage.write)  # type: ignore[method-assign]
+    storage.create_exclusive = recorder(storage.create_exclusive)  # type: ignore[method-assign]
+    try:
+        result = fn()
+    finally:
+        del storage.write, storage.create_exclusive
+    snap = catalog.snapshot
+    levels: list[tuple[str | int, list[str]]] = [("root", [snap.root.path])]
+    nodes = [snap.root.node]
+    while True:  # the written nodes one level further down
+        below = [c for node in nodes for c in node.children or () if c in written]
+        if not below:
+            break
+        levels.append((len(levels), below))
+        nodes = snap.nodes.load_many(below)
+    placed = {p for _, paths in levels for p in paths}
+    levels.append(("def", [p for p in written if p.startswith("def/")]))
+    levels.append(("other", sorted(set(written) - placed - set(levels[-1][1]))))
+    return [{"level": level, "files": len(paths), "bytes": sum(written[p] for p in paths)}
+            for level, paths in levels], result
+
+
 def measure(uri: str, options: dict[str, Any], objects: int, samples: int) -> dict[str, Any]:
     catalog = build_catalog(uri, options, objects)
     rng = random.Random(7)
@@ -27,8 +63,9 @@ def measure(uri: str, options: dict[str, Any], objects: int, samples: int) -> di
     ns, name = table_name(rng.randrange(10, objects))
     lookup_ops = ops(cold.storage, lambda: cold.load_table(ns, name))
     counter = iter(range(10**9))
-    commit_ops = ops(catalog.storage, lambda: catalog.create_table(
-        "ns00", f"new{next(counter)}", columns=COLUMNS))
+    per_level, commit_ops = commit_levels(catalog, lambda: ops(
+        catalog.storage, lambda: catalog.create_table("ns00", f"new{next(counter)}",
+                                                      columns=COLUMNS)))
     commit_times = timed(lambda: catalog.create_table("ns00", f"new{next(counter)}",
                                                       columns=COLUMNS), samples)
     warm = Catalog.open(uri, options)
@@ -45,7 +82,10 @@ def measure(uri: str, options: dict[str, Any], objects: int, samples: int) -> di
         "one_object_commit": {
             "files_written": commit_ops["writes"] - 1,  # vn/latest is a hint, not a file of
             "goal_files": depth + 1,                    # the version: nodes per level + 1 def
-            "bytes_written": commit_ops["bytes_written"], "ops": commit_ops},
+            "bytes_written": commit_ops["bytes_written"], "ops": commit_ops,
+            "per_level": per_level,
+            "one_node_per_level": all(row["files"] <= 1 for row in per_level
+                                      if row["level"] not in ("def", "other"))},
         "commit_latency": percentiles(commit_times),
         "warm_lookup_latency": percentiles(lookup_times),
         "cold_open_and_lookup_latency": percentiles(cold_times),
