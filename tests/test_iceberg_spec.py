@@ -208,9 +208,12 @@ def test_destructive_changes_need_allow_destructive(tmp_path: Path) -> None:
     plan = plan_for(catalog, spec)
     assert plan.changes[0].reasons == ["removes column rate",
                                        "changes column qty incompatibly (int4 -> varchar)"]
+    files = tmp_path / "warehouse" / "sales" / "payments" / "metadata"
+    before = sorted(files.iterdir())
     with pytest.raises(DestructiveChangeError):
         apply_plan(catalog, plan)
-    assert catalog.load_table("sales.payments").location == metadata  # nothing written
+    assert catalog.load_table("sales.payments").location == metadata
+    assert sorted(files.iterdir()) == before  # the refused apply's metadata file is gone
     apply_plan(catalog, plan, allow_destructive=True)
     table = ice.load_table("sales.payments")
     assert table.schema().find_field("qty").field_type == StringType()
