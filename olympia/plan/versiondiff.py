@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
@@ -95,25 +96,25 @@ def version_diff(catalog: Catalog, from_version: int, to_version: int,
         coarse = Diff(from_version, to_version, [r for r in coarse.added if keep(r)],
                       [r for r in coarse.removed if keep(r)],
                       [r for r in coarse.changed if keep(r)])
-    old, new = catalog.at_version(from_version), catalog.at_version(to_version)
     renamed = _renames(catalog, from_version, to_version, coarse.added, coarse.removed)
+    gone = set(renamed.values())
+    old = _load_all(catalog.at_version(from_version), [*coarse.changed, *gone])
+    new = _load_all(catalog.at_version(to_version), [*coarse.changed, *coarse.added])
     out = []
     for ref in coarse.added:
         source = renamed.get(ref)
         if source is None:
             out.append(ObjectChange(ref, Change(Action.CREATE, _kind(ref), str(ref),
-                                                details=definition_details(None, _load(new, ref)))))
+                                                details=definition_details(None, new[ref]))))
             continue
-        details = [detail("name", str(source), str(ref))]
-        details += definition_details(_load(old, source), _load(new, ref))
+        details = [detail("name", str(source), str(ref)),
+                   *definition_details(old[source], new[ref])]
         out.append(ObjectChange(ref, Change(Action.RENAME, _kind(ref), str(ref), str(source),
                                             details=details), source))
-    gone = set(renamed.values())
     out += [ObjectChange(ref, Change(Action.DROP, _kind(ref), str(ref)))
             for ref in coarse.removed if ref not in gone]
     out += [ObjectChange(ref, Change(Action.UPDATE, _kind(ref), str(ref),
-                                     details=definition_details(_load(old, ref),
-                                                                _load(new, ref))))
+                                     details=definition_details(old[ref], new[ref])))
             for ref in coarse.changed]
     out.sort(key=lambda c: (c.ref.namespace, c.ref.type != ObjectType.NAMESPACE, c.ref.name))
     return VersionDiff(coarse, out)
@@ -191,12 +192,27 @@ def _kind(ref: ObjectRef) -> Kind:
     return Kind(ref.type.label)
 
 
-def _load(snapshot: Snapshot, ref: ObjectRef) -> Definition:
-    if ref.type == ObjectType.NAMESPACE:
-        return snapshot.load_namespace(ref.namespace)
-    if ref.type == ObjectType.TABLE:
-        return snapshot.load_table(ref.namespace, ref.name)
-    return snapshot.load_view(ref.namespace, ref.name)
+_MESSAGES: dict[ObjectType, type[pb.NamespaceDef | pb.TableDef | pb.ViewDef]] = {
+    ObjectType.NAMESPACE: pb.NamespaceDef, ObjectType.TABLE: pb.TableDef,
+    ObjectType.VIEW: pb.ViewDef}
+
+
+def _load_all(snapshot: Snapshot, refs: Iterable[ObjectRef]) -> dict[ObjectRef, Definition]:
+    """The definitions of ``refs`` in ``snapshot``, each kind's files read concurrently."""
+    wanted = list(dict.fromkeys(refs))
+    out: dict[ObjectRef, Definition] = {}
+    for kind, message in _MESSAGES.items():
+        found = [(r, path) for r in wanted if r.type == kind
+                 and (path := snapshot.definition_path(r)) is not None]
+        defs = snapshot.files.read_defs([path for _, path in found], message)
+        for (ref, _), msg in zip(found, defs, strict=True):
+            if isinstance(msg, pb.NamespaceDef):
+                out[ref] = Namespace.from_proto(msg)
+            elif isinstance(msg, pb.TableDef):
+                out[ref] = Table.from_proto(msg, ref.namespace, ref.name)
+            else:
+                out[ref] = View.from_proto(msg, ref.namespace, ref.name)
+    return out
 
 
 def _renames(catalog: Catalog, from_version: int, to_version: int, added: list[ObjectRef],
