@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     on the S3 server."""
     if request.param == "local":
         return local_properties(tmp_path)
-    return s3_properties(request.getfixturevalue("s3_server"), tmp_path.name)
+    return s3_properties(request.getfixturevalue("s3_server"), uuid.uuid4().hex[:12])
 
 
 def fresh(props: dict[str, str]) -> Catalog:
