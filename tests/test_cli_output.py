@@ -270,8 +270,13 @@ def test_show_json_carries_every_field_and_types_match_the_plan(cli: Cli,
     text = cli("show").output
     for col in table["columns"]:
         assert f"+ column {col['name']}: {col['type_text']}" in plan.output
-        assert f"    {col['name']} {col['type_text']}\n" in text
+        assert re.search(rf"^    {col['name']} {re.escape(col['type_text'])}(\n|  \()", text,
+                         re.MULTILINE)
     assert "    m map<varchar, int4>\n" in text
+    assert "namespace s  (protected; comment \"the shop\"; owner=team)\n" in text
+    assert "  table t [parquet]  (protected; comment \"facts\"; a=b)\n" in text
+    assert "    id int8 not null  (comment \"key\"; pii=no)\n" in text
+    assert "  view v [ansi]  (protected; comment \"ids\"; c=d): SELECT id FROM s.t\n" in text
 
 
 # --- finding 9: init --property and CLI words ---------------------------------------------------

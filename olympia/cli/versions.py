@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -115,15 +116,24 @@ def show(catalog_uri: str, storage_option: tuple[str, ...], version: int | None,
     namespaces, tables, views = snapshot.load_all()
     click.echo(f"version {snapshot.version}  {format_millis(snapshot.created_at_millis)}")
     for ns in namespaces:
-        props = ", ".join(f"{k}={v}" for k, v in sorted(ns.properties.items()))
-        click.echo(paint(f"namespace {ns.name}", "bold", color) + (f"  ({props})" if props
-                                                                  else ""), color=color)
+        click.echo(paint(f"namespace {ns.name}", "bold", color) + _notes(ns), color=color)
         for t in (t for t in tables if t.namespace == ns.name):
-            click.echo(f"  table {t.name} [{t.format}]")
+            click.echo(f"  table {t.name} [{t.format}]{_notes(t)}")
             for col in t.columns:
-                click.echo(f"    {col.name} {column_text(col)}")
+                click.echo(f"    {col.name} {column_text(col)}{_notes(col)}")
         for v in (v for v in views if v.namespace == ns.name):
-            click.echo(f"  view {v.name} [{v.dialect}]: {' '.join(v.sql.split())}")
+            click.echo(f"  view {v.name} [{v.dialect}]{_notes(v)}: {' '.join(v.sql.split())}")
+
+
+def _notes(obj: Namespace | Table | View | Column) -> str:
+    """``  (protected; comment "..."; key=value, ...)`` for what an object declares beyond
+    its name and type; empty when it declares nothing more."""
+    notes = ["protected"] if getattr(obj, "protected", False) else []
+    if obj.comment:
+        notes.append(f"comment {json.dumps(obj.comment, ensure_ascii=False)}")
+    if obj.properties:
+        notes.append(", ".join(f"{k}={v}" for k, v in sorted(obj.properties.items())))
+    return f"  ({'; '.join(notes)})" if notes else ""
 
 
 @click.command("diff")
