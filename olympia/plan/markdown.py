@@ -111,13 +111,17 @@ def _diff_lines(changes: list[Change]) -> list[str]:
     """The plan's own text lines, each sign moved to the first column as a diff marker."""
     out = []
     for change in changes:
+        block = " "  # the mark of the unsigned lines of a multi-line value (view SQL)
         for line in change_lines(change, on=False):
             match = _SIGNED.match(line)
-            if match is None:  # a line of a multi-line value (view SQL)
-                out.append(" " + line)
+            if match is None:  # a whole value added or removed (+/-), or unchanged context
+                out.append(block + line[1:])
                 continue
             indent, sign = match.groups()
-            out.append(f"{_DIFF_MARK[sign]}{indent}{line[len(indent) + len(sign):]}")
+            mark = _DIFF_MARK[sign]
+            if line.endswith(":"):  # the head of a multi-line value ("+ sql:")
+                block = mark if mark in "+-" else " "
+            out.append(f"{mark}{indent}{line[len(indent) + len(sign):]}")
     return out
 
 
