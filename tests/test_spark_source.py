@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import date
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,20 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
     DateType,
     DecimalType,
     DoubleType,
+    FloatType,
     IntegerType,
+    ListType,
     LongType,
+    MapType,
     NestedField,
     StringType,
     StructType,
+    TimestampType,
     TimestamptzType,
 )
 from pyspark import InheritableThread
@@ -208,6 +215,60 @@ def test_transforms_partition_like_pyiceberg(source: Any, tmp_path: Path) -> Non
     assert checksum(read(spark, properties, table)) == checksum(df)
 
 
+def test_types_round_trip(source: Any, tmp_path: Path) -> None:
+    """Every type the source maps: pyiceberg writes, Spark reads; Spark writes back, pyiceberg
+    reads the same values."""
+    spark = source
+    properties = local_properties(tmp_path)
+    catalog = open_catalog(properties)
+    catalog.create_namespace("types")
+    fields = [
+        NestedField(1, "b", BooleanType(), required=False),
+        NestedField(2, "i", IntegerType(), required=True),
+        NestedField(3, "f", FloatType(), required=False),
+        NestedField(4, "d", DoubleType(), required=False),
+        NestedField(5, "dec", DecimalType(9, 3), required=False),
+        NestedField(6, "day", DateType(), required=False),
+        NestedField(7, "ts", TimestampType(), required=False),
+        NestedField(8, "tstz", TimestamptzType(), required=False),
+        NestedField(9, "s", StringType(), required=False),
+        NestedField(10, "bin", BinaryType(), required=False),
+        NestedField(11, "st", StructType(NestedField(12, "x", LongType(), required=False),
+                                         NestedField(13, "y", StringType(), required=False)),
+                    required=False),
+        NestedField(14, "l", ListType(15, LongType(), element_required=False), required=False),
+        NestedField(16, "m", MapType(17, StringType(), 18, DoubleType(), value_required=False),
+                    required=False),
+    ]
+    source_table = catalog.create_table("types.all", Schema(*fields))
+    data = pa.Table.from_pylist([
+        {"b": True, "i": 1, "f": 1.5, "d": 2.5, "dec": Decimal("12.345"),
+         "day": date(2026, 1, 2), "ts": datetime(2026, 1, 2, 3, 4, 5, 6),
+         "tstz": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "s": "héllo", "bin": b"\x00\x01",
+         "st": {"x": 7, "y": "z"}, "l": [1, None, 3], "m": [("k", 1.0), ("v", None)]},
+        {"b": None, "i": 2, "f": None, "d": -0.0, "dec": None, "day": None, "ts": None,
+         "tstz": None, "s": None, "bin": None, "st": None, "l": None, "m": None},
+    ], schema=source_table.schema().as_arrow())
+    source_table.append(data)
+    df = read(spark, properties, "types.all")
+    assert df.schema.simpleString() == (
+        "struct<b:boolean,i:int,f:float,d:double,dec:decimal(9,3),day:date,ts:timestamp_ntz,"
+        "tstz:timestamp,s:string,bin:binary,st:struct<x:bigint,y:string>,l:array<bigint>,"
+        "m:map<string,double>>")
+    assert not df.schema["i"].nullable and df.schema["b"].nullable
+    got = {r["i"]: r for r in df.collect()}
+    assert got[1]["dec"] == Decimal("12.345") and got[1]["ts"] == datetime(2026, 1, 2, 3, 4, 5, 6)
+    assert got[1]["st"].asDict() == {"x": 7, "y": "z"} and got[1]["l"] == [1, None, 3]
+    assert got[1]["m"] == {"k": 1.0, "v": None} and got[1]["bin"] == bytearray(b"\x00\x01")
+    assert got[2]["s"] is None and got[2]["l"] is None
+
+    catalog.create_table("types.copy", Schema(*fields))
+    write(df, properties, "types.copy")
+    expected = source_table.scan().to_arrow().sort_by("i")
+    copied = catalog.load_table("types.copy").scan().to_arrow().sort_by("i")
+    assert copied.to_pylist() == expected.to_pylist()
+
+
 def test_filters_skip_files(source: Any, where: dict[str, str]) -> None:
     spark = source
     table, catalog = new_table(where)
@@ -357,8 +418,9 @@ def test_concurrent_appends_both_land(source: Any, where: dict[str, str]) -> Non
     assert catalog.olympia.refresh() == version + 2
 
 
-def test_catalog_version_time_travel_across_tables(source: Any, where: dict[str, str]) -> None:
+def test_catalog_version_time_travel_across_tables(source: Any, tmp_path: Path) -> None:
     spark = source
+    where = local_properties(tmp_path)
     orders, catalog = new_table(where)
     namespace = orders.split(".")[0]
     catalog.create_table(f"{namespace}.items", SCHEMA)
