@@ -186,7 +186,7 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "") -> Plan:
     check_names(snapshot, spec)
     scope = Scope.of(spec)
     observed = scope.observe(snapshot)
-    changes, warnings = compute_changes(spec, load_current(snapshot, observed), observed,
+    changes, warnings = compute_changes(spec, load_current(snapshot, observed, spec), observed,
                                         catalog.properties.get(WAREHOUSE, ""))
     _stage(catalog, snapshot, changes, observed.managed)
     return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,

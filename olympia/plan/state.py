@@ -11,13 +11,18 @@ import fnmatch
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
+
+from google.protobuf.message import Message
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.objects import Namespace, Table, View
 from olympia.catalog.reader import CatalogReader
+from olympia.plan.digests import known_definitions
 from olympia.spec.model import Key, Spec
+
+M = TypeVar("M", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -95,26 +100,35 @@ class Current:
     views: dict[Key, View] = field(default_factory=dict)
 
 
-def load_current(reader: CatalogReader, observed: Observed) -> Current:
+def load_current(reader: CatalogReader, observed: Observed, spec: Spec | None = None,
+                 ) -> Current:
     """Read the managed objects' definitions: one concurrent batch per kind, each file from
-    the cache when an earlier plan has read it (definition paths are immutable)."""
+    the cache when an earlier plan has read it (definition paths are immutable).
+
+    With ``spec``, a definition whose file name's digest is that of the bytes the spec
+    determines for it is taken from the spec, not read (:mod:`olympia.plan.digests`): a
+    cold no-op plan reads only the definitions that differ from the declaration."""
     found: dict[ObjectType, list[tuple[ObjectRef, str]]] = {t: [] for t in ObjectType}
     for rows in observed.rows.values():
         for key, path in rows:
             ref = reader.codec.decode(key)
             found[ref.type].append((ref, path))
-    files = reader.files
+    known = {} if spec is None else known_definitions(
+        (row for rows in found.values() for row in rows), spec)
+
+    def load(rows: list[tuple[ObjectRef, str]], cls: type[M]) -> list[M]:
+        paths = [p for _, p in rows]
+        read = iter(reader.files.read_defs([p for p in paths if p not in known], cls))
+        return [cast(M, known[p]) if p in known else next(read) for p in paths]
+
     current = Current()
-    ns_rows = found[ObjectType.NAMESPACE]
-    for msg in files.read_defs([p for _, p in ns_rows], pb.NamespaceDef):
+    for msg in load(found[ObjectType.NAMESPACE], pb.NamespaceDef):
         namespace = Namespace.from_proto(msg)
         current.namespaces[namespace.name] = namespace
     t_rows = found[ObjectType.TABLE]
-    for (ref, _), t in zip(t_rows, files.read_defs([p for _, p in t_rows], pb.TableDef),
-                           strict=True):
+    for (ref, _), t in zip(t_rows, load(t_rows, pb.TableDef), strict=True):
         current.tables[(ref.namespace, ref.name)] = Table.from_proto(t, ref.namespace, ref.name)
     v_rows = found[ObjectType.VIEW]
-    for (ref, _), v in zip(v_rows, files.read_defs([p for _, p in v_rows], pb.ViewDef),
-                           strict=True):
+    for (ref, _), v in zip(v_rows, load(v_rows, pb.ViewDef), strict=True):
         current.views[(ref.namespace, ref.name)] = View.from_proto(v, ref.namespace, ref.name)
     return current
