@@ -51,6 +51,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 from pyspark import InheritableThread
+from pyspark.sql.pandas.types import to_arrow_schema
 
 import olympia.spark
 from olympia import exceptions as oe
@@ -59,6 +60,7 @@ from olympia.iceberg import OlympiaCatalog
 from olympia.spark.filters import pushdown
 from olympia.spark.options import SourceOptions
 from olympia.spark.reader import group
+from olympia.spark.writer import OlympiaWriter
 
 pytestmark = pytest.mark.spark
 
@@ -374,6 +376,44 @@ def test_commit_during_the_job(source: Any, tmp_path: Path, mode: str) -> None:
     assert len(catalog.load_table(table).metadata.snapshots) == 2
     current = {f.file_path.removeprefix("file://") for f in data_files(catalog, table)}
     assert stored_files(properties, table) == before | current  # the job's files are gone
+
+
+def test_abort_deletes_files_of_killed_tasks_unless_committed(tmp_path: Path) -> None:
+    """A task killed before it could report leaves files only its name ties to the job: the
+    driver's abort finds them by the job's write id; after a commit it deletes nothing."""
+    from pyspark.sql.types import StructType as SparkStruct
+
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    spark_schema = SparkStruct.fromJson({"type": "struct", "fields": [
+        {"name": f.name, "type": t, "nullable": True, "metadata": {}} for f, t in zip(
+            SCHEMA.fields, ["long", "string", "integer", "timestamp", "decimal(12,2)"],
+            strict=True)]})
+    parsed = SourceOptions.parse({"path": table, **options(properties)}, {})
+    data = Path(catalog.load_table(table).location().removeprefix("file://")) / "data"
+
+    def stray_file(writer: OlympiaWriter, name: str) -> Path:
+        path = data / "part=1" / f"00001-0-{writer._write_id}-{name}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a file")
+        return path
+
+    killed = OlympiaWriter.create(parsed, spark_schema, overwrite=False)
+    other = OlympiaWriter.create(parsed, spark_schema, overwrite=False)
+    lost, kept = stray_file(killed, "00000"), stray_file(other, "00000")
+    killed.abort([None])
+    assert not lost.exists() and kept.exists()
+
+    batch = pa.RecordBatch.from_pylist(
+        [{"id": 1, "name": "a", "part": 1, "ts": None, "amount": None}],
+        schema=to_arrow_schema(spark_schema, timezone="UTC"))
+    committed = OlympiaWriter.create(parsed, spark_schema, overwrite=False)
+    message = committed.write(iter([batch]))
+    committed.commit([message])
+    committed.abort([message])  # e.g. Spark failing after the commit: nothing is deleted
+    (written,) = message.data_files
+    assert Path(written.file_path.removeprefix("file://")).exists()
+    assert catalog.load_table(table).scan().count() == 1
 
 
 def test_mismatched_schema_is_refused_before_writing(source: Any, tmp_path: Path) -> None:
