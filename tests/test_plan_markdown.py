@@ -176,6 +176,9 @@ def test_example_workflow_parses_and_the_cli_accepts_its_commands(
     # the saved plan is signed and checked with OLYMPIA_PLAN_KEY where it is made and applied
     for name in ("plan-comment", "plan", "apply"):
         assert "secrets.OLYMPIA_PLAN_KEY" in jobs[name]["env"]["OLYMPIA_PLAN_KEY"]
+        assert "secrets." in jobs[name]["env"]["OLYMPIA_STORAGE_OPTIONS"]
+    # secrets reach only the jobs that use the catalog
+    assert "env" not in jobs["validate"] and "secrets." not in str(workflow["env"])
     assert jobs["apply"]["needs"] == "plan" and jobs["apply"]["environment"] == "catalog"
     # the checker itself refuses what the CLI refuses
     with pytest.raises(click.UsageError):
