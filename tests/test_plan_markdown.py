@@ -158,12 +158,12 @@ def test_example_workflow_parses_and_the_cli_accepts_its_commands(
         monkeypatch: pytest.MonkeyPatch) -> None:
     workflow = yaml.safe_load(WORKFLOW.read_text("utf-8"))
     jobs = workflow["jobs"]
-    assert set(jobs) == {"validate", "plan-comment", "plan", "apply"}
+    assert set(jobs) == {"validate", "plan-comment", "plan", "apply", "drift"}
     assert workflow[True] is not None  # "on:" (YAML 1.1 reads the key as true)
     monkeypatch.setenv("OLYMPIA_CATALOG", "s3://bucket/catalog")
     commands = [args for job in jobs.values() for step in job["steps"] if "run" in step
                 for args in olympia_commands(step["run"])]
-    assert [c[0] for c in commands] == ["validate", "plan", "plan", "plan", "apply"]
+    assert [c[0] for c in commands] == ["validate", "plan", "plan", "plan", "apply", "drift"]
     for args in commands:
         ctx = parse(args)
         assert ctx.command.name == args[0]
@@ -176,6 +176,7 @@ def test_example_workflow_parses_and_the_cli_accepts_its_commands(
     # the saved plan is signed and checked with OLYMPIA_PLAN_KEY where it is made and applied
     for name in ("plan-comment", "plan", "apply"):
         assert "secrets.OLYMPIA_PLAN_KEY" in jobs[name]["env"]["OLYMPIA_PLAN_KEY"]
+    for name in ("plan-comment", "plan", "apply", "drift"):
         assert "secrets." in jobs[name]["env"]["OLYMPIA_STORAGE_OPTIONS"]
     # secrets reach only the jobs that use the catalog
     assert "env" not in jobs["validate"] and "secrets." not in str(workflow["env"])
