@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from plan_helpers import EXAMPLE, ROOT, write_spec, write_text
+from plan_helpers import EXAMPLE, ROOT, check_golden, write_spec, write_text
 
 from olympia import Catalog
 from olympia.cli import main
@@ -295,3 +295,47 @@ def test_apply_json_shows_the_plan_on_stderr_before_asking(cli: Cli, tmp_path: P
     write_spec(Path(spec), docs() | {"hr": {"namespace": "hr"}})
     out = cli("apply", spec, "--json", "--auto-approve")  # nothing to confirm: nothing shown
     assert out.exit_code == 0 and out.stderr == "" and json.loads(out.stdout)["version"] == 2
+
+
+def _device(screen: list[dict[str, Any]], os_type: str = "varchar") -> dict[str, Any]:
+    return {"name": "device", "type": "struct", "comment": "client device", "fields": [
+        {"name": "os", "type": os_type},
+        {"name": "screen", "type": "struct", "fields": screen},
+        {"name": "tags", "type": "list", "element": {"type": "varchar"}}]}
+
+
+def test_nested_type_changes_name_each_field(cli: Cli, tmp_path: Path) -> None:
+    """Issue 15, finding 1: a change inside a struct names the fields it adds, removes and
+    retypes, in text, JSON and Markdown, instead of two whole types on one line."""
+    def doc(device: dict[str, Any]) -> dict[str, Any]:
+        return {"shop": {"namespace": "shop", "tables": {"events": {
+            "format": "parquet",
+            "columns": [{"name": "id", "type": "bigint", "comment": "event id"}, device]}}}}
+
+    spec = tmp_path / "spec"
+    write_spec(spec, doc(_device([{"name": "w", "type": "int"}, {"name": "h", "type": "int"}])))
+    assert cli("apply", str(spec), "--auto-approve").exit_code == 0
+    changed = _device([{"name": "w", "type": "bigint"}, {"name": "dpr", "type": "float"}],
+                      os_type="int")
+    changed["fields"][2]["element"] = {"type": "varchar", "nullable": False}
+    changed["fields"].append({"name": "model", "type": "varchar", "comment": "as reported",
+                              "properties": {"pii": "no"}})
+    write_spec(spec, doc(changed))
+    out = cli("plan", str(spec))
+    assert out.exit_code == 0, out.output
+    check_golden("plan_nested.txt", out.output.replace(cli.warehouse, "CATALOG"))
+    assert "struct<" not in out.output  # no whole types on one line
+    data = json.loads(cli("plan", str(spec), "--json").output)
+    (device,) = [d for d in data["changes"][0]["details"] if d["attr"] == "column device"]
+    assert device["incompatible"] and device["before"].startswith("struct<os: varchar")
+    inner = {d["attr"]: d for d in device["nested"]}
+    assert set(inner) == {"os", "screen", "tags", "model"}
+    assert inner["os"]["before"] == "varchar" and inner["os"]["after"] == "int4"
+    screen = {d["attr"]: (d["before"], d["after"]) for d in inner["screen"]["nested"]}
+    assert screen == {"h": ("int4", None), "dpr": (None, "float4"), "w": ("int4", "int8")}
+    assert inner["tags"]["nested"][0]["attr"] == "element"
+    assert [d["attr"] for d in inner["model"]["nested"]] == ["comment", "properties.pii"]
+    markdown = cli("plan", str(spec), "--format", "markdown").output
+    assert "!       column device  [incompatible]" in markdown
+    assert "-               h: int4  [incompatible]" in markdown
+    assert "+               dpr: float4" in markdown

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from olympia.catalog.objects import Column, Namespace, Table
 from olympia.exceptions import InvalidArgumentError
+from olympia.plan.compat import is_safe_change
 from olympia.plan.opjson import parse_ops
 from olympia.plan.ops import Action, Kind, Op
 
@@ -73,8 +74,8 @@ class Change:
             raise InvalidArgumentError(f"unknown change {action!r} of {kind!r}")
         where = f"{action} {kind} {name}"
         details, actions = data.get("details", []), data.get("actions", [])
-        if not (isinstance(details, list) and all(isinstance(d, dict) for d in details)
-                and isinstance(actions, list) and all(isinstance(a, str) for a in actions)):
+        if not (_valid_details(details) and isinstance(actions, list)
+                and all(isinstance(a, str) for a in actions)):
             raise InvalidArgumentError(f"{where}: details and actions must be lists")
         try:
             ops = parse_ops(data.get("ops", []))
@@ -89,9 +90,18 @@ class Change:
             op.apply(txn)
 
 
+def _valid_details(details: Any, depth: int = 0) -> bool:
+    """Whether saved details are a list of objects with an ``attr`` text, ``nested`` ones
+    the same (at most 64 levels deep)."""
+    return depth <= 64 and isinstance(details, list) and all(
+        isinstance(d, dict) and isinstance(d.get("attr"), str)
+        and ("nested" not in d or _valid_details(d["nested"], depth + 1)) for d in details)
+
+
 def detail(attr: str, before: Any, after: Any, **flags: Any) -> dict[str, Any]:
     """An attribute's change; ``before`` None = added, ``after`` None = removed. Flags:
-    ``text`` (shown unquoted: type texts), ``rename``, ``incompatible``."""
+    ``text`` (shown unquoted: type texts), ``rename``, ``incompatible``, ``nested`` (the
+    details inside a struct, list or map column, or a new column's comment and properties)."""
     return {"attr": attr, "before": before, "after": after, **flags}
 
 
@@ -126,18 +136,76 @@ def attribute_details(before: Any, after: Any, attrs: tuple[str, ...]) -> list[d
             if getattr(before, a) != getattr(after, a)]
 
 
-def column_details(before: Column, after: Column) -> list[dict[str, Any]]:
-    """How one column changes: its type text, comment and properties; when only something
-    nested differs (a field's comment), its whole definition."""
-    attr = f"column {after.name}"
+def column_details(before: Column, after: Column, attr: str = "",
+                   ) -> list[dict[str, Any]]:
+    """How one column (``attr``: ``column NAME`` by default) changes: its type, flagged
+    ``incompatible`` when existing data would not read as the new type; when both are the
+    same struct, list or map, a ``nested`` list of the inner changes instead of two whole
+    type texts (fields added, removed, retyped, recursively); then its comment and
+    properties."""
+    attr = attr or f"column {after.name}"
     out = []
-    if column_text(before) != column_text(after):
-        out.append(detail(attr, column_text(before), column_text(after), text=True))
+    inner = _inner_details(before, after)
+    if inner or column_text(before) != column_text(after):
+        out.append(detail(attr, column_text(before), column_text(after), text=True,
+                          **({"nested": inner} if inner else {})))
+        if not is_safe_change(before, after):
+            out[0]["incompatible"] = True
     if before.comment != after.comment:
         out.append(detail(f"{attr} comment", before.comment, after.comment))
     out += property_details(before.properties, after.properties, f"{attr} properties")
-    if not out:
-        out.append(detail(attr, before.to_dict(), after.to_dict()))
+    return out
+
+
+def added_column(attr: str, col: Column) -> dict[str, Any]:
+    """A new column (or field): its type text, and its comment and properties (and those of
+    its fields) as ``nested`` lines."""
+    about = _descriptions(col)
+    return detail(attr, None, column_text(col), text=True, **({"nested": about} if about else {}))
+
+
+def _descriptions(col: Column) -> list[dict[str, Any]]:
+    out = [detail("comment", None, col.comment)] if col.comment else []
+    out += property_details({}, col.properties)
+    out += [added_column(_part_name(col, child), child) for child in col.children()
+            if any(c.comment or c.properties for c in child.walk())]
+    return out
+
+
+def _part_name(col: Column, child: Column) -> str:
+    """A field's name; ``element``, ``key``, ``value`` for the parts of lists and maps."""
+    return child.name if col.type == "struct" else next(
+        p for p in ("element", "key", "value") if getattr(col, p) is child)
+
+
+def _inner_details(before: Column, after: Column) -> list[dict[str, Any]]:
+    """The changes inside two columns of the same struct, list or map type: nullability,
+    fields removed, added and changed (by name, in the new order), field order, and the
+    parts of lists and maps. Empty for other types."""
+    if before.type != after.type or before.type not in ("struct", "list", "map"):
+        return []
+    out = []
+    if before.nullable != after.nullable:
+        out.append(detail("nullable", before.nullable, after.nullable,
+                          **({} if after.nullable else {"incompatible": True})))
+    old = {f.name: f for f in before.fields}
+    new = {f.name: f for f in after.fields}
+    out += [detail(n, column_text(f), None, text=True, incompatible=True)
+            for n, f in old.items() if n not in new]
+    for name, sub in new.items():
+        if name not in old:
+            out.append(added_column(name, sub))
+            if not sub.nullable:
+                out[-1]["incompatible"] = True
+        elif old[name] != sub:
+            out += column_details(old[name], sub, name)
+    kept = [n for n in old if n in new]
+    if kept != [n for n in new if n in old]:
+        out.append(detail("field order", [n for n in old], [n for n in new]))
+    for part in ("element", "key", "value"):
+        was, now = getattr(before, part), getattr(after, part)
+        if was is not None and now is not None and was != now:
+            out += column_details(was, now, part)
     return out
 
 

@@ -24,6 +24,7 @@ from olympia.exceptions import SpecError
 from olympia.plan import icediff
 from olympia.plan.changes import (
     Change,
+    added_column,
     alter_common,
     attribute_details,
     column_details,
@@ -32,7 +33,6 @@ from olympia.plan.changes import (
     new_attributes,
     property_details,
 )
-from olympia.plan.compat import is_safe_change
 from olympia.plan.ops import (
     Action,
     AlterNamespace,
@@ -52,6 +52,7 @@ from olympia.plan.ops import (
 )
 from olympia.plan.order import reading_order
 from olympia.plan.state import Current, Observed
+from olympia.spec.loader import moved_from
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import Problem
 
@@ -76,6 +77,7 @@ class Differ:
         self.warehouse = warehouse  # the catalog's warehouse property (Iceberg tables)
         self.problems: list[Problem] = []
         self.definitions_only: list[str] = []  # Iceberg tables created without metadata
+        self.warnings: list[str] = []
 
     def problem(self, position: Any, message: str) -> None:
         self.problems.append(Problem(position, message))
@@ -219,7 +221,27 @@ class Differ:
             elif source in other:
                 self.problem(item.position, f"renamed_from {old}: {ns}.{old} is a {other_kind}, "
                              f"not a {kind}")
+            elif key not in same and key not in other:
+                self._unmatched_hint(kind, item, key, same, other)
         return out
+
+    def _unmatched_hint(self, kind: str, item: TableSpec | ViewSpec, key: Key,
+                        same: Mapping[Key, Table | View], other: Mapping[Key, Table | View],
+                        ) -> None:
+        """A rename hint naming nothing while the object is created: an object of another
+        namespace (a move, which the format cannot do) is a problem; else a warning, so an
+        ignored hint is never silent."""
+        ns, name = key
+        old = str(item.renamed_from)
+        spaces = {k[0] for k in (*same, *other)} - {ns}
+        moved = moved_from(old, spaces)
+        if moved is not None and (moved in same or moved in other):
+            self.problem(item.position, f"renamed_from {old}: moving {_name(*moved)} to "
+                         f"namespace {ns} is not supported (a rename stays in its namespace); "
+                         f"drop and create it, or keep {kind} {_name(ns, name)} in {moved[0]}")
+        else:
+            self.warnings.append(f"{kind} {_name(ns, name)}: renamed_from {old} names no "
+                                 f"{kind} of {ns} in the catalog, so it is created new")
 
     def _replacement(self, kind: str, item: TableSpec | ViewSpec, gone: Table | View,
                      gone_kind: str, create: CreateTable | CreateIcebergTable | CreateView,
@@ -247,8 +269,7 @@ class Differ:
                                        "location"))
             details += property_details({}, desired.properties)
             details += property_details({}, desired.format_properties, "format_properties")
-            details += [detail(f"column {c.name}", None, column_text(c), text=True)
-                        for c in desired.columns]
+            details += [added_column(f"column {c.name}", c) for c in desired.columns]
             details += icediff.create_details(item)
             if view is not None:
                 return [self._replacement("table", item, view, "view", create,
@@ -309,16 +330,13 @@ class Differ:
         for col in desired.columns:
             before = kept.get(col.name)
             if before is None:
-                details.append(detail(f"column {col.name}", None, column_text(col), text=True))
+                details.append(added_column(f"column {col.name}", col))
                 continue
             before = replace(before, name=col.name)
             if before == col:
                 continue
             updates[col.name] = col
-            changed = column_details(before, col)
-            if not is_safe_change(before, col):
-                changed[0]["incompatible"] = True
-            details += changed
+            details += column_details(before, col)
         order_now = [n for n in kept] + [c.name for c in added]
         order_want = [c.name for c in desired.columns]
         args: dict[str, Any] = {}
@@ -381,7 +399,7 @@ def compute_changes(spec: Spec, current: Current, observed: Observed,
     ``warehouse``: the catalog's warehouse property (where Iceberg tables go)."""
     differ = Differ(spec, current, observed, warehouse)
     changes = differ.changes()
-    warnings = []
+    warnings = list(differ.warnings)
     if differ.definitions_only:
         shown = ", ".join(differ.definitions_only[:5]) + (
             ", ..." if len(differ.definitions_only) > 5 else "")

@@ -108,35 +108,43 @@ def _show(value: Any, raw: bool = False) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _detail_lines(d: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(sign, text) lines of one attribute change."""
+def _detail_lines(d: Mapping[str, Any], indent: str = INDENT) -> list[tuple[str, str]]:
+    """(sign, text) lines of one attribute change; what changed inside a struct, list or
+    map column (``nested``) as a block under it, each level indented further."""
     attr, before, after = d["attr"], d.get("before"), d.get("after")
     raw = bool(d.get("text"))  # type texts read better unquoted
+    flag = "  [incompatible]" if d.get("incompatible") else ""
     if d.get("rename"):
-        return [("~", f"{INDENT}~ {attr}: renamed to {after}")]
+        return [("~", f"{indent}~ {attr}: renamed to {after}")]
     multiline = any(isinstance(v, str) and "\n" in v.strip() for v in (before, after))
     if multiline:
-        return _text_block(attr, before, after)
+        return _text_block(attr, before, after, indent)
     if before is None:
-        return [("+", f"{INDENT}+ {attr}: {_show(after, raw)}")]
-    if after is None:
-        return [("-", f"{INDENT}- {attr}: {_show(before, raw)}")]
-    flag = "  [incompatible]" if d.get("incompatible") else ""
-    return [("~", f"{INDENT}~ {attr}: {_show(before, raw)} -> {_show(after, raw)}{flag}")]
+        out = [("+", f"{indent}+ {attr}: {_show(after, raw)}{flag}")]
+    elif after is None:
+        out = [("-", f"{indent}- {attr}: {_show(before, raw)}{flag}")]
+    elif d.get("nested"):
+        out = [("~", f"{indent}~ {attr}{flag}")]
+    else:
+        out = [("~", f"{indent}~ {attr}: {_show(before, raw)} -> {_show(after, raw)}{flag}")]
+    for inner in d.get("nested") or ():
+        out += _detail_lines(inner, indent + "    ")
+    return out
 
 
-def _text_block(attr: str, before: str | None, after: str | None) -> list[tuple[str, str]]:
+def _text_block(attr: str, before: str | None, after: str | None, indent: str,
+                ) -> list[tuple[str, str]]:
     """A multi-line value (view SQL) as a line diff."""
     old = (before or "").strip().splitlines()
     new = (after or "").strip().splitlines()
     sign = "+" if before is None else "-" if after is None else "~"
-    out = [(sign, f"{INDENT}{sign} {attr}:")]
+    out = [(sign, f"{indent}{sign} {attr}:")]
     for line in difflib.ndiff(old, new):
         tag, text = line[:1], line[2:]
         if tag == "?":
             continue
         if before is None or after is None:
-            out.append((sign, f"{INDENT}    {text}"))
+            out.append((sign, f"{indent}    {text}"))
         else:
-            out.append(({"-": "-", "+": "+"}.get(tag, "~"), f"{INDENT}  {tag or ' '} {text}"))
+            out.append(({"-": "-", "+": "+"}.get(tag, "~"), f"{indent}  {tag or ' '} {text}"))
     return out

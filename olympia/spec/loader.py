@@ -397,6 +397,8 @@ class _Builder:
                     self.problem(self.renames[(kind, ns, old)],
                                  f"renamed_from {excerpt(old)}: {ns}.{old} is declared too; a "
                                  f"renamed {kind}'s old name cannot stay")
+        self._moves()
+        self._view_cycles()
         renamed_ns = {s.renamed_from: n for n, s in spec.namespaces.items() if s.renamed_from}
         renamed_obj = {(ns, s.renamed_from): name for items in (spec.tables, spec.views)
                        for (ns, name), s in items.items() if s.renamed_from}
@@ -418,6 +420,65 @@ class _Builder:
                 if message:
                     self.problem(where, f"view {ns}.{name} references {ref_ns}.{ref_name}: "
                                         f"{message}")
+
+    def _moves(self) -> None:
+        """A table's or view's ``renamed_from`` naming an object of another declared
+        namespace: the format renames within a namespace only, so this is an error, not a
+        silent drop and create."""
+        spec = self.spec
+        namespaces = spec.declared_namespaces()
+        for kind, items in (("table", spec.tables), ("view", spec.views)):
+            for (ns, name), obj in items.items():
+                old = obj.renamed_from
+                other = None if old is None else moved_from(old, namespaces - {ns})
+                if old is not None and other is not None:
+                    self.problem(self.renames[(kind, ns, old)],
+                                 f"renamed_from {excerpt(old)}: moving {other[0]}.{other[1]} "
+                                 f"to namespace {ns} is not supported (a rename stays in its "
+                                 f"namespace); drop and create it, or keep {kind} "
+                                 f"{ns}.{name} in {other[0]}")
+
+    def _view_cycles(self) -> None:
+        """Views of the spec reading each other in a circle: each cycle once, named whole at
+        the reference that closes it."""
+        views = self.spec.views
+        graph = {k: [(r, w) for r, w in zip(v.view.referenced_objects, v.reference_positions,
+                                            strict=True) if r in views and r != k]
+                 for k, v in views.items()}
+        state: dict[Key, bool] = {}  # True while on the path, False when done
+        seen: set[frozenset[Key]] = set()
+        for start in sorted(graph):
+            if start in state:
+                continue
+            path, stack = [start], [iter(graph[start])]
+            state[start] = True
+            while stack:
+                for ref, where in stack[-1]:
+                    if state.get(ref):
+                        cycle = path[path.index(ref):]
+                        if frozenset(cycle) not in seen:
+                            seen.add(frozenset(cycle))
+                            names = " -> ".join(_join(*k) for k in (*cycle, ref))
+                            self.problem(where, f"view {_join(*path[-1])} references "
+                                         f"{_join(*ref)}: views read each other in a cycle "
+                                         f"({names}); no order can create them")
+                    elif ref not in state:
+                        state[ref] = True
+                        path.append(ref)
+                        stack.append(iter(graph[ref]))
+                        break
+                else:
+                    state[path.pop()] = False
+                    stack.pop()
+
+
+def moved_from(hint: str, namespaces: set[str]) -> tuple[str, str] | None:
+    """``(namespace, name)`` when a rename hint names an object in one of ``namespaces``
+    (``ingest.payments_raw``); None for a plain name."""
+    for i, char in enumerate(hint):
+        if char == "." and hint[:i] in namespaces and hint[i + 1:]:
+            return hint[:i], hint[i + 1:]
+    return None
 
 
 def _properties(doc: Document, path: Path_) -> dict[str, str]:

@@ -1,0 +1,124 @@
+"""Issue 15 findings about specs, each reproduced through the CLI: view cycles named whole,
+moves across namespaces refused at validate, ignored rename hints never silent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from plan_helpers import write_text
+
+from olympia.cli import main
+
+
+def run(tmp_path: Path, *args: str) -> Result:
+    env = {"OLYMPIA_CATALOG": str(tmp_path / "wh"), "NO_COLOR": "1"}
+    result = CliRunner().invoke(main, list(args), env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    assert run(tmp_path, "init").exit_code == 0
+    return tmp_path / "spec"
+
+
+def test_views_reading_each_other_are_named_as_a_cycle_at_validate(tmp_path: Path,
+                                                                     spec: Path) -> None:
+    path = write_text(spec, "reporting.yaml", """
+        namespace: reporting
+        views:
+          a:
+            references: [reporting.b]
+            sql: SELECT * FROM reporting.b
+          b:
+            references: [reporting.c]
+            sql: SELECT * FROM reporting.c
+          c:
+            references: [reporting.a]
+            sql: SELECT * FROM reporting.a
+          d:
+            references: [reporting.a]
+            sql: SELECT * FROM reporting.a
+        """)
+    for command in ("validate", "plan"):
+        out = run(tmp_path, command, str(spec))
+        assert out.exit_code == 3
+        assert out.output.replace(str(path), "F").splitlines() == [
+            "Error: F:10:18: view reporting.c references reporting.a: views read each other "
+            "in a cycle (reporting.a -> reporting.b -> reporting.c -> reporting.a); no order "
+            "can create them"]
+
+
+def test_two_cycles_are_both_reported(tmp_path: Path, spec: Path) -> None:
+    write_text(spec, "r.yaml", """
+        namespace: r
+        views:
+          a: {references: [r.b], sql: x}
+          b: {references: [r.a], sql: x}
+          c: {references: [r.d], sql: x}
+          d: {references: [r.c, r.a], sql: x}
+        """)
+    out = run(tmp_path, "validate", str(spec), "--json")
+    messages = [p["message"] for p in json.loads(out.output)["problems"]]
+    assert [m.split("(")[1].split(")")[0] for m in messages] == ["r.a -> r.b -> r.a",
+                                                                 "r.c -> r.d -> r.c"]
+
+
+def test_a_move_across_namespaces_is_an_error_at_validate(tmp_path: Path, spec: Path) -> None:
+    write_text(spec, "ingest.yaml", "namespace: ingest\n")
+    path = write_text(spec, "commerce.yaml", """
+        namespace: commerce
+        tables:
+          payments:
+            renamed_from: ingest.payments_raw
+            columns: [{name: id, type: bigint}]
+        """)
+    out = run(tmp_path, "validate", str(spec))
+    assert out.exit_code == 3
+    assert out.output.replace(str(path), "F").splitlines() == [
+        "Error: F:4:19: renamed_from 'ingest.payments_raw': moving ingest.payments_raw to "
+        "namespace commerce is not supported (a rename stays in its namespace); drop and "
+        "create it, or keep table commerce.payments in ingest"]
+
+
+def test_a_move_from_a_managed_namespace_is_refused_by_plan(tmp_path: Path,
+                                                            spec: Path) -> None:
+    """The old namespace is managed by pattern, not declared: validate cannot see the move,
+    plan does."""
+    write_text(spec, "ingest.yaml", """
+        namespace: ingest
+        tables: {payments_raw: {format: parquet, columns: [{name: id, type: bigint}]}}
+        """)
+    assert run(tmp_path, "apply", str(spec), "--auto-approve").exit_code == 0
+    (spec / "ingest.yaml").unlink()
+    write_text(spec, "commerce.yaml", """
+        manage: [ingest]
+        namespace: commerce
+        tables:
+          payments:
+            renamed_from: ingest.payments_raw
+            format: parquet
+            columns: [{name: id, type: bigint}]
+        """)
+    assert run(tmp_path, "validate", str(spec)).exit_code == 0
+    out = run(tmp_path, "plan", str(spec))
+    assert out.exit_code == 3
+    assert "moving ingest.payments_raw to namespace commerce is not supported" in out.output
+
+
+def test_a_rename_hint_naming_nothing_is_a_warning(tmp_path: Path, spec: Path) -> None:
+    write_text(spec, "s.yaml", """
+        namespace: s
+        tables: {t: {renamed_from: old_t, format: parquet}}
+        """)
+    out = run(tmp_path, "plan", str(spec))
+    assert out.exit_code == 0
+    assert ("! table s.t: renamed_from old_t names no table of s in the catalog, so it is "
+            "created new") in out.output
+    assert run(tmp_path, "apply", str(spec), "--auto-approve").exit_code == 0
+    out = run(tmp_path, "plan", str(spec))  # applied: the hint is history now, no warning
+    assert "renamed_from" not in out.output and "No changes" in out.output
