@@ -9,36 +9,30 @@ import os
 import re
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_helpers import Cli
 from plan_helpers import write_spec, write_text
 
 from olympia import Catalog
-from olympia.cli import main
 
 SCRIPT = str(Path(sys.executable).with_name("olympia"))
 ESC = "\033["
 
 
-class Cli:
+class WarehouseCli(Cli):
+    """The CLI on a catalog in ``tmp_path``; colour decided by the command line alone."""
+
     def __init__(self, tmp_path: Path) -> None:
         self.warehouse = str(tmp_path / "wh")
-        self.env: dict[str, str | None] = {"OLYMPIA_CATALOG": self.warehouse, "NO_COLOR": None,
-                                           "OLYMPIA_GIT_COMMIT": None}
-
-    def __call__(self, *args: str) -> Result:
-        result = CliRunner().invoke(main, list(args), env=self.env)
-        assert result.exception is None or isinstance(result.exception, SystemExit), (
-            "".join(traceback.format_exception(result.exception)))
-        return result
+        super().__init__({"OLYMPIA_CATALOG": self.warehouse, "NO_COLOR": None,
+                          "OLYMPIA_GIT_COMMIT": None})
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    cli = Cli(tmp_path)
+def cli(tmp_path: Path) -> WarehouseCli:
+    cli = WarehouseCli(tmp_path)
     assert cli("init").exit_code == 0
     return cli
 
@@ -55,7 +49,7 @@ ORDERS = [{"name": "id", "type": "int4", "nullable": False, "comment": "the key"
               {"name": "qty", "type": "int4"}]}}]
 
 
-def applied(cli: Cli, tmp_path: Path, columns: list[dict[str, object]] = ORDERS) -> Path:
+def applied(cli: WarehouseCli, tmp_path: Path, columns: list[dict[str, object]] = ORDERS) -> Path:
     spec = write_spec(tmp_path / "spec", spec_docs(columns))
     out = cli("apply", str(spec), "--auto-approve")
     assert out.exit_code == 0, out.output
@@ -65,7 +59,7 @@ def applied(cli: Cli, tmp_path: Path, columns: list[dict[str, object]] = ORDERS)
 # --- finding 4: colour, pipes, validate --json ------------------------------------------------
 
 
-def test_color_always_never_auto_and_no_color(cli: Cli, tmp_path: Path) -> None:
+def test_color_always_never_auto_and_no_color(cli: WarehouseCli, tmp_path: Path) -> None:
     spec = str(write_spec(tmp_path / "spec", spec_docs(ORDERS)))
     # CliRunner's stdout is not a terminal, like a CI log: auto means no colour
     assert ESC not in cli("plan", spec).output
@@ -87,7 +81,7 @@ def test_color_always_never_auto_and_no_color(cli: Cli, tmp_path: Path) -> None:
         assert ESC not in cli(*command).output, command
 
 
-def test_color_through_a_real_pipe(cli: Cli, tmp_path: Path) -> None:
+def test_color_through_a_real_pipe(cli: WarehouseCli, tmp_path: Path) -> None:
     """The console script writing into a pipe (a CI log): colour only with --color always."""
     spec = str(write_spec(tmp_path / "spec", spec_docs(ORDERS)))
     env = {**os.environ, "OLYMPIA_CATALOG": cli.warehouse}
@@ -101,7 +95,7 @@ def test_color_through_a_real_pipe(cli: Cli, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [["show"], ["log"], ["plan", "SPEC"], ["diff", "0", "1"]])
-def test_closed_stdout_exits_quietly(cli: Cli, tmp_path: Path, command: list[str]) -> None:
+def test_closed_stdout_exits_quietly(cli: WarehouseCli, tmp_path: Path, command: list[str]) -> None:
     """``olympia show | head -1``: the reader goes away; no "Error: Broken pipe", no Python
     noise about flushing stdout at exit, exit 0."""
     spec = str(applied(cli, tmp_path))
@@ -121,7 +115,7 @@ def test_closed_stdout_exits_quietly(cli: Cli, tmp_path: Path, command: list[str
     assert shell.returncode == 0 and shell.stderr == "" and len(shell.stdout.splitlines()) == 1
 
 
-def test_validate_json(cli: Cli, tmp_path: Path) -> None:
+def test_validate_json(cli: WarehouseCli, tmp_path: Path) -> None:
     spec = tmp_path / "spec"
     write_text(spec, "a.yaml", """
         namespace: a
@@ -163,7 +157,7 @@ def test_validate_json(cli: Cli, tmp_path: Path) -> None:
 # --- finding 7: history detail -----------------------------------------------------------------
 
 
-def test_diff_names_columns_and_renames(cli: Cli, tmp_path: Path) -> None:
+def test_diff_names_columns_and_renames(cli: WarehouseCli, tmp_path: Path) -> None:
     applied(cli, tmp_path)  # version 1
     catalog = Catalog.open(cli.warehouse)
     with catalog.transaction() as txn:  # version 2
@@ -200,7 +194,7 @@ def test_diff_names_columns_and_renames(cli: Cli, tmp_path: Path) -> None:
     assert cli("diff", "3", "3").output == "no differences\n"
 
 
-def test_namespace_rename_in_log_and_diff(cli: Cli, tmp_path: Path) -> None:
+def test_namespace_rename_in_log_and_diff(cli: WarehouseCli, tmp_path: Path) -> None:
     applied(cli, tmp_path)
     catalog = Catalog.open(cli.warehouse)
     catalog.rename_namespace("sales", "shop")  # version 2
@@ -223,7 +217,7 @@ def test_namespace_rename_in_log_and_diff(cli: Cli, tmp_path: Path) -> None:
     assert "+ " not in diff and "- " not in diff
 
 
-def test_show_json_carries_every_field_and_types_match_the_plan(cli: Cli,
+def test_show_json_carries_every_field_and_types_match_the_plan(cli: WarehouseCli,
                                                                 tmp_path: Path) -> None:
     spec = tmp_path / "spec"
     write_text(spec, "s.yaml", """
@@ -283,7 +277,7 @@ def test_show_json_carries_every_field_and_types_match_the_plan(cli: Cli,
 
 
 def test_init_property_without_value_is_an_error(tmp_path: Path) -> None:
-    cli = Cli(tmp_path)
+    cli = WarehouseCli(tmp_path)
     out = cli("init", "--property", "owner")
     assert out.exit_code == 1
     assert out.output.startswith("Error: --property needs KEY=VALUE, got 'owner'")
@@ -293,7 +287,7 @@ def test_init_property_without_value_is_an_error(tmp_path: Path) -> None:
     assert Catalog.open(cli.warehouse).properties == {"owner": "team", "empty": ""}
 
 
-def test_messages_speak_cli_not_python(cli: Cli, tmp_path: Path) -> None:
+def test_messages_speak_cli_not_python(cli: WarehouseCli, tmp_path: Path) -> None:
     spec = applied(cli, tmp_path)
     write_spec(spec, {"sales": {"namespace": "sales", "tables": {"orders": {
         "columns": ORDERS}}}})

@@ -5,17 +5,15 @@ each commit that changed them; exit 2 when there is drift, 0 when there is none.
 from __future__ import annotations
 
 import json
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_helpers import Cli
 from conftest import Location
 from plan_helpers import write_spec
 
 from olympia import Catalog
-from olympia.cli import main
 from olympia.versions.timetravel import format_millis
 
 
@@ -29,17 +27,10 @@ def spec_docs(note: bool = False) -> dict[str, Any]:
         "core": {"namespace": "core", "tables": {"ledger": {"format": "parquet"}}}}
 
 
-class Cli:
-    def __init__(self, location: Location) -> None:
-        self.env = {"OLYMPIA_CATALOG": location.uri, "NO_COLOR": "1",
-                    "OLYMPIA_STORAGE_OPTIONS": json.dumps(location.storage_options),
-                    "OLYMPIA_GIT_COMMIT": "c0ffee"}
-
-    def __call__(self, *args: str) -> Result:
-        result = CliRunner().invoke(main, list(args), env=self.env)
-        assert result.exception is None or isinstance(result.exception, SystemExit), (
-            "".join(traceback.format_exception(result.exception)))
-        return result
+def cli_for(location: Location) -> Cli:
+    return Cli({"OLYMPIA_CATALOG": location.uri, "NO_COLOR": "1",
+                "OLYMPIA_STORAGE_OPTIONS": json.dumps(location.storage_options),
+                "OLYMPIA_GIT_COMMIT": "c0ffee"})
 
 
 @pytest.fixture
@@ -48,7 +39,7 @@ def setup(location: Location, tmp_path: Path) -> tuple[Cli, Catalog, Path]:
         pytest.skip("the CLI opens the catalog afresh; use disk or S3")
     catalog = Catalog.create(location.uri, location.storage_options)
     catalog.create_namespace("elsewhere")  # version 1: not managed by the spec
-    cli = Cli(location)
+    cli = cli_for(location)
     spec = write_spec(tmp_path / "spec", spec_docs())
     out = cli("apply", str(spec), "--auto-approve")  # version 2
     assert out.exit_code == 0, out.output
@@ -137,6 +128,6 @@ def test_no_apply_of_the_spec_is_an_error(location: Location, tmp_path: Path) ->
     catalog = Catalog.create(location.uri, location.storage_options)
     catalog.create_namespace("sales")
     spec = write_spec(tmp_path / "spec", spec_docs())
-    out = Cli(location)("drift", str(spec))
+    out = cli_for(location)("drift", str(spec))
     assert out.exit_code == 1
     assert out.output.startswith("Error: no version of ") and "apply it first" in out.output

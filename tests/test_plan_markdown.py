@@ -4,14 +4,13 @@ example CI workflow: valid YAML whose every ``olympia`` command line the CLI acc
 from __future__ import annotations
 
 import shlex
-import traceback
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 import yaml
-from click.testing import CliRunner, Result
+from cli_helpers import Cli
 from plan_helpers import ROOT, check_golden, memory_catalog, write_spec
 
 from olympia import Catalog
@@ -82,22 +81,10 @@ def test_values_cannot_break_out_of_the_markup(tmp_path: Path) -> None:
     assert text.count("</details>") == 2  # the block's own closing tag, and the quoted one
 
 
-class Cli:
-    def __init__(self, tmp_path: Path) -> None:
-        self.warehouse = str(tmp_path / "wh")
-        self.env: dict[str, str | None] = {"OLYMPIA_CATALOG": self.warehouse, "NO_COLOR": "1",
-                                           "OLYMPIA_GIT_COMMIT": "0123abcd",
-                                           "OLYMPIA_PLAN_KEY": "k3y"}
-
-    def __call__(self, *args: str) -> Result:
-        result = CliRunner().invoke(main, list(args), env=self.env)
-        assert result.exception is None or isinstance(result.exception, SystemExit), (
-            "".join(traceback.format_exception(result.exception)))
-        return result
-
-
 def test_plan_format_markdown_for_specs_and_saved_plans(tmp_path: Path) -> None:
-    cli = Cli(tmp_path)
+    warehouse = str(tmp_path / "wh")
+    cli = Cli({"OLYMPIA_CATALOG": warehouse, "NO_COLOR": "1", "OLYMPIA_GIT_COMMIT": "0123abcd",
+               "OLYMPIA_PLAN_KEY": "k3y"})
     assert cli("init").exit_code == 0
     spec = write_spec(tmp_path / "spec", before())
     assert cli("apply", str(spec), "--auto-approve").exit_code == 0
@@ -105,7 +92,7 @@ def test_plan_format_markdown_for_specs_and_saved_plans(tmp_path: Path) -> None:
     saved = str(tmp_path / "plan.json")
     out = cli("plan", str(spec), "--format", "markdown", "--out", saved, "--detailed-exitcode")
     assert out.exit_code == 2
-    uri = Catalog.open(cli.warehouse).uri
+    uri = Catalog.open(warehouse).uri
     assert out.output.replace(uri, "CATALOG") == (
         (Path(__file__).parent / "golden" / "plan_changes.md").read_text())
     # the saved plan (signed, as OLYMPIA_PLAN_KEY is set) renders the same, classified again
@@ -118,7 +105,7 @@ def test_plan_format_markdown_for_specs_and_saved_plans(tmp_path: Path) -> None:
     assert cli("plan", saved, "--format", "markdown").exit_code == 1  # not signed with it
     cli.env["OLYMPIA_PLAN_KEY"] = "k3y"
     # a saved plan that went stale says so instead of showing changes it cannot apply
-    Catalog.open(cli.warehouse).alter_table("sales.orders", set_properties={"a": "b"})
+    Catalog.open(warehouse).alter_table("sales.orders", set_properties={"a": "b"})
     out = cli("plan", saved, "--format", "markdown")
     assert out.exit_code == 4 and "plan is stale, re-plan" in out.output
 
