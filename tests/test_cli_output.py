@@ -15,7 +15,9 @@ import pytest
 from cli_helpers import Cli
 from plan_helpers import write_spec, write_text
 
+from benchmarks.common import recording
 from olympia import Catalog
+from olympia.plan.versiondiff import version_diff
 
 SCRIPT = str(Path(sys.executable).with_name("olympia"))
 ESC = "\033["
@@ -300,3 +302,29 @@ def test_messages_speak_cli_not_python(cli: WarehouseCli, tmp_path: Path) -> Non
     out = cli("show", "--version", "1", "--as-of", "2020-01-01T00:00:00Z")
     assert out.exit_code == 1
     assert out.output == "Error: give only one of --version, --as-of and --export\n"
+
+
+def test_diff_reads_only_what_differs(tmp_path: Path) -> None:
+    """``diff`` reads the definitions of changed objects only (both versions), and the roots
+    in between only when something was both added and removed (a possible rename)."""
+    catalog = Catalog.create(str(tmp_path / "wh"))
+    with catalog.transaction() as txn:  # version 1: 40 tables
+        txn.create_namespace("s")
+        for i in range(40):
+            txn.create_table("s", f"t{i:02d}", columns=[{"name": "id", "type": "int4"}])
+    catalog.alter_table("s.t03", add_columns=[{"name": "x", "type": "int8"}])  # version 2
+    catalog.alter_table("s.t07", set_properties={"a": "b"})  # version 3
+    catalog.rename_table("s.t09", "renamed")  # version 4
+    cold = Catalog.open(catalog.uri)
+    with recording(cold.storage) as log:
+        result = version_diff(cold, 1, 3)
+    assert [c.change.name for c in result.changes] == ["s.t03", "s.t07"]
+    assert log.count("read", "def") == 4  # two objects, before and after
+    assert log.count("read", "root") == 2  # the two versions compared, none in between
+    cold = Catalog.open(catalog.uri)
+    with recording(cold.storage) as log:
+        result = version_diff(cold, 1, 4)
+    assert [(c.change.action, c.change.name) for c in result.changes] == [
+        ("rename", "s.renamed"), ("update", "s.t03"), ("update", "s.t07")]
+    assert log.count("read", "def") == 6
+    assert log.count("read", "root") == 3  # 1, then 2 and 3 for their actions (opening read 4)
