@@ -3,7 +3,9 @@ is ever lost — not with exports, distributed transactions, crashes or concurre
 
 from __future__ import annotations
 
+import random
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -27,6 +29,8 @@ from olympia import Catalog, versions
 from olympia.catalog.keys import version_path
 from olympia.exceptions import ExpiryAbortedError, NotFoundError
 from olympia.expire import expire_local, expire_with_spark
+from olympia.expire.reachability import is_candidate
+from olympia.expire.spark import candidate_column
 from olympia.tree import btree
 
 pytestmark = pytest.mark.spark
@@ -203,3 +207,34 @@ def test_crash_between_deletes_then_rerun(spark: Any, shared_location: Location)
     check_kept(location, before, first)
     leftover = expire_local(catalog, policy(), dry_run=True, now_ms=now, settle_ms=0)
     assert leftover.files_candidates == 0
+
+
+def test_candidate_column_agrees_with_the_rule(spark: Any) -> None:
+    """The classification's Spark expression and is_candidate decide every path alike:
+    format names, near misses, strangers, glob and control characters, and file times on
+    both sides of the grace cutoff."""
+    rng = random.Random(16)
+    cutoff_ms, new_oldest = 1_700_000_000_000, 37
+    names = [version_path(v) for v in (0, 1, 36, 37, 38, 2**31, 2**32 - 1)]
+    names += [f"node/{uuid.UUID(int=rng.getrandbits(128))}.arrow" for _ in range(20)]
+    names += [f"def/{kind}/{uuid.UUID(int=rng.getrandbits(128))}{tail}.binpb"
+              for kind in ("catalog", "namespace", "table", "view", "tables")
+              for tail in ("", "-v2", "-ü", "/x", "*", "[1]", "\n", "\x7f")]
+    names += ["dtxn/abc.binpb", "dtxn/a?.binpb", "dtxn/.binpb", "dtxn/a/b.binpb", "vn/latest",
+              "vn/oldest", "vn/" + "0" * 31, "vn/" + "2" * 32, version_path(1) + "\n",
+              version_path(1) + "0", "x" + version_path(1), *STRANGERS]
+    chars = "vnodefdtx/.-0123456789abcdefABCDEF*?[]\n\x00ü"
+    for name in list(names):  # near misses: one character changed, dropped or added
+        for _ in range(6):
+            i = rng.randrange(len(name))
+            change = rng.choice([name[:i] + rng.choice(chars) + name[i + 1:],
+                                 name[:i] + name[i + 1:], name[:i] + rng.choice(chars) + name[i:]])
+            names.append(change)
+    times = [(cutoff_ms - 1) / 1000, cutoff_ms / 1000, (cutoff_ms + 1) / 1000, 0.0, 1e10]
+    rows = [(name, t) for name in sorted(set(names)) for t in times]
+    df = spark.createDataFrame(rows, "path string, modified double")
+    got = {(r[0], r[1]): r[2] for r in df.select(
+        "path", "modified", candidate_column(new_oldest, cutoff_ms)).collect()}
+    want = {(p, t): is_candidate(p, t, new_oldest, cutoff_ms) for p, t in rows}
+    assert got == want
+    assert sum(want.values()) > 100 and len(want) - sum(want.values()) > 100

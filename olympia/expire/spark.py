@@ -1,15 +1,19 @@
-"""Expiry as a PySpark job: listing, the reachability walk, the anti-join and the deletes run
-on executors; the driver decides the versions, moves ``vn/oldest`` and reads a handful of
-roots and catalog definitions.
+"""Expiry as a PySpark job: listing, reading the trees, the anti-join and the deletes run
+on executors; the driver decides the versions, moves ``vn/oldest``, reads a handful of roots
+and catalog definitions, and keeps the walk's node paths for de-duplication.
 
-- listing: one task per group of key prefixes (``vn/``, ``dtxn/``, ``node/0``..``f``,
-  ``def/<kind>/0``..``f``);
-- walk: one Spark stage per tree level across every kept root at once; a level's nodes are
-  de-duplicated against everything already reached (copy-on-write versions share most
-  nodes), and executors read them with the storage's bounded concurrency;
-- classification: a left join of the listing with the reachable set, the shared candidate
-  rule applied per partition;
-- deletes: candidate partitions deleted by executors in batches of up to 1000, roots first.
+- listing: one task per core, each listing its share of the key prefixes (``vn/``,
+  ``dtxn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``) with the storage's bounded
+  concurrency, as the single-process engine lists them all; the same job counts the files
+  and sizes the run's shuffle partitions to them;
+- walk: one job per tree level across every kept root at once, without a shuffle: executors
+  read the level's nodes (in batches of 256, with the storage's concurrency) and keep their
+  definitions; the driver de-duplicates the next level's node paths against every node
+  already reached (copy-on-write versions share most nodes);
+- classification: a left join of the listing with the reachable set and the shared
+  candidate rule as a column expression (no Python round trip per file);
+- deletes: each partition of candidates deleted by an executor in batches of up to 1000,
+  roots first.
 
 Executors open their own :class:`~olympia.storage.Storage` from the catalog URI and storage
 options (one per Python worker). Every intermediate result the later steps depend on is
@@ -27,6 +31,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from olympia.catalog.catalog import Catalog
@@ -37,9 +42,14 @@ from olympia.expire.job import DEFAULT_SETTLE_MS, ExpireResult, FolderStats, Ste
 from olympia.expire.policy import ExpirePolicy
 from olympia.expire.reachability import (
     CDEF,
+    DEF_RE,
+    DTXN_RE,
     FILE,
     MISSING,
     NODE,
+    NODE_RE,
+    READ_BATCH,
+    ROOT_RE,
     Clock,
     Decision,
     DeleteReport,
@@ -47,20 +57,14 @@ from olympia.expire.reachability import (
     delete_paths,
     expand_nodes,
     expand_roots,
-    folder_of,
-    is_candidate,
     read_transactions,
 )
 from olympia.storage import Storage
 
 FILES_SCHEMA = "path string, size long, modified double"
 EDGES_SCHEMA = "kind string, path string"
-FLAGGED_SCHEMA = ("path string, size long, folder string, reached boolean, "
-                  "candidate boolean, probe boolean")
-DELETE_PARTITION_FILES = 20_000  # files per delete task (each deletes in batches of 1000)
+FILES_PER_PARTITION = 50_000  # listed files per partition of the joins and the deletes
 ROOTS_PER_TASK = 500
-
-
 _STORAGES: OrderedDict[tuple[str, str], Storage] = OrderedDict()
 _STORAGES_LOCK = threading.Lock()
 
@@ -82,41 +86,64 @@ def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
 # --- executor-side functions (module level: pickled by reference) -------------------------
 
 
-def _list_partition(uri: str, options: Mapping[str, Any], prefixes: Iterator[str],
-                    ) -> Iterator[tuple[str, int, float]]:
+def _list_task(uri: str, options: Mapping[str, Any], prefixes: list[str], tasks: int,
+               ids: Iterator[int]) -> Iterator[tuple[str, int, float]]:
+    """Task ``i`` lists every ``tasks``-th prefix from the ``i``-th, with the storage's
+    bounded concurrency (as the single-process engine lists them all)."""
     storage = _storage(uri, options)
-    for prefix in prefixes:
-        for f in storage.list(prefix):
+    mine = [p for i in ids for p in prefixes[i::tasks]]
+    for files in storage.map(storage.list, mine):
+        for f in files:
             yield f.path, f.size, f.modified
 
 
-def _txn_partition(uri: str, options: Mapping[str, Any], rows: Iterator[Any],
-                   ) -> Iterator[TxnRoots]:
-    yield from read_transactions(_storage(uri, options), [r[0] for r in rows])
+def _txn_task(uri: str, options: Mapping[str, Any], paths: Iterator[str],
+              ) -> Iterator[TxnRoots]:
+    yield from read_transactions(_storage(uri, options), list(paths))
 
 
-def _roots_partition(uri: str, options: Mapping[str, Any], order: int, paths: Iterator[str],
-                     ) -> Iterator[tuple[str, str]]:
+def _roots_task(uri: str, options: Mapping[str, Any], order: int, paths: Iterator[str],
+                ) -> Iterator[tuple[str, str]]:
     yield from expand_roots(_storage(uri, options), order, list(paths))
 
 
-def _nodes_partition(uri: str, options: Mapping[str, Any], order: int, rows: Iterator[Any],
-                     ) -> Iterator[tuple[str, str]]:
-    yield from expand_nodes(_storage(uri, options), order, [r[0] for r in rows])
+def _nodes_task(uri: str, options: Mapping[str, Any], order: int, paths: Iterator[str],
+                ) -> Iterator[tuple[str, str]]:
+    yield from expand_nodes(_storage(uri, options), order, list(paths))
 
 
-def _classify_partition(new_oldest: int, cutoff_ms: int, probe: tuple[str, ...],
-                        rows: Iterator[Any]) -> Iterator[tuple[str, int, str, bool, bool, bool]]:
-    """Listed rows joined with reachability -> (path, size, folder, reached, candidate,
-    probe): the shared rule decides, exactly as in the single-process engine."""
-    for path, size, modified, reached in rows:
-        candidate = not reached and is_candidate(path, modified, new_oldest, cutoff_ms)
-        yield path, size, folder_of(path), reached, candidate, path in probe
-
-
-def _delete_partition(uri: str, options: Mapping[str, Any], rows: Iterator[Any],
-                      ) -> Iterator[DeleteReport]:
+def _delete_task(uri: str, options: Mapping[str, Any], rows: Iterator[Any],
+                 ) -> Iterator[DeleteReport]:
     yield delete_paths(_storage(uri, options), [r[0] for r in rows])
+
+
+def _fullmatch(pattern: re.Pattern[str]) -> Any:
+    """Whether ``path`` matches ``pattern`` as a whole, like ``pattern.fullmatch`` (the
+    patterns use only syntax Python and Java regular expressions read alike)."""
+    from pyspark.sql import functions as F
+
+    return F.col("path").rlike(rf"\A(?:{pattern.pattern})\z")
+
+
+def candidate_column(new_oldest: int, cutoff_ms: int) -> Any:
+    """:func:`~olympia.expire.reachability.is_candidate` of the columns ``path`` and
+    ``modified`` as a Spark expression, from the same name patterns, so classification
+    needs no Python round trip per listed file (tests check the two agree).
+
+    Args:
+        new_oldest: versions below this expire.
+        cutoff_ms: the grace cutoff, epoch milliseconds.
+
+    Returns:
+        A boolean Column.
+    """
+    from pyspark.sql import functions as F
+
+    path = F.col("path")
+    version = F.conv(F.reverse(F.substring(path, 4, 32)), 2, 10).cast("long")
+    other = _fullmatch(NODE_RE) | _fullmatch(DEF_RE) | _fullmatch(DTXN_RE)
+    return (F.when(_fullmatch(ROOT_RE), version < F.lit(new_oldest))
+            .otherwise(other & (F.col("modified") * 1000 < F.lit(cutoff_ms))))
 
 
 _OLYMPIA_ERROR = re.compile(r"olympia\.exceptions\.\w+: (.+)")
@@ -129,6 +156,16 @@ def _message(exc: BaseException) -> str:
     if found:
         return str(found[-1]).strip()
     return text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A Spark walk's reachable set: every reached path, on the executors, and the reached
+    node paths on the driver (they de-duplicate the walk, one per ``order / 2`` objects or
+    fewer, as the single-process engine holds them)."""
+
+    files: Any
+    nodes: set[str]
 
 
 class SparkEngine:
@@ -150,6 +187,7 @@ class SparkEngine:
         self._cached: list[Any] = []
         self._counts: dict[str, int] = {}  # candidates per folder, from classify()
         self._dtxn: list[str] = []  # transaction records seen by the last listing
+        self._partitions: str | None = None  # the session's shuffle partitions, to restore
 
     # helpers
 
@@ -157,14 +195,6 @@ class SparkEngine:
         df = df.persist(self.level)
         self._cached.append(df)
         return df
-
-    def _checkpoint(self, df: Any, what: str) -> tuple[Any, int]:
-        """Compute ``df`` now (a failure surfaces in this step) and keep it with a flat plan:
-        each walk level builds on the previous ones, and their plans would otherwise nest."""
-        # lazy, so the count below computes and keeps it in one job (with adaptive query
-        # execution, building the checkpoint may already run the shuffle stages)
-        df = self._do(what, lambda: df.localCheckpoint(eager=False))
-        return df, self._do(what, df.count)
 
     def _do(self, what: str, action: Any) -> Any:
         try:
@@ -174,86 +204,103 @@ class SparkEngine:
         except Exception as exc:
             raise ExpiryAbortedError(f"{what} failed: {_message(exc)}") from exc
 
-    def _df(self, rdd: Any, schema: str) -> Any:
-        return self.spark.createDataFrame(rdd, schema)
-
     def _folder(self) -> Any:
         return self.F.substring_index(self.F.col("path"), "/", 1)
+
+    def _df(self, rdd: Any, schema: str) -> Any:
+        """Rows an executor function made, as a DataFrame (they are built to ``schema``)."""
+        return self.spark.createDataFrame(rdd, schema, verifySchema=False)
+
+    def _paths(self, paths: list[str]) -> Any:
+        """A few driver-side paths as a DataFrame."""
+        return self.spark.createDataFrame([(p,) for p in paths], "path string")
+
+    def _size_shuffles(self, files: int) -> None:
+        """Shuffle partitions for this run sized to the listing (the session default, 200,
+        is pure overhead for 100k paths on two cores); put back by :meth:`release`."""
+        conf = self.spark.conf
+        if self._partitions is None:
+            self._partitions = conf.get("spark.sql.shuffle.partitions")
+        partitions = max(self.parallelism, math.ceil(files / FILES_PER_PARTITION))
+        conf.set("spark.sql.shuffle.partitions", str(partitions))
 
     # steps
 
     def _listing(self, prefixes: list[str]) -> Any:
-        rdd = self.sc.parallelize(prefixes, min(len(prefixes), self.parallelism * 4))
-        return self._df(rdd.mapPartitions(
-            functools.partial(_list_partition, self.uri, self.options)), FILES_SCHEMA)
+        tasks = max(1, min(len(prefixes), self.parallelism))
+        return self._df(self.sc.range(0, tasks, numSlices=tasks).mapPartitions(
+            functools.partial(_list_task, self.uri, self.options, prefixes, tasks)),
+            FILES_SCHEMA)
 
     def list_files(self, prefixes: list[str]) -> Any:
+        F = self.F
         listing = self._persist(self._listing(prefixes))
         # one job lists everything (every partition lands in the cache) and brings back
-        # the few transaction records' paths
-        dtxn = listing.filter(self.F.col("path").startswith("dtxn/")).select("path")
-        self._dtxn = [r[0] for r in self._do("listing", dtxn.collect)]
+        # the count and the few transaction records' paths
+        row = self._do("listing", listing.agg(F.count("*"), F.collect_list(F.when(
+            F.col("path").startswith("dtxn/"), F.col("path")))).collect)[0]
+        self._dtxn = sorted(row[1])
+        self._size_shuffles(row[0])
         return listing
 
     def transactions(self, listing: Any) -> list[TxnRoots]:
         if not self._dtxn:
             return []
-        rdd = self.sc.parallelize([(p,) for p in self._dtxn], min(len(self._dtxn),
-                                                                  self.parallelism))
-        found = rdd.mapPartitions(functools.partial(_txn_partition, self.uri, self.options))
+        rdd = self.sc.parallelize(self._dtxn, min(len(self._dtxn), self.parallelism))
+        found = rdd.mapPartitions(functools.partial(_txn_task, self.uri, self.options))
         return list(self._do("reading distributed transactions", found.collect))
 
     def walk(self, versions: range, roots: list[str], order: int, prior: Walk | None) -> Walk:
         F, sc = self.F, self.sc
-        parts = []
+        parts = []  # root paths: the versions' (made on executors) and the given ones
         if len(versions):
             slices = max(1, min(self.parallelism * 2, len(versions) // ROOTS_PER_TASK + 1))
             parts.append(sc.range(versions.start, versions.stop, numSlices=slices)
                          .map(version_path))
         if roots:
             parts.append(sc.parallelize(roots, max(1, min(self.parallelism, len(roots)))))
-        known = prior.handle if prior else self.spark.createDataFrame([], "path string")
-        level0 = (self._df(sc.union(parts).map(lambda p: (p,)), "path string").distinct()
-                  .join(known, "path", "left_anti") if parts
-                  else self.spark.createDataFrame([], "path string"))
-        edges = self._persist(self._df(level0.rdd.map(lambda r: r[0]).mapPartitions(
-            functools.partial(_roots_partition, self.uri, self.options, order)), EDGES_SCHEMA))
-        found = edges.filter(F.col("kind").isin(MISSING, CDEF)).distinct()
-        found_rows = self._do("reading roots", found.collect)
-        missing = [r[1] for r in found_rows if r[0] == MISSING]
-        cdefs = {r[1] for r in found_rows if r[0] == CDEF}
-        reached = [known, edges.filter(F.col("kind").isin(FILE, CDEF)).select("path")]
-        frontier = (edges.filter(F.col("kind") == NODE).select("path").distinct()
-                    .join(known, "path", "left_anti"))
+        before = prior.handle if prior else Reached(self._paths([]), set())
+        if not parts:
+            return Walk(before, set(prior.cdefs) if prior else set(), [],
+                        prior.nodes if prior else 0, prior.levels if prior else 0)
+        known = set(before.nodes)
+        # the driver passes new roots only; a root reached before is read again at worst,
+        # and its children are de-duplicated below
+        edges = self._persist(self._df(sc.union(parts).mapPartitions(functools.partial(
+            _roots_task, self.uri, self.options, order)), EDGES_SCHEMA))
+        rows = self._do("reading roots", edges.filter(F.col("kind") != FILE).distinct().collect)
+        missing = [r[1] for r in rows if r[0] == MISSING]
+        cdefs = {r[1] for r in rows if r[0] == CDEF}
+        reached = [before.files, edges.filter(F.col("kind").isin(FILE, CDEF)).select("path")]
+        frontier = sorted({r[1] for r in rows if r[0] == NODE} - known)
         nodes, levels = (prior.nodes, prior.levels) if prior else (0, 0)
         depth = 1
-        while True:  # one tree level of every kept root per iteration
-            frontier, count = self._checkpoint(frontier, "walking the trees")
-            if not count:
-                break
-            nodes += count
+        while frontier:  # one tree level of every kept root per iteration: one job, no shuffle
+            known.update(frontier)
+            nodes += len(frontier)
             depth += 1
-            reached.append(frontier)
-            known = known.union(frontier)
-            edges = self._persist(self._df(frontier.rdd.mapPartitions(functools.partial(
-                _nodes_partition, self.uri, self.options, order)), EDGES_SCHEMA))
+            tasks = max(1, min(self.parallelism, math.ceil(len(frontier) / READ_BATCH)))
+            edges = self._persist(self._df(sc.parallelize(frontier, tasks).mapPartitions(
+                functools.partial(_nodes_task, self.uri, self.options, order)), EDGES_SCHEMA))
             reached.append(edges.filter(F.col("kind") == FILE).select("path"))
-            frontier = (edges.filter(F.col("kind") == NODE).select("path").distinct()
-                        .join(known, "path", "left_anti"))
-        handle = self._persist(functools.reduce(lambda a, b: a.union(b), reached).distinct())
+            below = edges.filter(F.col("kind") == NODE).select("path").distinct()
+            frontier = sorted({r[0] for r in self._do("walking the trees", below.collect)}
+                              - known)
+        reached.append(self._paths(sorted(known - before.nodes)))
+        files = self._persist(functools.reduce(lambda a, b: a.union(b), reached).distinct())
         cdefs |= prior.cdefs if prior else set()
-        return Walk(handle, cdefs, missing, nodes, max(levels, depth))
+        return Walk(Reached(files, known), cdefs, missing, nodes, max(levels, depth))
 
     def classify(self, listing: Any, walk: Walk, keep: set[str], decision: Decision,
                  probe: list[str]) -> tuple[dict[str, FolderStats], Any, set[str]]:
         F = self.F
-        extra = self.spark.createDataFrame([(p,) for p in sorted(keep)], "path string")
-        reach = walk.handle.union(extra).distinct().withColumn("reached", F.lit(True))
-        joined = listing.join(reach, "path", "left").select(
-            "path", "size", "modified", F.coalesce("reached", F.lit(False)))
-        flagged = self._persist(self._df(joined.rdd.mapPartitions(functools.partial(
-            _classify_partition, decision.new_oldest, decision.cutoff_ms, tuple(probe))),
-            FLAGGED_SCHEMA))
+        reach = (walk.handle.files.union(self._paths(sorted(keep))).distinct()
+                 .withColumn("reached", F.lit(True)))
+        reached = F.coalesce("reached", F.lit(False))
+        flagged = self._persist(listing.join(reach, "path", "left").select(
+            "path", "size", self._folder().alias("folder"), reached.alias("reached"),
+            (~reached & candidate_column(decision.new_oldest, decision.cutoff_ms))
+            .alias("candidate"), F.col("path").isin(probe).alias("probe")))
         rows = flagged.groupBy("folder").agg(
             F.count("*").alias("listed"), F.sum("size").alias("bytes"),
             F.sum(F.col("reached").cast("long")).alias("reachable"),
@@ -277,13 +324,11 @@ class SparkEngine:
     def delete(self, candidates: Any, roots: bool) -> DeleteReport:
         is_root = self._folder() == "vn"
         phase = candidates.filter(is_root if roots else ~is_root).select("path")
-        count = sum(n for folder, n in self._counts.items() if (folder == "vn") == roots)
         total = DeleteReport()
-        if not count:
+        if not sum(n for folder, n in self._counts.items() if (folder == "vn") == roots):
             return total
-        tasks = max(1, min(self.parallelism * 4, math.ceil(count / DELETE_PARTITION_FILES)))
-        reports = phase.rdd.repartition(tasks).mapPartitions(
-            functools.partial(_delete_partition, self.uri, self.options))
+        reports = phase.rdd.mapPartitions(functools.partial(_delete_task, self.uri,
+                                                            self.options))
         for report in self._do("deleting", reports.collect):
             total.merge(report)
         return total
@@ -298,7 +343,7 @@ class SparkEngine:
                 for r in self._do("verifying deletes", left.collect)}
 
     def reached(self, candidates: Any, walk: Walk, size: int) -> list[str]:
-        rows = candidates.join(walk.handle, "path", "left_semi").select("path")
+        rows = candidates.join(walk.handle.files, "path", "left_semi").select("path")
         return [r[0] for r in self._do("checking new versions",
                                        rows.orderBy("path").limit(size).collect)]
 
@@ -306,6 +351,9 @@ class SparkEngine:
         for df in self._cached:
             df.unpersist()
         self._cached.clear()
+        if self._partitions is not None:
+            self.spark.conf.set("spark.sql.shuffle.partitions", self._partitions)
+            self._partitions = None
 
 
 def expire_with_spark(spark: Any, catalog_uri: str, storage_options: Mapping[str, Any] | None,
