@@ -22,6 +22,7 @@ from olympia.catalog.keys import ObjectRef, ObjectType, def_digest, def_file_nam
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.options import storage_options
 from olympia.plan import Plan, apply_plan, make_plan
+from olympia.plan.digests import declared_definitions
 from olympia.spec import load_spec
 
 OBJECTS = 300
@@ -151,3 +152,29 @@ def test_iceberg_table_after_an_outside_append(tmp_path: Path) -> None:
     # which the append changed); its metadata file is not read, nor any other definition
     assert log.count("read", "def") == 1
     assert log.count("read", "other") == 0
+
+
+def test_declared_bytes_are_the_bytes_a_create_writes(tmp_path: Path) -> None:
+    """Nested columns are numbered depth first, as the catalog numbers them."""
+    columns = [
+        {"name": "id", "type": "bigint", "nullable": False, "comment": "key"},
+        {"name": "s", "type": "struct", "fields": [
+            {"name": "a", "type": "list", "element": {"type": "decimal(10,2)"}},
+            {"name": "b", "type": "map", "key": {"type": "string"},
+             "value": {"type": "struct", "fields": [{"name": "x", "type": "date"}]}}]},
+        {"name": "last", "type": "varchar(8)", "properties": {"pii": "no"}}]
+    doc = {"namespace": "ns", "properties": {"owner": "me"}, "comment": "c",
+           "tables": {"t": {"columns": columns, "properties": {"a": "1", "b": "2"},
+                            "format": "parquet", "location": "s3://b/t",
+                            "format_properties": {"k": "v"}, "protected": True}},
+           "views": {"v": {"sql": "SELECT id FROM ns.t", "references": ["ns.t"],
+                           "columns": [{"name": "id", "type": "bigint"}]}}}
+    spec = load_spec(write_spec(tmp_path / "spec", {"ns": doc}))
+    catalog = Catalog.create(str(tmp_path / "wh"))
+    apply_plan(catalog, make_plan(catalog, spec))
+    declared = declared_definitions(spec)
+    rows = catalog.snapshot.objects()
+    assert sorted(str(ref) for ref, _ in rows) == ["ns", "ns.t", "ns.v"]
+    for ref, path in rows:
+        assert declared[ref].SerializeToString(deterministic=True) == \
+            catalog.storage.read(path)

@@ -15,19 +15,32 @@ file, which every append changes).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from google.protobuf.message import Message
 
+from olympia._proto import objects_pb2 as pb
 from olympia.catalog.keys import ObjectRef, ObjectType, content_digest, def_digest
-from olympia.catalog.objects import Column, assign_column_ids
 from olympia.spec.model import Spec
 
 
-def _numbered(columns: Iterable[Column]) -> tuple[Column, ...]:
-    """Columns as a create numbers them: 1, 2, ... in declaration order, nested ones
-    depth first."""
-    return assign_column_ids((c.without_ids() for c in columns), 1)
+def _number_columns(schema: pb.Schema) -> None:
+    """Number the columns of ``schema`` as a create does (1, 2, ... in declaration order,
+    nested ones depth first, as :func:`olympia.catalog.objects.assign_column_ids`); on the
+    message rather than the Column values, as this runs for every declared object."""
+    next_id = 1
+
+    def number(column: pb.Column) -> None:
+        nonlocal next_id
+        column.id = next_id
+        next_id += 1
+        for field in column.struct_fields:
+            number(field)
+        for part in ("list_element", "map_key", "map_value"):
+            if column.HasField(part):
+                number(getattr(column, part))
+
+    for column in schema.columns:
+        number(column)
 
 
 def declared_definitions(spec: Spec) -> dict[ObjectRef, Message]:
@@ -37,11 +50,13 @@ def declared_definitions(spec: Spec) -> dict[ObjectRef, Message]:
     for name, item in spec.namespaces.items():
         out[ObjectRef(ObjectType.NAMESPACE, name)] = item.namespace.to_proto()
     for (ns, name), t in spec.tables.items():
-        out[ObjectRef(ObjectType.TABLE, ns, name)] = replace(
-            t.table, columns=_numbered(t.table.columns)).to_proto()
+        table = t.table.to_proto()
+        _number_columns(table.schema)
+        out[ObjectRef(ObjectType.TABLE, ns, name)] = table
     for (ns, name), v in spec.views.items():
-        out[ObjectRef(ObjectType.VIEW, ns, name)] = replace(
-            v.view, columns=_numbered(v.view.columns)).to_proto()
+        view = v.view.to_proto()
+        _number_columns(view.schema)
+        out[ObjectRef(ObjectType.VIEW, ns, name)] = view
     return out
 
 
