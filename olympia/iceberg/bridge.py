@@ -156,7 +156,9 @@ def _evolve(itx: IcebergTransaction, op: AlterIcebergTable) -> None:
             for term in added:
                 update.add_field(term.column, parse_transform(term.transform),
                                  _field_name(term))
-    if resort:
+    if resort and not order:
+        _unsort(itx)
+    elif resort:
         with itx.update_sort_order() as sorting:
             for s in order:
                 add = sorting.desc if s.descending else sorting.asc
@@ -168,6 +170,8 @@ def _unsort(itx: IcebergTransaction) -> None:
     """Make the unsorted order (id 0) the default. pyiceberg 0.12's ``update_sort_order``
     cannot: it adds the empty order and then asks for the highest order id, not 0."""
     metadata = itx.table_metadata
+    if metadata.default_sort_order_id == 0:
+        return
     updates: tuple[TableUpdate, ...] = (
         SetDefaultSortOrderUpdate(sort_order_id=0),)  # type: ignore[call-arg]
     if metadata.sort_order_by_id(0) is None:
@@ -280,8 +284,8 @@ def _update(update: UpdateSchema, path: tuple[str, ...], before: Column,
             update.make_column_optional(path)
         else:
             update.update_column(path, required=True)
-    if before.comment != after.comment:
-        update.update_column(path, doc=after.comment or None)
+    if before.comment != after.comment:  # "" clears it (None would mean "unchanged")
+        update.update_column(path, doc=after.comment)
     old_fields = {f.name: f for f in before.fields}
     for f in after.fields:
         if f.name in old_fields:
