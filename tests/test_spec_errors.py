@@ -93,9 +93,8 @@ def one(tmp_path: Path, text: str, **variables: str) -> str:
      "environment variable OLYMPIA_VAR_missing"),
     ("namespace: s\nproperties:\n  ${var.k}: v\n",
      "F:3:3: variables are allowed in values only, not in the key '${var.k}'"),
-    ("namespace: s\nproperties: &p {a: 1}\ntables:\n  t:\n    properties:\n      <<: *p\n",
-     "F:6:7: merge keys (<<) are not supported; use anchors and aliases (&name / *name) for "
-     "whole values"),
+    ("namespace: s\nproperties: &p {a: 1}\ntables:\n  t:\n    properties:\n      <<: p\n",
+     "F:6:11: a merge key (<<) takes a mapping or a list of mappings, e.g. <<: *defaults"),
     ("namespace: s\ncomment: !!python/name:os.system x\n",
      "F:2:10: cannot read this value: could not determine a constructor for the tag "
      "'tag:yaml.org,2002:python/name:os.system'"),

@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 from plan_helpers import write_text
 
 from olympia.cli import main
+from olympia.spec import load_spec
 
 
 def run(tmp_path: Path, *args: str) -> Result:
@@ -122,3 +123,68 @@ def test_a_rename_hint_naming_nothing_is_a_warning(tmp_path: Path, spec: Path) -
     assert run(tmp_path, "apply", str(spec), "--auto-approve").exit_code == 0
     out = run(tmp_path, "plan", str(spec))  # applied: the hint is history now, no warning
     assert "renamed_from" not in out.output and "No changes" in out.output
+
+
+def test_extension_keys_anchors_merge_keys_and_spliced_column_lists(tmp_path: Path,
+                                                                    spec: Path) -> None:
+    """Finding 5: x- keys are ignored, merge keys and anchored column lists are spliced, and
+    what is wrong in a shared part is reported where it is written."""
+    path = write_text(spec, "s.yaml", """
+        x-common: &cols
+          - {name: id, type: bigint, nullable: false, x-note: the key}
+          - {name: at, type: timestamptz}
+        x-defaults: &defaults {format: parquet, comment: shared, protected: false}
+        namespace: s
+        x-owner: data-team
+        tables:
+          plain:
+            x-ticket: ABC-1
+            <<: *defaults
+            columns: *cols
+          more:
+            <<: [{comment: own}, *defaults]
+            protected: true
+            columns: [*cols, {name: extra, type: int}, [{name: last, type: date}]]
+        """)
+    out = run(tmp_path, "validate", str(spec))
+    assert out.exit_code == 0, out.output
+    tables = {k[1]: s.table for k, s in load_spec(spec).tables.items()}
+    assert [c.name for c in tables["plain"].columns] == ["id", "at"]
+    assert [c.name for c in tables["more"].columns] == ["id", "at", "extra", "last"]
+    assert (tables["plain"].format, tables["plain"].comment, tables["plain"].protected) == (
+        "parquet", "shared", False)
+    assert (tables["more"].comment, tables["more"].protected) == ("own", True)
+    # an error inside the shared list: reported once, at the anchor, without Python reprs
+    text = path.read_text().replace("type: timestamptz}", "type: timestampz}")
+    path.write_text(text.replace("- {name: id, type: bigint,", "- {name: id, type: 7,"))
+    out = run(tmp_path, "validate", str(spec))
+    lines = out.output.replace(str(path), "F").splitlines()
+    assert lines[0].startswith("Error: F:2:22: tables.more.columns[0].type: 7 is not of type")
+    assert lines[1].startswith("F:2:22: tables.plain.columns[0].type: 7 is not of type")
+    assert lines[2:] == []  # the type of 'at' is checked only once 'id' is valid
+    path.write_text(text)
+    out = run(tmp_path, "validate", str(spec))
+    assert out.output.replace(str(path), "F").splitlines() == [
+        "Error: F:3:22: column 'at': unknown type 'timestampz' (did you mean 'timestamptz'?); "
+        "known types: binary, boolean, char(N), date, decimal(P,S), fixed(N), float4, float8, "
+        "int1, int2, int4, int8, json, list, map, struct, time3, time6, time9, timestamp3, "
+        "timestamp6, timestamp9, timestamptz3, timestamptz6, timestamptz9, timetz3, timetz6, "
+        "timetz9, uuid, varchar, varchar(N)"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("namespace: s\ntables:\n  t:\n    <<: [1]\n",
+     "F:4:10: a merge key (<<) takes a mapping or a list of mappings, e.g. <<: *defaults"),
+    ("namespace: s\ntables:\n  t: {columns: [{name: a, type: strct}]}\n",
+     "F:3:33: column 'a': unknown type 'strct' (did you mean 'struct'?); known types:"),
+    ("namespace: s\ntables:\n  t: {columns: [{name: a, type: timestamp(3)}]}\n",
+     "F:3:33: column 'a': unknown type 'timestamp(3)' (did you mean 'timestamp3'?)"),
+    ("namespace: s\ntables: {orders: {}}\nviews:\n  v: {references: [s.order], sql: x}\n",
+     "F:4:20: view s.v references s.order: the spec declares no such table or view (did you "
+     "mean s.orders?)"),
+])
+def test_problems_with_guesses(tmp_path: Path, spec: Path, text: str, message: str) -> None:
+    path = write_text(spec, "a.yaml", text)
+    out = run(tmp_path, "validate", str(spec))
+    assert out.exit_code == 3
+    assert out.output.replace(str(path), "F").startswith(f"Error: {message}"), out.output

@@ -8,6 +8,7 @@ SpecError.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from olympia.catalog.keys import ObjectType, validate_name
-from olympia.catalog.objects import Column, Namespace, Table, View, canonical_type
+from olympia.catalog.objects import TYPE_NAMES, Column, Namespace, Table, View, canonical_type
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
 from olympia.spec import iceberg, schema
 from olympia.spec import variables as spec_variables
@@ -346,7 +347,7 @@ class _Builder:
                 raise InvalidArgumentError("varchar(0) is not a length: the catalog stores "
                                            "length 0 as unbounded text; write varchar")
         except InvalidArgumentError as exc:
-            self.problem(doc.at((*path, "type")), f"{what}: {exc}")
+            self.problem(doc.at((*path, "type")), f"{what}: {_with_guess(str(exc), body['type'])}")
             return None
         fields = []
         seen: set[str] = set()
@@ -402,6 +403,7 @@ class _Builder:
         renamed_ns = {s.renamed_from: n for n, s in spec.namespaces.items() if s.renamed_from}
         renamed_obj = {(ns, s.renamed_from): name for items in (spec.tables, spec.views)
                        for (ns, name), s in items.items() if s.renamed_from}
+        by_ns: dict[str, list[str]] = {}  # declared tables and views (for guesses)
         for (ns, name), view_spec in spec.views.items():
             refs = view_spec.view.referenced_objects
             for ref, where in zip(refs, view_spec.reference_positions, strict=True):
@@ -416,7 +418,12 @@ class _Builder:
                     message = (f"{ref_ns}.{ref_name} is renamed to {ref_ns}."
                                f"{renamed_obj[ref]} by this spec: reference the new name")
                 elif ref_ns in spec.namespaces and not self.declared(ref_ns, ref_name):
-                    message = "the spec declares no such table or view"
+                    if not by_ns:
+                        for key_ns, key_name in self.where:
+                            by_ns.setdefault(key_ns, []).append(key_name)
+                    guess = difflib.get_close_matches(ref_name[:100], by_ns.get(ref_ns, []), n=1)
+                    message = "the spec declares no such table or view" + (
+                        f" (did you mean {ref_ns}.{guess[0]}?)" if guess else "")
                 if message:
                     self.problem(where, f"view {ns}.{name} references {ref_ns}.{ref_name}: "
                                         f"{message}")
@@ -487,6 +494,23 @@ def _properties(doc: Document, path: Path_) -> dict[str, str]:
     if path[-1] not in parent or parent[path[-1]] is None:
         return {}
     return {key: doc.text((*path, key)) for key in parent[path[-1]]}
+
+
+# type names a guess may offer: the canonical ones, and the time types without precision
+_GUESSES = sorted({re.sub(r"\(.*|(?<=[a-z])[369]$", "", n) for n in TYPE_NAMES})
+
+
+def _with_guess(message: str, spelling: str) -> str:
+    """An unknown type's message with the closest type name offered (``strct``: struct)."""
+    head, sep, rest = message.partition("; known types")
+    if not head.startswith("unknown type"):
+        return message
+    text = " ".join(str(spelling).lower().split())[:100]
+    precision = re.fullmatch(r"([a-z]+) ?\( ?([369]) ?\)", text)  # timestamp(3): timestamp3
+    guess = ([precision[1] + precision[2]] if precision and precision[1] + precision[2]
+             in TYPE_NAMES else difflib.get_close_matches(re.sub(r"\(.*", "", text).strip(),
+                                                          _GUESSES, n=1))
+    return head + (f" (did you mean {guess[0]!r}?)" if guess else "") + sep + rest
 
 
 def _split(text: str) -> bool:

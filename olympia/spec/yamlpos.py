@@ -36,6 +36,7 @@ MAX_EXPANDED_CHARS = 16 * MIB  # scalars and keys of one document, aliases expan
 EXCERPT_CHARS = 80  # the most of a value a message quotes
 MAX_MESSAGE_CHARS = 1000  # a message built from other errors' text is cut to this
 MAX_PROBLEMS = 1000  # of a file (YAML) or a document (schema); more end it
+SPLICED = ("columns", "fields")  # lists whose list items are spliced into them
 # what YAML forbids in a stream (everything else is printable): C0 controls but tab and
 # line breaks, DEL, C1 controls but NEL, surrogates, U+FFFE and U+FFFF
 _FORBIDDEN = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd"
@@ -216,13 +217,17 @@ class _Converter:
             raise _TooLarge(node, f"more than {MAX_PROBLEMS} problems in this file; the rest "
                                   "are not checked")
 
+    def grow(self, node: yaml.Node, count: int) -> None:
+        """Count ``count`` more values (of ``node``) into the document's expanded size."""
+        self.nodes += count
+        if self.nodes > MAX_NODES:
+            raise _TooLarge(node, f"more than {MAX_NODES} values after expanding aliases")
+
     def convert(self, node: yaml.Node, path: Path_, doc: Document,
                 active: dict[int, Path_]) -> Any:
         """``active``: the collections being converted (id -> path), to catch alias cycles."""
-        self.nodes += 1
+        self.grow(node, 1)
         self.check_problems(node)
-        if self.nodes > MAX_NODES:
-            raise _TooLarge(node, f"more than {MAX_NODES} values after expanding aliases")
         doc.positions[path] = _pos(node, self.file)
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path, doc)
@@ -235,10 +240,12 @@ class _Converter:
             return None
         active = {**active, id(node): path}
         if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, (*path, i), doc, active)
-                    for i, item in enumerate(node.value)]
+            items = (self.spliced(node, active) if path and path[-1] in SPLICED
+                     else node.value)
+            return [self.convert(item, (*path, i), doc, active) for i, item in enumerate(items)]
         assert isinstance(node, yaml.MappingNode)
         out: dict[str, Any] = {}
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 self.problem(key_node, "mapping keys must be plain names, not collections")
@@ -246,8 +253,7 @@ class _Converter:
             key = key_node.value
             self.count(key, key_node)
             if key == "<<" and not key_node.style:
-                self.problem(key_node, "merge keys (<<) are not supported; use anchors and "
-                                       "aliases (&name / *name) for whole values")
+                merged += self.merged(value_node, active)
                 continue
             if "${var." in key and self.substitute is not None:
                 key = self.substitute(key, _pos(key_node, self.file), self.problems, True)
@@ -258,6 +264,50 @@ class _Converter:
                 continue
             doc.key_positions[(*path, key)] = _pos(key_node, self.file)
             out[key] = self.convert(value_node, (*path, key), doc, active)
+        for key_node, value_node in merged:  # keys written here win over merged ones
+            key = key_node.value
+            if key not in out:
+                doc.key_positions[(*path, key)] = _pos(key_node, self.file)
+                out[key] = self.convert(value_node, (*path, key), doc, active)
+        return out
+
+    def merged(self, node: yaml.Node, active: dict[int, Path_],
+               ) -> list[tuple[yaml.Node, yaml.Node]]:
+        """The key and value nodes a merge key (``<<: *base`` or ``<<: [*a, *b]``) brings
+        in, the first mapping's first: they keep the positions where they are written."""
+        sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        out: list[tuple[yaml.Node, yaml.Node]] = []
+        for source in sources:
+            if not isinstance(source, yaml.MappingNode):
+                self.problem(source, "a merge key (<<) takes a mapping or a list of mappings, "
+                                     "e.g. <<: *defaults")
+            elif id(source) in active:
+                self.problem(source, "an alias refers to the collection that contains it")
+            else:
+                self.grow(source, len(source.value))
+                nested = []
+                for key, value in source.value:
+                    if isinstance(key, yaml.ScalarNode) and key.value == "<<" and not key.style:
+                        nested.append(value)  # a merge inside the merged mapping
+                    else:
+                        out.append((key, value))
+                for value in nested:
+                    out += self.merged(value, {**active, id(source): ()})
+        return out
+
+    def spliced(self, node: yaml.SequenceNode, active: dict[int, Path_],
+                ) -> list[yaml.Node]:
+        """The items of a list of columns or fields, a list inside it (``[*common, {name:
+        x, ...}]``) spliced in place, recursively: a column is never a list."""
+        out: list[yaml.Node] = []
+        for item in node.value:
+            if not isinstance(item, yaml.SequenceNode):
+                out.append(item)
+            elif id(item) in active:
+                self.problem(item, "an alias refers to the collection that contains it")
+            else:
+                self.grow(item, len(item.value))
+                out += self.spliced(item, {**active, id(item): ()})
         return out
 
     def scalar(self, node: yaml.ScalarNode, path: Path_, doc: Document) -> Any:
