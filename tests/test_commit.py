@@ -12,7 +12,7 @@ import pytest
 from olympia import Catalog
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.keys import version_path
-from olympia.exceptions import CatalogError, CommitConflict, InvalidArgumentError
+from olympia.exceptions import CommitConflict, InvalidArgumentError
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -100,7 +100,7 @@ def test_commit_timeout_is_set_per_catalog() -> None:
     assert Catalog.create(uri, commit_timeout=5).commit_options.timeout_s == 5
     assert Catalog.open(uri).commit_options.timeout_s == 30
     assert Catalog.open(uri, commit_timeout=0.5).commit_options.timeout_s == 0.5
-    with pytest.raises(CatalogError, match="commit_timeout"):
+    with pytest.raises(InvalidArgumentError, match="commit_timeout"):
         Catalog.open(uri, commit_timeout=0)
 
 

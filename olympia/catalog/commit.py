@@ -35,6 +35,7 @@ from olympia.exceptions import (
     CatalogError,
     CommitConflict,
     FileAlreadyExists,
+    InvalidArgumentError,
     NoSuchVersionError,
     StorageError,
 )
@@ -75,7 +76,7 @@ class CommitOptions:
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
-            raise CatalogError(f"commit_timeout must be a positive number of seconds, "
+            raise InvalidArgumentError(f"commit_timeout must be a positive number of seconds, "
                                f"got {self.timeout_s!r}")
 
     def pause(self, losses: int) -> float:
