@@ -295,7 +295,7 @@ class CreateIcebergTable(ObjectOp):
 
     def apply(self, txn: Transaction) -> None:
         staging = _iceberg_staging(txn, self)
-        _bridge().create_table(txn, staging.catalog, self, dry_run=staging.dry_run)
+        _iceberg_apply().create_table(txn, staging.catalog, self, dry_run=staging.dry_run)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,7 +313,7 @@ class AlterIcebergTable(TableChanges):
 
     def apply(self, txn: Transaction) -> None:
         staging = _iceberg_staging(txn, self)
-        _bridge().alter_table(txn, staging.catalog, self, dry_run=staging.dry_run)
+        _iceberg_apply().alter_table(txn, staging.catalog, self, dry_run=staging.dry_run)
 
 
 @dataclass(frozen=True)
@@ -334,20 +334,20 @@ def stage_iceberg(txn: Transaction, catalog: Catalog, dry_run: bool) -> None:
     _STAGING[txn] = IcebergStaging(catalog, dry_run)
 
 
-def _bridge() -> Any:
-    """olympia.iceberg.bridge, which needs pyiceberg (only Iceberg tables do).
+def _iceberg_apply() -> Any:
+    """olympia.plan.iceberg_apply, which needs pyiceberg (only Iceberg tables do).
 
     Raises:
         CatalogError: pyiceberg is not installed.
     """
     try:
-        from olympia.iceberg import bridge
+        from olympia.plan import iceberg_apply
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] == "pyiceberg":
             raise CatalogError("Iceberg tables need pyiceberg: pip install "
                                "'olympia-catalog[iceberg]'") from None
         raise
-    return bridge
+    return iceberg_apply
 
 
 def _iceberg_staging(txn: Transaction, op: Op) -> IcebergStaging:
