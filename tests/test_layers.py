@@ -26,7 +26,7 @@ def test_no_module_imports_a_higher_layer() -> None:
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).parts
-        if len(parts) == 1 and parts[0] == "__init__.py" or path in ENTRY_POINTS:
+        if (len(parts) == 1 and parts[0] == "__init__.py") or path in ENTRY_POINTS:
             continue
         own = parts[0].removesuffix(".py")
         assert own in LAYERS, f"{path} is in no layer: add it to LAYERS and ARCHITECTURE.md"
