@@ -480,6 +480,11 @@ def test_catalog_version_time_travel_across_tables(source: Any, tmp_path: Path) 
     assert read(spark, where, items, **at).count() == 500
     assert read(spark, where, orders).count() == 1_700
     assert read(spark, where, items).count() == 800
+    (created,) = versions.history(catalog.olympia, limit=1, before=version + 1)
+    assert created.version == version
+    as_of = {"as_of": str(created.created_at_millis)}  # the instant version N was committed
+    assert read(spark, where, orders, **as_of).count() == 1_000
+    assert read(spark, where, items, **as_of).count() == 500
     exported = {"export": "before-more"}
     assert read(spark, where, orders, **exported).count() == 1_000
     assert read(spark, where, items, **exported).count() == 500

@@ -42,6 +42,7 @@ log = logging.getLogger("olympia.spark")
 WRITE_ID = "olympia.spark.write-id"  # snapshot summary property naming the job
 FLUSH_ROWS = 256 * 1024  # rows buffered per partition value before a row group is written
 FLUSH_BYTES = 64 * 1024 * 1024
+FLUSH_ALL_BYTES = 256 * 1024 * 1024  # buffered over all partition values of a task
 
 
 @dataclass
@@ -158,6 +159,9 @@ class OlympiaWriter(DataSourceArrowWriter):
                         files[values] = _OpenFile(path, key, ParquetFormatModel().create_writer(
                             io.new_output(path), file_schema, metadata.properties))
                     files[values].add(rows)
+                if sum(f.nbytes for f in files.values()) >= FLUSH_ALL_BYTES:
+                    for open_file in files.values():
+                        open_file.flush()
             return DataFilesMessage([self._close(io, f) for f in files.values()])
         except BaseException:
             for open_file in files.values():
