@@ -46,7 +46,7 @@ def one(tmp_path: Path, text: str, **variables: str) -> str:
     ("namespace: s\ntables:\n  t:\n    columns:\n      - {name: s, type: struct}\n",
      "F:5:25: column 's': struct column 's' needs fields"),
     ("namespace: s\ntables:\n  t:\n    columns:\n      - {name: a, type: \"list<int>\"}\n",
-     "F:5:25: tables.t.columns[0].type: 'list<int>' is not a type: write a type name, with "
+     "F:5:25: column 'a': 'list<int>' is not a type: write a type name, with "
      "parameters where it takes them (int8, varchar(20), decimal(12,2)); nested types are "
      "type: struct, list or map with fields, element or key and value"),
     ("namespace: s\ntables:\n  t:\n    columns:\n      - {name: x, type: decimal(10,2)}\n",

@@ -161,7 +161,13 @@ def test_extension_keys_anchors_merge_keys_and_spliced_column_lists(tmp_path: Pa
     lines = out.output.replace(str(path), "F").splitlines()
     assert lines[0].startswith("Error: F:2:22: tables.more.columns[0].type: 7 is not of type")
     assert lines[1].startswith("F:2:22: tables.plain.columns[0].type: 7 is not of type")
-    assert lines[2:] == []  # the type of 'at' is checked only once 'id' is valid
+    # one pass: the bad type of 'at' is reported with them (once, where it is written)
+    assert lines[2:] == [
+        "F:3:22: column 'at': unknown type 'timestampz' (did you mean 'timestamptz'?); "
+        "known types: binary, boolean, char(N), date, decimal(P,S), fixed(N), float4, float8, "
+        "int1, int2, int4, int8, json, list, map, struct, time3, time6, time9, timestamp3, "
+        "timestamp6, timestamp9, timestamptz3, timestamptz6, timestamptz9, timetz3, timetz6, "
+        "timetz9, uuid, varchar, varchar(N)"]
     path.write_text(text)
     out = run(tmp_path, "validate", str(spec))
     assert out.output.replace(str(path), "F").splitlines() == [
@@ -188,3 +194,22 @@ def test_problems_with_guesses(tmp_path: Path, spec: Path, text: str, message: s
     out = run(tmp_path, "validate", str(spec))
     assert out.exit_code == 3
     assert out.output.replace(str(path), "F").startswith(f"Error: {message}"), out.output
+
+
+def test_one_bad_value_does_not_hide_the_others_of_its_table(tmp_path: Path,
+                                                             spec: Path) -> None:
+    """Finding 6: a wrong value and an unknown type in one table come in one pass (the type
+    used to be checked only once the table's schema errors were fixed)."""
+    path = write_text(spec, "a.yaml", """
+        namespace: s
+        tables:
+          t:
+            columns:
+              - {name: a, type: strct}
+              - {name: b, type: int, nullable: maybe}
+              - {name: c, type: "varchar(0)"}
+        """)
+    out = run(tmp_path, "validate", str(spec))
+    assert [line.split(": ", 2)[:2] for line in
+            out.output.replace(str(path), "F").splitlines()] == [
+        ["Error", "F:5:25"], ["F:6:40", "tables.t.columns[1].nullable"], ["F:7:25", "column 'c'"]]

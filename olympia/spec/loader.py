@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import replace
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from olympia.catalog.keys import ObjectType, validate_name
-from olympia.catalog.objects import TYPE_NAMES, Column, Namespace, Table, View, canonical_type
+from olympia.catalog.objects import Column, Namespace, Table, View, canonical_type
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
 from olympia.spec import iceberg, schema
 from olympia.spec import variables as spec_variables
@@ -91,7 +90,8 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
         for doc in load_documents(text, str(file), substitute, builder.problems):
             found = schema.violations(doc)
             builder.problems.extend(v.problem for v in found)
-            part = _valid_part(doc, [*(v.path for v in found), *doc.unreadable])
+            part = _valid_part(doc, [*(v.path for v in found if not v.local),
+                                     *doc.unreadable])
             if part is not None:
                 builder.add(*part)
     builder.finish()
@@ -128,7 +128,8 @@ def _valid_part(doc: Document, invalid: list[Path_]) -> tuple[Document, set[Path
     part = replace(doc, data={k: v for k, v in doc.data.items() if k not in dropped})
     rest = {k: {n: b for n, b in v.items() if (k, n) not in broken} if k in _OBJECTS else v
             for k, v in part.data.items()}
-    return None if schema.violations(replace(doc, data=rest)) else (part, broken)
+    still = [v for v in schema.violations(replace(doc, data=rest)) if not v.local]
+    return None if still else (part, broken)
 
 
 class _Builder:
@@ -342,13 +343,9 @@ class _Builder:
         body: dict[str, Any] = doc.get(path)
         what = f"column {excerpt(name)}"
         try:
-            if canonical_type(body["type"]) == "varchar" and re.search(r"\(\s*0+\s*\)",
-                                                                       str(body["type"])):
-                raise InvalidArgumentError("varchar(0) is not a length: the catalog stores "
-                                           "length 0 as unbounded text; write varchar")
-        except InvalidArgumentError as exc:
-            self.problem(doc.at((*path, "type")), f"{what}: {_with_guess(str(exc), body['type'])}")
-            return None
+            canonical_type(body["type"])
+        except InvalidArgumentError:
+            return None  # reported by the schema check, which accepts exactly the types read
         fields = []
         seen: set[str] = set()
         ok = True
@@ -494,23 +491,6 @@ def _properties(doc: Document, path: Path_) -> dict[str, str]:
     if path[-1] not in parent or parent[path[-1]] is None:
         return {}
     return {key: doc.text((*path, key)) for key in parent[path[-1]]}
-
-
-# type names a guess may offer: the canonical ones, and the time types without precision
-_GUESSES = sorted({re.sub(r"\(.*|(?<=[a-z])[369]$", "", n) for n in TYPE_NAMES})
-
-
-def _with_guess(message: str, spelling: str) -> str:
-    """An unknown type's message with the closest type name offered (``strct``: struct)."""
-    head, sep, rest = message.partition("; known types")
-    if not head.startswith("unknown type"):
-        return message
-    text = " ".join(str(spelling).lower().split())[:100]
-    precision = re.fullmatch(r"([a-z]+) ?\( ?([369]) ?\)", text)  # timestamp(3): timestamp3
-    guess = ([precision[1] + precision[2]] if precision and precision[1] + precision[2]
-             in TYPE_NAMES else difflib.get_close_matches(re.sub(r"\(.*", "", text).strip(),
-                                                          _GUESSES, n=1))
-    return head + (f" (did you mean {guess[0]!r}?)" if guess else "") + sep + rest
 
 
 def _split(text: str) -> bool:

@@ -20,7 +20,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from olympia.catalog.objects import MAX_TYPE_PARAMETER
+from olympia.catalog.objects import MAX_TYPE_PARAMETER, TYPE_NAMES, canonical_type
+from olympia.exceptions import InvalidArgumentError
 from olympia.spec.yamlpos import MAX_PROBLEMS, Document, Path_, Problem, excerpt
 
 SCHEMA_FILE_NAME = "olympia-spec.schema.json"
@@ -80,6 +81,7 @@ class Violation:
 
     path: Path_
     problem: Problem
+    local: bool = False  # a column's type: the rest of its table can still be checked
 
 
 def violations(doc: Document) -> list[Violation]:
@@ -105,7 +107,12 @@ def _violations_of(doc: Document, errors: list[ValidationError]) -> list[Violati
         if keys:
             out += [Violation((*path, k), Problem(doc.at_key((*path, k)), _message(error, k)))
                     for k in keys]
-        elif not (_is_type_pattern(error) and path[:-1] in split):  # _split_type says it
+        elif _is_type_pattern(error) and path[:-1] not in split:  # else _split_type says it
+            column = doc.get(path[:-1])
+            name = column.get("name", path[-2]) if len(path) >= 2 else ""
+            out.append(Violation(path, Problem(doc.at(path), f"column {excerpt(name)}: "
+                                               f"{type_problem(error.instance)}"), local=True))
+        elif not _is_type_pattern(error):
             out.append(Violation(path, Problem(doc.at(path), _message(error, None))))
     return out
 
@@ -130,6 +137,37 @@ def _split_type(error: ValidationError) -> bool:
 def _is_type_pattern(error: ValidationError) -> bool:
     return bool(error.validator == "pattern"
                 and error.validator_value == schema()["$defs"]["type"]["pattern"])
+
+
+# type names a guess may offer: the canonical ones, and the time types without precision
+_GUESSES = sorted({re.sub(r"\(.*|(?<=[a-z])[369]$", "", n) for n in TYPE_NAMES})
+
+
+def type_problem(spelling: str) -> str:
+    """Why ``spelling`` is not a type the spec accepts, with the closest type name offered
+    for an unknown one (``strct``: struct; ``timestamp(3)``: timestamp3)."""
+    if not _TYPE_SHAPE.fullmatch(spelling):
+        return (f"{excerpt(spelling)} is not a type: write a type name, with parameters "
+                "where it takes them (int8, varchar(20), decimal(12,2)); nested types are "
+                "type: struct, list or map with fields, element or key and value")
+    try:
+        canonical = canonical_type(spelling)
+    except InvalidArgumentError as exc:
+        head, sep, rest = str(exc).partition("; known types")
+        if not head.startswith("unknown type"):
+            return str(exc)
+        text = " ".join(spelling.lower().split())[:100]
+        precision = re.fullmatch(r"([a-z]+) ?\( ?([369]) ?\)", text)
+        guess = ([precision[1] + precision[2]] if precision
+                 and precision[1] + precision[2] in TYPE_NAMES
+                 else difflib.get_close_matches(re.sub(r"\(.*", "", text).strip(), _GUESSES,
+                                                n=1))
+        return head + (f" (did you mean {guess[0]!r}?)" if guess else "") + sep + rest
+    if canonical == "varchar":
+        return ("varchar(0) is not a length: the catalog stores length 0 as unbounded text; "
+                "write varchar")
+    return (f"{excerpt(spelling)}: type parameters are whole numbers from 1 to "
+            f"{MAX_TYPE_PARAMETER}, written without leading zeros")
 
 
 _QUOTING = {"type": "is not of type", "enum": "is not one of",
@@ -163,13 +201,6 @@ def _message(error: ValidationError, key: str | None) -> str:
     elif error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         message = f"missing required key {missing[0]!r}" if missing else error.message
-    elif _is_type_pattern(error) and _TYPE_SHAPE.fullmatch(error.instance):
-        message = (f"{excerpt(error.instance)}: type parameters are whole numbers from 0 to "
-                   f"{MAX_TYPE_PARAMETER}, written without leading zeros")
-    elif _is_type_pattern(error):
-        message = (f"{excerpt(error.instance)} is not a type: write a type name, with parameters "
-                   "where it takes them (int8, varchar(20), decimal(12,2)); nested types are "
-                   "type: struct, list or map with fields, element or key and value")
     elif error.validator == "pattern":
         message = (f"{excerpt(error.instance)} is not allowed here: names may not contain control "
                    "characters, space or DEL, and references are written namespace.name")
