@@ -22,7 +22,7 @@ from olympia.catalog.keys import ObjectRef, ObjectType, def_digest, def_file_nam
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.options import storage_options
 from olympia.plan import Plan, apply_plan, make_plan
-from olympia.plan.digests import declared_definitions
+from olympia.plan.digests import declared_definition
 from olympia.spec import load_spec
 
 OBJECTS = 300
@@ -172,9 +172,10 @@ def test_declared_bytes_are_the_bytes_a_create_writes(tmp_path: Path) -> None:
     spec = load_spec(write_spec(tmp_path / "spec", {"ns": doc}))
     catalog = Catalog.create(str(tmp_path / "wh"))
     apply_plan(catalog, make_plan(catalog, spec))
-    declared = declared_definitions(spec)
     rows = catalog.snapshot.objects()
     assert sorted(str(ref) for ref, _ in rows) == ["ns", "ns.t", "ns.v"]
     for ref, path in rows:
-        assert declared[ref].SerializeToString(deterministic=True) == \
-            catalog.storage.read(path)
+        declared = declared_definition(spec, ref)
+        assert declared is not None
+        assert declared.SerializeToString(deterministic=True) == catalog.storage.read(path)
+    assert declared_definition(spec, ObjectRef(ObjectType.TABLE, "ns", "v")) is None

@@ -43,21 +43,27 @@ def _number_columns(schema: pb.Schema) -> None:
         number(column)
 
 
-def declared_definitions(spec: Spec) -> dict[ObjectRef, Message]:
-    """The definition the apply of ``spec`` writes when it creates each declared object
-    (column ids as the catalog assigns them on create)."""
-    out: dict[ObjectRef, Message] = {}
-    for name, item in spec.namespaces.items():
-        out[ObjectRef(ObjectType.NAMESPACE, name)] = item.namespace.to_proto()
-    for (ns, name), t in spec.tables.items():
-        table = t.table.to_proto()
-        _number_columns(table.schema)
-        out[ObjectRef(ObjectType.TABLE, ns, name)] = table
-    for (ns, name), v in spec.views.items():
-        view = v.view.to_proto()
-        _number_columns(view.schema)
-        out[ObjectRef(ObjectType.VIEW, ns, name)] = view
-    return out
+def declared_definition(spec: Spec, ref: ObjectRef) -> Message | None:
+    """The definition the apply of ``spec`` writes when it creates ``ref`` (column ids as
+    the catalog assigns them on create), or None when the spec does not declare it."""
+    message: pb.TableDef | pb.ViewDef
+    if ref.type == ObjectType.NAMESPACE:
+        declared = spec.namespaces.get(ref.namespace)
+        return None if declared is None else declared.namespace.to_proto()
+    if ref.type == ObjectType.TABLE:
+        table = spec.tables.get((ref.namespace, ref.name))
+        if table is None:
+            return None
+        message = table.table.to_proto()
+    elif ref.type == ObjectType.VIEW:
+        view = spec.views.get((ref.namespace, ref.name))
+        if view is None:
+            return None
+        message = view.view.to_proto()
+    else:
+        return None
+    _number_columns(message.schema)
+    return message
 
 
 def known_definitions(rows: Iterable[tuple[ObjectRef, str]], spec: Spec,
@@ -65,12 +71,11 @@ def known_definitions(rows: Iterable[tuple[ObjectRef, str]], spec: Spec,
     """The definition files among ``rows`` (object, definition path) whose content the
     spec determines: path -> the definition, parsed from the bytes the spec gives (exactly
     what reading the file would return)."""
-    declared = declared_definitions(spec)
     out: dict[str, Message] = {}
     for ref, path in rows:
         digest = def_digest(path)
-        message = declared.get(ref)
-        if digest is None or message is None:
+        message = None if digest is None else declared_definition(spec, ref)
+        if message is None:
             continue
         content = message.SerializeToString(deterministic=True)
         if content_digest(content) == digest:
