@@ -1,4 +1,4 @@
-"""Catalog-as-code commands: validate, plan, apply, inspect, schema."""
+"""Catalog-as-code commands: validate, plan, apply, inspect, schema, fmt."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from olympia.plan.apply import check_allowed, review
 from olympia.plan.markdown import render_markdown
 from olympia.plan.planfile import KEY_ENV
 from olympia.spec import collect_variables, load_spec, schema_path
+from olympia.spec.fmt import format_spec
 from olympia.spec.loader import SUFFIXES, git_commit_of
 from olympia.versions import at_version
 
@@ -258,4 +259,21 @@ def schema_cmd(out: str | None) -> None:
         click.echo(text, nl=False)
 
 
-COMMANDS = [validate, plan, apply, inspect_cmd, schema_cmd]
+@click.command("fmt")
+@click.argument("spec", type=click.Path())
+@click.option("--check", is_flag=True,
+              help="Write nothing; list the files that would change, exit 3 if any (CI).")
+@handle_errors
+def fmt_cmd(spec: str, check: bool) -> None:
+    """Rewrite SPEC's YAML files in one layout (line ends, trailing spaces, blank lines),
+    keeping comments and every value."""
+    changed = format_spec(spec, write=not check)
+    for file in changed:
+        click.echo(f"{'would reformat' if check else 'reformatted'} {file}")
+    if check and changed:
+        sys.exit(EXIT_SPEC_INVALID)
+    if not changed:
+        click.echo("All spec files are formatted.")
+
+
+COMMANDS = [validate, plan, apply, inspect_cmd, schema_cmd, fmt_cmd]

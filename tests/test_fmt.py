@@ -1,0 +1,153 @@
+"""olympia fmt: one layout, comments and values kept, --check for CI; inspect output is
+already formatted; formatting is idempotent and never changes what a spec plans."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from plan_helpers import EXAMPLE, EXAMPLE_VARS, ROOT, write_text
+
+from olympia.cli import main
+from olympia.exceptions import SpecError
+from olympia.spec import load_spec
+from olympia.spec.fmt import format_text
+from olympia.spec.model import Spec
+
+
+def run(tmp_path: Path, *args: str) -> Result:
+    env = {"OLYMPIA_CATALOG": str(tmp_path / "wh"), "NO_COLOR": "1"}
+    result = CliRunner().invoke(main, list(args), env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+MESSY = ("# yaml-language-server: $schema=olympia-spec.schema.json   \r\n\r\n\r\n"
+         "namespace: s   \r\n"
+         "# the team's tables  \r\n\r\n\r\n"
+         "tables:\r\n"
+         "  t:   # inline comment \r\n"
+         "    columns: [{name: id, type: bigint}]\r\n"
+         "views:\r\n"
+         "  v:\r\n"
+         "    sql: |\r\n"
+         "      SELECT id   \r\n"
+         "\r\n"
+         "      FROM s.t\r\n"
+         "\r\n\r\n")
+TIDY = ("# yaml-language-server: $schema=olympia-spec.schema.json\n\n"
+        "namespace: s\n"
+        "# the team's tables\n\n"
+        "tables:\n"
+        "  t:   # inline comment\n"
+        "    columns: [{name: id, type: bigint}]\n"
+        "views:\n"
+        "  v:\n"
+        "    sql: |\n"
+        "      SELECT id   \n"
+        "\n"
+        "      FROM s.t\n")
+
+
+def test_fmt_check_then_rewrite_keeping_comments_and_values(tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    path = write_text(spec, "s.yaml", "")
+    path.write_bytes(MESSY.encode())
+    tidy = write_text(spec, "tidy.yaml", "namespace: other\n")
+    before = load_spec(spec)
+    out = run(tmp_path, "fmt", "--check", str(spec))
+    assert (out.exit_code, out.output) == (3, f"would reformat {path}\n")
+    assert path.read_bytes() == MESSY.encode()  # --check writes nothing
+    out = run(tmp_path, "fmt", str(spec))
+    assert (out.exit_code, out.output) == (0, f"reformatted {path}\n")
+    assert path.read_bytes() == TIDY.encode() and tidy.read_text() == "namespace: other\n"
+    assert same_state(load_spec(spec), before)  # the SQL keeps its spaces and blank line
+    out = run(tmp_path, "fmt", "--check", str(spec))
+    assert (out.exit_code, out.output) == (0, "All spec files are formatted.\n")
+
+
+def test_fmt_reports_every_broken_file_and_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    bad = write_text(spec, "a.yaml", "namespace: [unclosed\n")
+    messy = write_text(spec, "b.yaml", "namespace: b   \n")
+    out = run(tmp_path, "fmt", str(spec))
+    assert out.exit_code == 3
+    assert out.output.splitlines() == [
+        f"Error: {bad}:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"]
+    assert messy.read_text() == "namespace: b   \n"
+    out = run(tmp_path, "fmt", str(tmp_path / "nope"))
+    assert out.exit_code == 3 and "no such file or directory" in out.output
+
+
+def test_inspect_output_is_already_formatted(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").exit_code == 0
+    vars_file = str(ROOT / "examples" / "vars.yaml")
+    assert run(tmp_path, "apply", str(EXAMPLE), "--auto-approve", "--var-file",
+               vars_file).exit_code == 0
+    assert run(tmp_path, "inspect", "--out", str(tmp_path / "i")).exit_code == 0
+    out = run(tmp_path, "fmt", "--check", str(tmp_path / "i"))
+    assert (out.exit_code, out.output) == (0, "All spec files are formatted.\n")
+    out = run(tmp_path, "fmt", "--check", str(EXAMPLE))  # and so is the example
+    assert out.exit_code == 0, out.output
+
+
+def same_state(a: Spec, b: Spec) -> bool:
+    """Whether two specs declare the same (what plan compares; positions aside)."""
+    def state(spec: Spec) -> Any:
+        return ({k: (v.namespace, v.renamed_from) for k, v in spec.namespaces.items()},
+                {k: (v.table, v.renamed_from, v.column_renames, v.layout, v.format_version)
+                 for k, v in spec.tables.items()},
+                {k: (v.view, v.renamed_from) for k, v in spec.views.items()},
+                sorted(spec.manage))
+    return bool(state(a) == state(b))
+
+
+_EXAMPLES = {p.name: p.read_text() for p in sorted(EXAMPLE.glob("*.yaml"))}
+
+
+@st.composite
+def messy_files(draw: st.DrawFn) -> dict[str, str]:
+    """The example's files with whitespace, blank lines, comments and CRLF scattered."""
+    out = {}
+    for name, text in _EXAMPLES.items():
+        lines = text.split("\n")
+        for _ in range(draw(st.integers(0, 6))):
+            i = draw(st.integers(0, len(lines) - 1))
+            kind = draw(st.sampled_from(["spaces", "blank", "comment", "tab"]))
+            if kind == "spaces":
+                lines[i] += " " * draw(st.integers(1, 3))
+            elif kind == "tab":
+                lines[i] += "\t"
+            elif kind == "blank":
+                lines.insert(i, "")
+            else:
+                lines.insert(i, "# note  ")
+        newline = draw(st.sampled_from(["\n", "\r\n"]))
+        out[name] = newline.join(lines) + newline * draw(st.integers(0, 3))
+    return out
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=messy_files())
+def test_fmt_is_idempotent_and_never_changes_what_a_spec_plans(tmp_path: Path,
+                                                               files: dict[str, str]) -> None:
+    spec = tmp_path / "prop"
+    shutil.rmtree(spec, ignore_errors=True)
+    spec.mkdir()
+    for name, text in files.items():
+        (spec / name).write_bytes(text.encode())
+    try:
+        before = load_spec(spec, EXAMPLE_VARS)
+    except SpecError:
+        assume(False)  # a mutation made the example invalid: nothing to compare
+        raise
+    for name, text in files.items():
+        once = format_text(text, name)
+        assert format_text(once, name) == once
+        (spec / name).write_bytes(once.encode())
+    assert same_state(load_spec(spec, EXAMPLE_VARS), before)
