@@ -336,6 +336,7 @@ def test_nested_type_changes_name_each_field(cli: Cli, tmp_path: Path) -> None:
     assert inner["tags"]["nested"][0]["attr"] == "element"
     assert [d["attr"] for d in inner["model"]["nested"]] == ["comment", "properties.pii"]
     markdown = cli("plan", str(spec), "--format", "markdown").output
+    check_golden("plan_nested.md", markdown.replace(cli.warehouse, "CATALOG"))
     assert "!       column device  [incompatible]" in markdown
     assert "-               h: int4  [incompatible]" in markdown
     assert "+               dpr: float4" in markdown
