@@ -22,8 +22,15 @@ from plan_helpers import (
 )
 
 from olympia.catalog.actions import type_name
-from olympia.exceptions import DestructiveChangeError, ProtectedDropError, ProtectedObjectError
+from olympia.catalog.objects import Column
+from olympia.exceptions import (
+    DestructiveChangeError,
+    InvalidArgumentError,
+    ProtectedDropError,
+    ProtectedObjectError,
+)
 from olympia.plan import Plan, apply_plan
+from olympia.plan.changes import Change, column_details
 from olympia.plan.render import want_color
 
 
@@ -346,3 +353,26 @@ def test_colour_follows_no_color_and_the_terminal(monkeypatch: pytest.MonkeyPatc
     plan = plan_for(memory_catalog(), EXAMPLE, **EXAMPLE_VARS)
     assert "\033[" not in plan.render_text() and "\033[32m" in plan.render_text(color=True)
     assert re.sub(r"\033\[\d+m", "", plan.render_text(color=True)) == plan.render_text(False)
+
+
+def test_nested_details_name_map_parts_field_order_and_nullability() -> None:
+    def struct(*fields: Column, nullable: bool = True) -> Column:
+        return Column("s", "struct", nullable, fields=fields)
+
+    a, b = Column("a", "int4"), Column("b", "varchar", comment="x")
+    (d,) = column_details(struct(a, b), struct(b, a, nullable=False))
+    assert d["incompatible"] and [(n["attr"], n["before"], n["after"]) for n in d["nested"]] == [
+        ("nullable", True, False), ("field order", ["a", "b"], ["b", "a"])]
+    m1 = Column("m", "map", key=Column("key", "varchar"), value=Column("value", "int4"))
+    m2 = Column("m", "map", key=Column("key", "varchar"),
+                value=Column("value", "int8", comment="wider"))
+    (d,) = column_details(m1, m2)
+    assert "incompatible" not in d and d["nested"] == [
+        {"attr": "value", "before": "int4", "after": "int8", "text": True},
+        {"attr": "value comment", "before": "", "after": "wider"}]
+    assert column_details(Column("c", "int4"), Column("c", "int4", comment="new")) == [
+        {"attr": "column c comment", "before": "", "after": "new"}]
+    saved = {"action": "update", "type": "table", "name": "s.t",
+             "details": [{"attr": "column c", "nested": [{"attr": "x", "nested": "bad"}]}]}
+    with pytest.raises(InvalidArgumentError, match="details and actions must be lists"):
+        Change.from_dict(saved)
