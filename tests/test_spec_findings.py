@@ -213,3 +213,15 @@ def test_one_bad_value_does_not_hide_the_others_of_its_table(tmp_path: Path,
     assert [line.split(": ", 2)[:2] for line in
             out.output.replace(str(path), "F").splitlines()] == [
         ["Error", "F:5:25"], ["F:6:40", "tables.t.columns[1].nullable"], ["F:7:25", "column 'c'"]]
+
+
+def test_wrong_collections_are_quoted_as_yaml_not_python(tmp_path: Path, spec: Path) -> None:
+    path = write_text(spec, "a.yaml", """
+        namespace: s
+        tables:
+          t: {columns: {name: a, type: int, x-note: "it's"}}
+        """)
+    out = run(tmp_path, "validate", str(spec))
+    assert out.output.replace(str(path), "F").splitlines() == [
+        "Error: F:3:16: tables.t.columns: {name: a, type: int, x-note: \"it's\"} is not of type "
+        "'array'"]

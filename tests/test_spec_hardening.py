@@ -83,7 +83,7 @@ def test_a_large_wrong_value_is_quoted_as_an_excerpt(tmp_path: Path) -> None:
     prefix = f"{spec}:3:12: protected: "
     assert problem.startswith(prefix) and problem.endswith(" is not of type 'boolean'")
     quoted = problem.removeprefix(prefix).removesuffix(" is not of type 'boolean'")
-    assert quoted.startswith("['AAA") and len(quoted) == yamlpos.EXCERPT_CHARS
+    assert quoted.startswith("[AAA") and len(quoted) == yamlpos.EXCERPT_CHARS
 
 
 def test_a_huge_key_is_quoted_as_an_excerpt(tmp_path: Path) -> None:

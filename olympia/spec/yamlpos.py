@@ -13,6 +13,7 @@ messages quote values only as short excerpts.
 
 from __future__ import annotations
 
+import itertools
 import re
 import reprlib
 from collections.abc import Callable
@@ -49,9 +50,30 @@ _REPR.maxlevel = 2
 
 def excerpt(value: Any) -> str:
     """``repr(value)`` cut to at most EXCERPT_CHARS characters (``...`` marks the cut), so a
-    message never holds a whole large value; a string's repr is cut in its middle."""
-    text = _REPR.repr(value)
+    message never holds a whole large value; a string's repr is cut in its middle; mappings
+    and lists in YAML's flow style (``{name: id, type: int8}``), as a spec writes them."""
+    text = _flow(value) if isinstance(value, dict | list) else _REPR.repr(value)
     return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS - 3] + "..."
+
+
+def _flow(value: Any, depth: int = 0) -> str:
+    """``value`` in YAML flow style, at most 4 items a collection and 2 levels deep."""
+    if isinstance(value, dict | list):
+        if depth >= 2:
+            return "{...}" if isinstance(value, dict) else "[...]"
+        if isinstance(value, dict):
+            shown = [f"{_flow(k, 2)}: {_flow(v, depth + 1)}"
+                     for k, v in itertools.islice(value.items(), 4)]
+        else:
+            shown = [_flow(v, depth + 1) for v in value[:4]]
+        inner = ", ".join(shown + (["..."] if len(value) > 4 else []))
+        return f"{{{inner}}}" if isinstance(value, dict) else f"[{inner}]"
+    if isinstance(value, str):
+        plain = re.fullmatch(r"[A-Za-z0-9_.()\-][A-Za-z0-9_.() \-]*", value[:EXCERPT_CHARS])
+        return value[:EXCERPT_CHARS] if plain and value == value.strip() else (
+            _REPR.repr(value))
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else (
+        _REPR.repr(value))
 
 
 @dataclass(frozen=True, order=True)
