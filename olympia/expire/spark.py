@@ -294,9 +294,10 @@ class SparkEngine:
     def classify(self, listing: Any, walk: Walk, keep: set[str], decision: Decision,
                  probe: list[str]) -> tuple[dict[str, FolderStats], Any, set[str]]:
         F = self.F
-        reach = (walk.handle.files.union(self._paths(sorted(keep))).distinct()
-                 .withColumn("reached", F.lit(True)))
-        reached = F.coalesce("reached", F.lit(False))
+        # the reachable set is distinct already; the few kept paths (hints, live
+        # transaction records) are matched by name instead of a second distinct
+        reach = walk.handle.files.withColumn("reached", F.lit(True))
+        reached = F.coalesce("reached", F.lit(False)) | F.col("path").isin(sorted(keep))
         flagged = self._persist(listing.join(reach, "path", "left").select(
             "path", "size", self._folder().alias("folder"), reached.alias("reached"),
             (~reached & candidate_column(decision.new_oldest, decision.cutoff_ms))
