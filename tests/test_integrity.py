@@ -378,10 +378,17 @@ def test_one_flipped_bit_is_reported_and_never_committed_on(
         if not used:
             assert got == expected, target
             return
-        ls_result, *rest = got
+        ls_result, plan_result, apply_result = got
         assert ls_result == expected[0] or (ls_result[0] == 1 and target in ls_result[1]), (
             target, ls_result)
-        for code, output in rest:  # plan and apply read every definition and node
+        if target.startswith("def/") and plan_result == expected[1]:
+            # a plan takes a definition whose name carries the digest of the bytes the spec
+            # determines from the spec, unread (docs/FORMAT.md R13): its answer is right
+            event("plan took a definition from its digest")
+            rest = [apply_result]
+        else:
+            rest = [plan_result, apply_result]
+        for code, output in rest:  # apply reads every managed definition and node
             assert code == 1, (target, output)
             lines = output.strip().splitlines()
             assert "corrupt file" in lines[-1] and target in lines[-1], (target, output)

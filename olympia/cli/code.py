@@ -188,7 +188,7 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
         review(catalog, the_plan)  # classify it from its operations before showing it
     else:
         the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)),
-                             git_commit=git_commit or git_commit_of(source))
+                             git_commit=git_commit or git_commit_of(source), read_all=True)
     if not as_json or (the_plan.has_changes and not auto_approve):
         click.echo(the_plan.render_text(color), err=as_json,  # --json: stdout is the result
                    color=color)

@@ -173,9 +173,15 @@ def _olympia_version() -> str:
         return "unknown"
 
 
-def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "") -> Plan:
+def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "",
+              read_all: bool = False) -> Plan:
     """Compare ``spec`` with the latest version of ``catalog``; ``git_commit`` (of the spec)
     is recorded in the plan.
+
+    A definition whose file name carries the digest of the bytes the spec determines for it
+    is taken from the spec without being read (a cold no-op plan reads almost nothing);
+    ``read_all`` reads and verifies every managed definition instead, as a plan about to be
+    applied at once does, so a corrupt file stops it before anything is committed.
 
     The changes are staged in a transaction that is then discarded, which checks that they
     apply and records the action types the transaction will write for each. Raises
@@ -186,7 +192,8 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "") -> Plan:
     check_names(snapshot, spec)
     scope = Scope.of(spec)
     observed = scope.observe(snapshot)
-    changes, warnings = compute_changes(spec, load_current(snapshot, observed, spec), observed,
+    current = load_current(snapshot, observed, None if read_all else spec)
+    changes, warnings = compute_changes(spec, current, observed,
                                         catalog.properties.get(WAREHOUSE, ""))
     _stage(catalog, snapshot, changes, observed.managed)
     return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,

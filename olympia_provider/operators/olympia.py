@@ -146,7 +146,8 @@ class OlympiaApplyOperator(_OlympiaOperator):
                 plan = Plan.load(self.plan_path)
             else:
                 assert self.spec_path is not None
-                plan = make_plan(catalog, load_spec(self.spec_path, self.variables))
+                plan = make_plan(catalog, load_spec(self.spec_path, self.variables),
+                                 read_all=not self.plan_only)
             self.log.info("%s", plan.render_text(color=False))
             expected = _optional_int(self.expected_base_version)
             if expected is not None and plan.base_version != expected:
