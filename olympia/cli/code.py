@@ -18,6 +18,7 @@ from olympia.cli.common import (
     color_option,
     echo_json,
     handle_errors,
+    key_value_pairs,
     open_catalog,
 )
 from olympia.exceptions import SpecError
@@ -41,14 +42,9 @@ def variable_options(fn: Any) -> Any:
                              "environment (OLYMPIA_VAR_NAME).")(fn)
 
 
-def _variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[str, str]:
-    explicit = {}
-    for pair in var_pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.ClickException(f"--var needs NAME=VALUE, got {pair!r}")
-        explicit[name] = value
-    return collect_variables(explicit, var_files)
+def spec_variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[str, str]:
+    """The spec variables given by ``--var NAME=VALUE`` and ``--var-file``."""
+    return collect_variables(key_value_pairs("--var", var_pairs, "NAME=VALUE"), var_files)
 
 
 @click.command("validate")
@@ -64,7 +60,7 @@ def validate(spec: str, var_pairs: tuple[str, ...], var_files: tuple[str, ...],
 
     Every problem is printed as file:line:col: message; exit code 3 when there are any.
     """
-    variables = _variables(var_pairs, var_files)
+    variables = spec_variables(var_pairs, var_files)
     if not as_json:
         click.echo(f"Valid: {load_spec(spec, variables).summary()}.")
         return
@@ -129,7 +125,7 @@ def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
         result = Plan.load(spec, _plan_key())
         review(catalog, result)  # classify it from its operations, as apply would
     else:
-        loaded = load_spec(spec, _variables(var_pairs, var_files))
+        loaded = load_spec(spec, spec_variables(var_pairs, var_files))
         result = make_plan(catalog, loaded, git_commit=git_commit or git_commit_of(spec))
     if out:
         result.save(out, _plan_key())
@@ -187,7 +183,7 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
         the_plan = Plan.load(source, _plan_key())
         review(catalog, the_plan)  # classify it from its operations before showing it
     else:
-        the_plan = make_plan(catalog, load_spec(source, _variables(var_pairs, var_files)),
+        the_plan = make_plan(catalog, load_spec(source, spec_variables(var_pairs, var_files)),
                              git_commit=git_commit or git_commit_of(source), read_all=True)
     if not as_json or (the_plan.has_changes and not auto_approve):
         click.echo(the_plan.render_text(color), err=as_json,  # --json: stdout is the result

@@ -145,14 +145,15 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def key_value_pairs(option: str, values: tuple[str, ...]) -> dict[str, str]:
+def key_value_pairs(option: str, values: tuple[str, ...], shape: str = "KEY=VALUE",
+                    ) -> dict[str, str]:
     """``KEY=VALUE`` option values as a dict; a value without ``=`` or with an empty key is
     a usage error naming the option (exit 1)."""
     pairs = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.UsageError(f"{option} needs KEY=VALUE, got {item[:60]!r}")
+            raise click.UsageError(f"{option} needs {shape}, got {item[:60]!r}")
         pairs[key] = value
     return pairs
 

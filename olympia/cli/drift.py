@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from olympia.cli.code import _variables, variable_options
+from olympia.cli.code import spec_variables, variable_options
 from olympia.cli.common import (
     EXIT_CHANGES,
     catalog_options,
@@ -34,7 +34,7 @@ def drift(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
 
     Exit 2 when there is drift, 0 when there is none (for a scheduled check).
     """
-    loaded = load_spec(spec, _variables(var_pairs, var_files))
+    loaded = load_spec(spec, spec_variables(var_pairs, var_files))
     report = find_drift(open_catalog(catalog_uri, storage_option), loaded)
     if as_json:
         echo_json(report.to_dict())
