@@ -228,3 +228,31 @@ def alter_common(before: Namespace | Table, after: Namespace | Table,
     if before.protected != after.protected:
         args["protected"] = after.protected
     return args, details
+
+
+class ChangeSet:
+    """Questions asked of a list of changes (plans and rollback previews alike)."""
+
+    changes: list[Change]
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes)
+
+    @property
+    def destructive(self) -> bool:
+        return any(c.destructive for c in self.changes)
+
+    @property
+    def blocked(self) -> list[Change]:
+        """Changes refused whatever the options (drops of protected objects)."""
+        return [c for c in self.changes if c.blocked]
+
+    def summary(self) -> dict[str, int]:
+        """Changes counted per action, plus the destructive and blocked ones."""
+        counts = {str(verb): 0 for verb in Action}
+        for change in self.changes:
+            counts[change.action] += 1
+        counts["destructive"] = sum(c.destructive for c in self.changes)
+        counts["blocked"] = len(self.blocked)
+        return counts

@@ -29,12 +29,11 @@ from olympia.exceptions import (
 )
 from olympia.inputs import MIB, read_user_file
 from olympia.plan import render
-from olympia.plan.changes import Change
+from olympia.plan.changes import Change, ChangeSet
 from olympia.plan.diff import compute_changes
 from olympia.plan.gate import Gate
 from olympia.plan.names import check_names
 from olympia.plan.ops import (
-    Action,
     DropNamespace,
     DropTable,
     DropView,
@@ -53,7 +52,7 @@ MAX_PLAN_BYTES = 256 * MIB  # a saved plan is read only up to this size
 
 
 @dataclass
-class Plan:
+class Plan(ChangeSet):
     """Ordered changes plus what they were computed against."""
 
     catalog_uri: str
@@ -73,27 +72,6 @@ class Plan:
     def fingerprint(self) -> str:
         """One digest of every managed object and referenced object."""
         return fingerprint(self.fingerprints)
-
-    @property
-    def has_changes(self) -> bool:
-        return bool(self.changes)
-
-    @property
-    def destructive(self) -> bool:
-        return any(c.destructive for c in self.changes)
-
-    @property
-    def blocked(self) -> list[Change]:
-        """Changes refused whatever the options (drops of protected objects)."""
-        return [c for c in self.changes if c.blocked]
-
-    def summary(self) -> dict[str, int]:
-        counts = {str(verb): 0 for verb in Action}
-        for change in self.changes:
-            counts[change.action] += 1
-        counts["destructive"] = sum(c.destructive for c in self.changes)
-        counts["blocked"] = len(self.blocked)
-        return counts
 
     def summary_line(self) -> str:
         return render.summary_line(self)

@@ -18,10 +18,10 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.reader import CatalogReader
 from olympia.plan import render
 from olympia.plan.apply import check_allowed
-from olympia.plan.changes import Change
+from olympia.plan.changes import Change, ChangeSet
 from olympia.plan.diff import Differ
 from olympia.plan.gate import UNPROTECT, Gate
-from olympia.plan.ops import Action, AlterTable
+from olympia.plan.ops import AlterTable
 from olympia.plan.state import Scope, load_current
 from olympia.spec.model import NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import Position
@@ -30,7 +30,7 @@ from olympia.versions.rollback import rollback_target
 
 
 @dataclass
-class RollbackPlan:
+class RollbackPlan(ChangeSet):
     """What rolling back from ``latest`` to ``target`` changes, object by object."""
 
     catalog_uri: str
@@ -38,26 +38,6 @@ class RollbackPlan:
     target: int
     changes: list[Change] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def has_changes(self) -> bool:
-        return bool(self.changes)
-
-    @property
-    def destructive(self) -> bool:
-        return any(c.destructive for c in self.changes)
-
-    @property
-    def blocked(self) -> list[Change]:
-        return [c for c in self.changes if c.blocked]
-
-    def summary(self) -> dict[str, int]:
-        counts = {str(verb): 0 for verb in Action}
-        for change in self.changes:
-            counts[change.action] += 1
-        counts["destructive"] = sum(c.destructive for c in self.changes)
-        counts["blocked"] = len(self.blocked)
-        return counts
 
     def render_text(self, color: bool | None = None) -> str:
         """The changes in the plan's text form."""
