@@ -18,6 +18,9 @@ and catalog definitions, and keeps the walk's node paths for de-duplication.
 Executors open their own :class:`~olympia.storage.Storage` from the catalog URI and storage
 options (one per Python worker). Every intermediate result the later steps depend on is
 persisted and materialised before the next step.
+
+Over 400 lines: the driver's plan and the executor functions it ships must be read together to
+check that both engines apply the same rules.
 """
 
 from __future__ import annotations

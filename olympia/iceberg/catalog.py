@@ -11,6 +11,9 @@ This module is the Catalog interface (namespaces, tables, views); the version a 
 reads, time travel, transactions and the staging of metadata files are
 :mod:`olympia.iceberg.session`, the definition a metadata file gives a table
 :mod:`olympia.iceberg.metadata`.
+
+Over 400 lines because pyiceberg's Catalog interface has about thirty methods; each stays short
+and delegates to the modules named above.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ its own — so a spec that was applied plans to no changes. Renames come only fr
 ``renamed_from`` hints. Whether a change is destructive or refused is derived from its
 operations when the plan is staged (:mod:`olympia.plan.gate`); type compatibility lives in
 :mod:`olympia.plan.compat`, the order of view changes in :mod:`olympia.plan.order`.
+
+Over 400 lines: it compares namespaces, tables, views and their columns, which share one
+Differ's state (renames, the observed catalog); the rules it applies live in the modules named
+above.
 """
 
 from __future__ import annotations

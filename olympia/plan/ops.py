@@ -4,6 +4,9 @@ An operation serialises as a flat JSON object whose ``op`` field names its class
 discriminator); each class carries the JSON Schema of its fields, which
 :mod:`olympia.plan.opjson` validates saved operations against. Applying one calls its
 Transaction method explicitly; nothing is looked up by name.
+
+Over 400 lines: it is a catalog of small classes, one per operation, each with its schema next
+to it; splitting it would separate an operation from its saved form.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ with the previous version.
 Invariants kept (spec "B-Tree"): all leaves at one depth; every node has at most N
 children (N - 1 keys); every non-root node at least ceil(N/2) children (ceil(N/2) - 1 keys,
 leaves included); an internal root has at least 2 children.
+
+One module, over 400 lines, on purpose: reads, the copy-on-write writer and the validator share
+the node invariants stated above, which are easiest to keep true side by side.
 """
 
 from __future__ import annotations
