@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from olympia.iceberg.catalog import OlympiaCatalog
 
-__all__ = ["OlympiaCatalog"]
+__all__ = ["OlympiaCatalog", "lacks_pyiceberg"]
+
+
+def lacks_pyiceberg(exc: ModuleNotFoundError) -> bool:
+    """Whether an import failed because pyiceberg (the ``iceberg`` extra) is not installed."""
+    return bool(exc.name) and str(exc.name).split(".")[0] == "pyiceberg"
 
 
 def __getattr__(name: str) -> Any:
@@ -20,7 +25,7 @@ def __getattr__(name: str) -> Any:
     try:
         from olympia.iceberg.catalog import OlympiaCatalog
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] == "pyiceberg":
+        if lacks_pyiceberg(exc):
             raise ImportError("olympia.iceberg needs pyiceberg: pip install "
                               "'olympia-catalog[iceberg]'") from exc
         raise

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from olympia.catalog.objects import Column, Table, View
 from olympia.exceptions import CatalogError
+from olympia.iceberg import lacks_pyiceberg
 
 if TYPE_CHECKING:
     from olympia.catalog.catalog import Catalog
@@ -346,7 +347,7 @@ def _iceberg_apply() -> Any:
     try:
         from olympia.plan import iceberg_apply
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] == "pyiceberg":
+        if lacks_pyiceberg(exc):
             raise CatalogError("Iceberg tables need pyiceberg: pip install "
                                "'olympia-catalog[iceberg]'") from None
         raise
