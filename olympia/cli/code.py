@@ -42,6 +42,13 @@ def variable_options(fn: Any) -> Any:
                              "environment (OLYMPIA_VAR_NAME).")(fn)
 
 
+def target_option(fn: Any) -> Any:
+    return click.option("--target", "targets", multiple=True, metavar="KIND.NAME",
+                        help="Limit the plan to this object (namespace.NS, table.NS.NAME, "
+                             "view.NS.NAME; quote parts holding dots: table.\"a.b\".c) and "
+                             "what it needs; repeatable.")(fn)
+
+
 def spec_variables(var_pairs: tuple[str, ...], var_files: tuple[str, ...]) -> dict[str, str]:
     """The spec variables given by ``--var NAME=VALUE`` and ``--var-file``."""
     return collect_variables(key_value_pairs("--var", var_pairs, "NAME=VALUE"), var_files)
@@ -101,6 +108,7 @@ def problem_dict(problem: str) -> dict[str, Any]:
                    "pull-request comments).")
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when there are changes, 0 when there are none.")
+@target_option
 @click.option("--git-commit", envvar="OLYMPIA_GIT_COMMIT", metavar="SHA",
               help="Git commit of the spec, recorded in the plan and then with the version "
                    "(env: OLYMPIA_GIT_COMMIT; default: the commit checked out where SPEC is, "
@@ -109,8 +117,8 @@ def problem_dict(problem: str) -> dict[str, Any]:
 @handle_errors
 def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
          var_pairs: tuple[str, ...], var_files: tuple[str, ...], out: str | None,
-         as_json: bool, output_format: str, detailed_exitcode: bool, git_commit: str | None,
-         color: bool) -> None:
+         as_json: bool, output_format: str, detailed_exitcode: bool, targets: tuple[str, ...],
+         git_commit: str | None, color: bool) -> None:
     """Show what applying SPEC to the catalog would change.
 
     SPEC may also be a plan saved with --out: it is then checked against the catalog as
@@ -119,14 +127,16 @@ def plan(catalog_uri: str, storage_option: tuple[str, ...], spec: str,
     catalog = open_catalog(catalog_uri, storage_option)
     if _is_plan_file(spec):
         given = click.get_current_context().get_parameter_source("git_commit")
-        if var_pairs or var_files or out or given == ParameterSource.COMMANDLINE:
-            raise click.ClickException("--var, --var-file, --out and --git-commit apply to "
-                                       "specs; a saved plan is shown as it was saved")
+        if (var_pairs or var_files or out or targets
+                or given == ParameterSource.COMMANDLINE):
+            raise click.ClickException("--var, --var-file, --out, --target and --git-commit "
+                                       "apply to specs; a saved plan is shown as it was saved")
         result = Plan.load(spec, _plan_key())
         review(catalog, result)  # classify it from its operations, as apply would
     else:
         loaded = load_spec(spec, spec_variables(var_pairs, var_files))
-        result = make_plan(catalog, loaded, git_commit=git_commit or git_commit_of(spec))
+        result = make_plan(catalog, loaded, git_commit=git_commit or git_commit_of(spec),
+                           targets=targets)
     if out:
         result.save(out, _plan_key())
     if as_json or output_format == "json":
@@ -157,6 +167,7 @@ def _is_plan_file(source: str) -> bool:
               help="Apply drops, column removals, incompatible type changes and removals of "
                    "protection.")
 @click.option("--auto-approve", is_flag=True, help="Do not ask for confirmation (CI).")
+@target_option
 @click.option("--git-commit", envvar="OLYMPIA_GIT_COMMIT", metavar="SHA",
               help="Git commit recorded with the new version (env: OLYMPIA_GIT_COMMIT; "
                    "default: the one the saved plan records, or the commit checked out where "
@@ -167,7 +178,7 @@ def _is_plan_file(source: str) -> bool:
 @handle_errors
 def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
           var_pairs: tuple[str, ...], var_files: tuple[str, ...], allow_destructive: bool,
-          auto_approve: bool, git_commit: str | None, as_json: bool,
+          auto_approve: bool, targets: tuple[str, ...], git_commit: str | None, as_json: bool,
           color: bool) -> None:
     """Apply SOURCE — a spec, or a plan saved by `olympia plan --out` — as ONE new version.
 
@@ -177,14 +188,15 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
     """
     catalog = open_catalog(catalog_uri, storage_option)
     if _is_plan_file(source):
-        if var_pairs or var_files:
-            raise click.ClickException("--var and --var-file apply to specs; a saved plan "
-                                       "already holds its values")
+        if var_pairs or var_files or targets:
+            raise click.ClickException("--var, --var-file and --target apply to specs; a saved "
+                                       "plan already holds its values and targets")
         the_plan = Plan.load(source, _plan_key())
         review(catalog, the_plan)  # classify it from its operations before showing it
     else:
         the_plan = make_plan(catalog, load_spec(source, spec_variables(var_pairs, var_files)),
-                             git_commit=git_commit or git_commit_of(source), read_all=True)
+                             git_commit=git_commit or git_commit_of(source), read_all=True,
+                             targets=targets)
     if not as_json or (the_plan.has_changes and not auto_approve):
         click.echo(the_plan.render_text(color), err=as_json,  # --json: stdout is the result
                    color=color)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from olympia.plan.changes import Change
 from olympia.plan.ops import Action, Kind, ObjectOp
 from olympia.plan.plan import Plan
-from olympia.plan.render import SIGNS, change_lines, summary_line
+from olympia.plan.render import SIGNS, change_lines
 
 # GitHub colours a diff block's lines by their first character: + green, - red, ! orange.
 _DIFF_MARK = {"+": "+", "-": "-", "~": "!", "-/+": "!", "!": "!"}
@@ -28,12 +28,14 @@ def render_markdown(plan: Plan) -> str:
         The Markdown text, ending with a newline. Names and values from the spec are
         escaped (in code spans, HTML or fenced blocks), so a spec cannot inject markup.
     """
-    summary = summary_line(plan).removeprefix("Plan: ")
+    summary = plan.summary_line().removeprefix("Plan: ")
     lines = [f"### Olympia plan: {_md(summary)}", ""]
     commit = f"spec commit {_code(plan.git_commit)}" if plan.git_commit else (
         "spec commit unknown")
     lines += [f"Catalog {_code(plan.catalog_uri)}, planned against version "
               f"**{plan.base_version}**; {commit}.", ""]
+    if plan.partial_note:
+        lines += [f"**{_md(plan.partial_note)}**", ""]
     warnings = _warnings(plan)
     if warnings:
         lines.append(warnings)

@@ -10,6 +10,7 @@ or refuses when what it manages has changed since. Its saved form is in
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -42,8 +43,15 @@ from olympia.plan.ops import (
     RenameView,
     stage_iceberg,
 )
-from olympia.plan.planfile import PLAN_FORMAT, PLAN_FORMAT_VERSION, seal, unseal
+from olympia.plan.planfile import (
+    PLAN_FORMAT,
+    PLAN_FORMAT_VERSION,
+    TARGETED_FORMAT_VERSION,
+    seal,
+    unseal,
+)
 from olympia.plan.state import Scope, fingerprint, load_current
+from olympia.plan.target import Known, Target, TargetedScope, resolve_targets, select, targets_of
 from olympia.spec.model import Key, Spec
 
 WAREHOUSE = "warehouse"  # the catalog property Iceberg tables are created under
@@ -73,20 +81,39 @@ class Plan(ChangeSet):
         """One digest of every managed object and referenced object."""
         return fingerprint(self.fingerprints)
 
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """What a targeted plan (``--target``) is limited to; empty for a whole plan."""
+        return targets_of(self.scope)
+
+    @property
+    def partial_note(self) -> str:
+        """For a targeted plan, the line saying it is partial; else empty."""
+        return self.scope.describe() if isinstance(self.scope, TargetedScope) else ""
+
     def summary_line(self) -> str:
-        return render.summary_line(self)
+        return render.summary_line(self, *self._empty)
+
+    @property
+    def _empty(self) -> tuple[str, ...]:
+        """What a plan without changes says, when a targeted one says it differently."""
+        return ("No changes to the targeted objects.",) if self.partial_note else ()
 
     def render_text(self, color: bool | None = None) -> str:
         """Terraform-style text: ``+`` create, ``~`` change, ``-/+`` replace, ``-`` drop;
         colours on a terminal unless NO_COLOR is set (or as ``color`` says)."""
-        return render.render(self, f"Olympia plan for {self.catalog_uri}, based on version "
-                                   f"{self.base_version}.", color)
+        title = f"Olympia plan for {self.catalog_uri}, based on version {self.base_version}."
+        if self.partial_note:
+            title += f"\n{self.partial_note}"
+        return render.render(self, title, color, *self._empty)
 
     def to_dict(self, key: str | None = None) -> dict[str, Any]:
         """The versioned JSON form (``format``/``format_version``), with a checksum and,
         when ``key`` is given, an HMAC-SHA256 signature made with it."""
+        targeted = {"targets": [t.to_dict() for t in self.targets]} if self.targets else {}
         body = {
-            "format": PLAN_FORMAT, "format_version": PLAN_FORMAT_VERSION,
+            **targeted, "format": PLAN_FORMAT,
+            "format_version": TARGETED_FORMAT_VERSION if targeted else PLAN_FORMAT_VERSION,
             "created_at": self.created_at, "olympia_version": _olympia_version(),
             "catalog": {"uri": self.catalog_uri, "id": self.catalog_id},
             "base_version": self.base_version, "scope": self.scope.to_dict(),
@@ -134,10 +161,11 @@ class Plan(ChangeSet):
         if problems:
             raise InvalidArgumentError(f"{where}: malformed plan:\n" + "\n".join(problems))
         spec = body["spec"]
-        scope = body["scope"]
-        return cls(body["catalog"]["uri"], body["catalog"]["id"], body["base_version"],
-                   Scope(tuple(scope["declared"]), tuple(scope.get("patterns", ())),
-                         tuple((a, b) for a, b in scope.get("references", ()))),
+        scope = Scope.from_dict(body["scope"])
+        if "targets" in body:  # what its operations may touch is derived from them
+            scope = TargetedScope.of_changes(
+                scope, [Target.from_dict(t) for t in body["targets"]], changes, where)
+        return cls(body["catalog"]["uri"], body["catalog"]["id"], body["base_version"], scope,
                    list(body["managed_namespaces"]), dict(body["fingerprints"]),
                    spec["digest"], changes, list(body.get("warnings", [])),
                    list(spec.get("files", [])), body.get("created_at", ""),
@@ -152,9 +180,11 @@ def _olympia_version() -> str:
 
 
 def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "",
-              read_all: bool = False) -> Plan:
+              read_all: bool = False, targets: Sequence[str] = ()) -> Plan:
     """Compare ``spec`` with the latest version of ``catalog``; ``git_commit`` (of the spec)
-    is recorded in the plan.
+    is recorded in the plan. ``targets`` (``KIND.NAME`` texts, see
+    :mod:`olympia.plan.target`) limit the plan to the changes of those objects and what they
+    need; its fingerprints then cover only them.
 
     A definition whose file name carries the digest of the bytes the spec determines for it
     is taken from the spec without being read (a cold no-op plan reads almost nothing);
@@ -163,7 +193,8 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "",
 
     The changes are staged in a transaction that is then discarded, which checks that they
     apply and records the action types the transaction will write for each. Raises
-    SpecError (``file:line:col``) when the spec contradicts the catalog.
+    SpecError (``file:line:col``) when the spec contradicts the catalog, InvalidArgumentError
+    when a target is malformed or names nothing in the spec or the managed namespaces.
     """
     catalog.refresh()
     snapshot = catalog.snapshot
@@ -173,9 +204,17 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "",
     current = load_current(snapshot, observed, None if read_all else spec)
     changes, warnings = compute_changes(spec, current, observed,
                                         catalog.properties.get(WAREHOUSE, ""))
+    covered = observed
+    if targets:
+        chosen = resolve_targets(targets, Known(
+            spec.namespaces.keys() | current.namespaces.keys(),
+            spec.tables.keys() | current.tables.keys(), spec.views.keys() | current.views.keys()))
+        changes = select(changes, chosen)
+        scope = TargetedScope.of_changes(scope, chosen, changes)
+        covered = scope.narrow(snapshot, observed)
     _stage(catalog, snapshot, changes, observed.managed)
     return Plan(catalog.uri, catalog.catalog_def.id, snapshot.version, scope,
-                observed.managed, observed.fingerprints(), spec.digest, changes,
+                observed.managed, covered.fingerprints(), spec.digest, changes,
                 warnings + _dependents(snapshot, observed.managed, changes), list(spec.files),
                 datetime.now(UTC).isoformat(timespec="seconds"), git_commit)
 

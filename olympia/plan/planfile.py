@@ -1,7 +1,8 @@
 """The saved form of a plan: format version, checksum, optional HMAC signature, validation.
 
 A saved plan is untrusted input. Reading one checks, in order: the format and its version
-(version 1 plans are converted: their ``{"op", "args"}`` operations become flat typed ones),
+(version 1 plans are converted: their ``{"op", "args"}`` operations become flat typed ones;
+version 3 is a targeted plan, version 2 plus ``targets``),
 the checksum (accidental edits), the signature when a key is given (``OLYMPIA_PLAN_KEY``: the
 plan must be signed with it, which proves it is the plan that was reviewed), then the shape
 of every field against a JSON Schema. The operations are validated one by one when the
@@ -21,6 +22,7 @@ from olympia.exceptions import InvalidArgumentError
 
 PLAN_FORMAT = "olympia-plan"
 PLAN_FORMAT_VERSION = 2
+TARGETED_FORMAT_VERSION = 3  # a plan limited by --target: its targets, partial fingerprints
 KEY_ENV = "OLYMPIA_PLAN_KEY"
 SIGNATURE_ALGORITHM = "HMAC-SHA256"
 
@@ -45,6 +47,11 @@ _SCHEMA: dict[str, Any] = {
                                 "git_commit": {"type": "string"}}},
         "warnings": _STRINGS,
         "created_at": {"type": "string"},
+        "targets": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["type", "namespace"], "additionalProperties": False,
+            "properties": {"type": {"enum": ["namespace", "table", "view"]},
+                           "namespace": {"type": "string", "minLength": 1},
+                           "object_name": {"type": "string", "minLength": 1}}}},
         "changes": {"type": "array", "items": {"type": "object"}},
     },
 }
@@ -91,10 +98,11 @@ def unseal(data: Any, where: str, key: str | None = None) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
         raise InvalidArgumentError(f"{where}: not an {PLAN_FORMAT} file")
     version = data.get("format_version")
-    if version not in (1, PLAN_FORMAT_VERSION) or isinstance(version, bool):
+    if version not in (1, PLAN_FORMAT_VERSION, TARGETED_FORMAT_VERSION) or isinstance(
+            version, bool):
         raise InvalidArgumentError(
             f"{where}: plan format version {str(version)[:20]} is not supported (this olympia "
-            f"reads versions 1 to {PLAN_FORMAT_VERSION}); re-plan")
+            f"reads versions 1 to {TARGETED_FORMAT_VERSION}); re-plan")
     body = {k: v for k, v in data.items() if k not in ("checksum", "signature")}
     sealed = data.get("signature")
     if data.get("checksum") != checksum(body):
@@ -107,6 +115,9 @@ def unseal(data: Any, where: str, key: str | None = None) -> dict[str, Any]:
         raise InvalidArgumentError(f"{where}: malformed plan: " + "; ".join(
             f"{'.'.join(str(p) for p in e.absolute_path) or 'plan'}: {e.message[:160]}"
             for e in errors[:5]))
+    if (version == TARGETED_FORMAT_VERSION) != ("targets" in body):
+        raise InvalidArgumentError(f"{where}: malformed plan: targets go with format version "
+                                   f"{TARGETED_FORMAT_VERSION} only, and it needs them")
     if version == 1:
         body = {**body, "format_version": PLAN_FORMAT_VERSION,
                 "changes": [_convert_v1(c) for c in body["changes"]]}
