@@ -26,7 +26,9 @@ def docs(orders: tuple[str, ...] = ("id",), scratch: tuple[str, ...] = ("id",),
         "tables": {"orders": {"columns": cols(*orders)},
                    "scratch": {"columns": cols(*scratch), "protected": protected_scratch}},
         "views": {"big": {"sql": "select id from sales.orders",
-                          "references": ["sales.orders"], "columns": cols("id")}}}
+                          "references": ["sales.orders"], "columns": cols("id")},
+                  "top": {"sql": "select id from sales.big",
+                          "references": ["sales.big"], "columns": cols("id")}}}
     hr: dict[str, Any] = {"namespace": "hr", "tables": {"people": {"columns": cols("id")}}}
     if not people:
         hr["tables"] = {}
@@ -86,6 +88,9 @@ def test_a_view_pulls_in_what_it_references_and_a_namespace_covers_its_objects(
     assert planned(cli, spec, "view.sales.big") == [
         ("create", "namespace", "sales"), ("create", "table", "sales.orders"),
         ("create", "view", "sales.big")]
+    assert planned(cli, spec, "view.sales.top") == [
+        ("create", "namespace", "sales"), ("create", "table", "sales.orders"),
+        ("create", "view", "sales.big"), ("create", "view", "sales.top")]
     assert planned(cli, spec, "namespace.hr") == [
         ("create", "namespace", "hr"), ("create", "table", "hr.people")]
     assert planned(cli, spec, "namespace.hr", "table.sales.scratch") == [
@@ -106,7 +111,7 @@ def test_apply_with_targets_changes_only_the_targeted_objects(cli: Cli, tmp_path
     write_spec(spec, docs(orders=("id", "amount"), scratch=("id", "note")))
     ok(cli("apply", str(spec), "--target", "table.sales.scratch", "--auto-approve"))
     assert catalog_state(cli) == {"sales.orders": ["id"], "sales.scratch": ["id", "note"],
-                                  "sales.big": ["id"], "hr.people": ["id"]}
+                                  "sales.big": ["id"], "sales.top": ["id"], "hr.people": ["id"]}
 
 
 def test_targeting_an_undeclared_object_plans_its_drop_gated(cli: Cli, tmp_path: Path) -> None:
@@ -120,7 +125,7 @@ def test_targeting_an_undeclared_object_plans_its_drop_gated(cli: Cli, tmp_path:
     assert "--allow-destructive" in out.output
     ok(cli("apply", str(spec), "--target", "table.sales.scratch", "--auto-approve",
            "--allow-destructive"))
-    assert set(catalog_state(cli)) == {"sales.orders", "sales.big", "hr.people"}
+    assert set(catalog_state(cli)) == {"sales.orders", "sales.big", "sales.top", "hr.people"}
 
 
 def test_a_protected_targeted_object_is_never_dropped(cli: Cli, tmp_path: Path) -> None:
@@ -149,7 +154,7 @@ def test_a_saved_targeted_plan_is_stale_only_when_a_covered_object_changed(
     out = ok(cli("apply", saved, "--auto-approve"))
     assert "Targeted plan: only table.sales.orders" in out.output
     assert catalog_state(cli) == {"sales.orders": ["id", "amount"], "sales.scratch": ["id", "x"],
-                                  "sales.big": ["id"]}
+                                  "sales.big": ["id"], "sales.top": ["id"]}
     # the targeted object itself changes after planning: refused, nothing applied
     ok(cli("plan", str(spec), "--target", "table.sales.scratch", "--out", saved))
     ok(cli("apply", str(spec), "--target", "table.sales.scratch", "--auto-approve",

@@ -202,13 +202,14 @@ def make_plan(catalog: Catalog, spec: Spec, *, git_commit: str = "",
     scope = Scope.of(spec)
     observed = scope.observe(snapshot)
     current = load_current(snapshot, observed, None if read_all else spec)
+    chosen = resolve_targets(targets, Known(
+        spec.namespaces.keys() | current.namespaces.keys(),
+        spec.tables.keys() | current.tables.keys(), spec.views.keys() | current.views.keys(),
+    )) if targets else []
     changes, warnings = compute_changes(spec, current, observed,
                                         catalog.properties.get(WAREHOUSE, ""))
     covered = observed
-    if targets:
-        chosen = resolve_targets(targets, Known(
-            spec.namespaces.keys() | current.namespaces.keys(),
-            spec.tables.keys() | current.tables.keys(), spec.views.keys() | current.views.keys()))
+    if chosen:
         changes = select(changes, chosen)
         scope = TargetedScope.of_changes(scope, chosen, changes)
         covered = scope.narrow(snapshot, observed)

@@ -185,7 +185,8 @@ def _resolve(text: str, known: Known) -> Target:
         candidates = [Target(kind, ".".join(parts[:i]), ".".join(parts[i:]))
                       for i in range(1, len(parts))]
     names = known.names(kind)
-    matches = [c for c in candidates if c in set(names)]
+    existing = set(names)
+    matches = [c for c in candidates if c in existing]
     if len(matches) > 1:
         raise InvalidArgumentError("ambiguous: " + " and ".join(str(m) for m in matches)
                                    + " both exist; quote the parts holding dots")
