@@ -273,8 +273,8 @@ def schema_cmd(out: str | None) -> None:
               help="Write nothing; list the files that would change, exit 3 if any (CI).")
 @handle_errors
 def fmt_cmd(spec: str, check: bool) -> None:
-    """Rewrite SPEC's YAML files in one layout (line ends, trailing spaces, blank lines),
-    keeping comments and every value."""
+    """Rewrite SPEC's YAML files in the canonical layout (indentation, key order, quoting,
+    blank lines), keeping comments and every value."""
     changed = format_spec(spec, write=not check)
     for file in changed:
         click.echo(f"{'would reformat' if check else 'reformatted'} {file}")

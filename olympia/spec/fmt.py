@@ -1,29 +1,71 @@
-"""``olympia fmt``: spec files in one layout, comments kept.
+"""``olympia fmt``: spec files in one canonical layout, comments kept.
 
-The formatter is conservative: it changes only what YAML gives no meaning to — line endings
-(LF), whitespace at the ends of lines, runs of blank lines (at most one, none at the start
-or end of a file), and the final newline — and never touches a line inside a multi-line
-value (block scalars such as view SQL, and quoted values spanning lines). Comments,
-indentation, key order and quoting stay as written. Every result is read back and compared
-with the original: a file whose values would differ is left as it is (a SpecError).
+The canonical form is the one ``olympia inspect`` writes, so inspected files are already
+formatted:
+
+* mappings indented by 2 spaces, list items (``-``) at the indentation of their key;
+* the keys of namespaces, tables, views, columns (fields and the parts of nested types) and
+  view references in :data:`KEY_ORDER`; other keys (``x-`` keys, merge keys ``<<``) keep
+  their places, and a key never moves ahead of an anchor it refers to;
+* text quoted only where a YAML 1.1 or 1.2 reader would otherwise take it for another type
+  (``'1'``, ``'yes'``, ``'false'``), or its characters need quotes; where quotes stay, the
+  quote character written stays; values holding ``${var.`` keep their quotes;
+* comments kept: a comment line is indented like the line after it, an end-of-line comment
+  stays on its line;
+* block scalars (view SQL), flow collections (``{name: id, type: bigint}``), anchors,
+  aliases and merge keys kept as written (never expanded); plain values keep their spelling
+  (``1.10``, ``012``, ``~``);
+* LF line ends, no whitespace at line ends, at most one blank line in a row, none at the
+  start or end, one final newline.
+
+Files are read as the spec loader reads them (bounded, validated) and only a file it loads
+without problems is formatted. Every result is loaded back and compared with the original:
+a file whose values would differ is left as it is (a SpecError naming it).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.emitter import Emitter
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.resolver import VersionedResolver
 
 from olympia.exceptions import SpecError
 from olympia.spec.loader import spec_files
-from olympia.spec.yamlpos import Problem, load_documents, read_text
+from olympia.spec.yamlpos import CoreLoader, Document, Problem, load_documents, read_text
 
+_COLUMN = ("name", "renamed_from", "type", "nullable", "comment", "fields", "element", "key",
+           "value", "properties")
+KEY_ORDER: dict[str, tuple[str, ...]] = {
+    "namespace": ("namespace", "renamed_from", "comment", "protected", "properties", "tables",
+                  "views", "manage"),
+    "table": ("renamed_from", "comment", "protected", "format", "table_type", "location",
+              "format_properties", "format_version", "partition_by", "sort_by", "properties",
+              "columns"),
+    "view": ("renamed_from", "comment", "protected", "dialect", "default_namespace",
+             "references", "properties", "columns", "sql"),
+    "column": _COLUMN,
+    "reference": ("namespace", "name"),
+}
+ROUNDS = 3  # of formatting at most: a result the next round would change again is kept
+WIDTH = 100  # where long plain text is folded, as inspect's writer folds it
 _TRAILING = re.compile(r"[ \t]+$")
 # libyaml's scanner when PyYAML has it: the one the loader reads with (PyYAML's own refuses
 # some whitespace libyaml accepts, such as a tab after a value)
 _SCANNER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML11 = yaml.resolver.Resolver()  # what PyYAML and other YAML 1.1 readers make of text
+_CORE = CoreLoader("")  # what the spec loader makes of it
+_STR = "tag:yaml.org,2002:str"
+_EMPTY = re.compile("^$")
 
 
 def format_spec(path: str | Path, write: bool = True) -> list[str]:
@@ -62,23 +104,327 @@ def format_spec(path: str | Path, write: bool = True) -> list[str]:
 
 
 def format_text(text: str, file: str) -> str:
-    """``text`` (the content of the spec file ``file``) formatted.
+    """``text`` (the content of the spec file ``file``) in the canonical form.
 
     Raises:
-        SpecError: the file is not valid YAML (its problems as ``file:line:col``), or
-            formatting would change a value (not expected; the file is then left alone).
+        SpecError: the file is not valid YAML or breaks the loader's limits (its problems as
+            ``file:line:col``), or formatting would change a value (not expected; the file
+            is then left alone).
     """
     problems: list[Problem] = []
-    before = load_documents(text, file, None, problems)
+    before = load_documents(text, file, None, problems)  # first: its bounds and checks apply
     if problems:
         raise SpecError([str(p) for p in problems])
-    text = text.replace("\r\n", "\n")
     try:
-        spaces, inside = _value_lines(text)
-    except yaml.YAMLError as exc:  # only PyYAML's own scanner, stricter than the loader's
-        raise SpecError([f"{file}: cannot be formatted: {exc}"]) from None
+        formatted = text.replace("\r\n", "\n")
+        for _ in range(ROUNDS):  # until a round changes nothing (e.g. a moved |+ block
+            last, formatted = formatted, _tidy(_reorder(_layout(_tidy(formatted))))  # gains "...")
+            if formatted == last:
+                break
+    except (yaml.YAMLError, YAMLError) as exc:  # readers stricter than the loader's
+        mark = getattr(exc, "problem_mark", None) if isinstance(
+            exc, yaml.MarkedYAMLError | MarkedYAMLError) else None
+        where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
+        problem = getattr(exc, "problem", None) or exc
+        raise SpecError([f"{where}: cannot be formatted: {problem}"]) from None
+    after = load_documents(formatted, file, None, problems)
+    if problems or _values(after) != _values(before):
+        raise SpecError([f"{file}: formatting would change its values; left as it is"])
+    return formatted
+
+
+def _values(docs: list[Document]) -> list[tuple[Any, dict[Any, str]]]:
+    """What a spec's documents declare: their data and plain numbers as written."""
+    return [(d.data, d.plain_text) for d in docs]
+
+
+# --- layout: ruamel.yaml writes the documents again, comments and all ---------------------
+
+class _TextResolver(VersionedResolver):
+    """Takes every plain scalar but the empty one (null) as text, so each is written back
+    exactly as it was."""
+
+    @property
+    def versioned_resolver(self) -> dict[Any, Any]:
+        return {"": [("tag:yaml.org,2002:null", _EMPTY)]}
+
+
+class _Emitter(Emitter):
+    """Plain where it was plain; quoted text unquoted when plain text reads back the same."""
+
+    def choose_scalar_style(self) -> Any:
+        event = self.event
+        if self.analysis is None:
+            self.analysis = self.analyze_scalar(event.value)
+        if (event.style in ("'", '"') and _reads_as_text(event.value) and self._plain_fits()):
+            return ""
+        return super().choose_scalar_style()
+
+    def _plain_fits(self) -> bool:
+        analysis = self.analysis
+        if self.simple_key_context and (analysis.empty or analysis.multiline):
+            return False
+        return bool(analysis.allow_flow_plain if self.flow_level
+                    else analysis.allow_block_plain)
+
+
+def _reads_as_text(value: str) -> bool:
+    """Whether ``value`` written plain is read as the same text by the spec loader (no
+    variable in it) and by a YAML 1.1 reader."""
+    return "${var." not in value and all(
+        resolver.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        == _STR for resolver in (_CORE, _YAML11))
+
+
+def _layout(text: str) -> str:
+    """``text`` written again by ruamel.yaml in the canonical indentation and quoting."""
+    writer = YAML(typ="rt")
+    writer.Resolver = _TextResolver
+    writer.Emitter = _Emitter
+    writer.preserve_quotes = True
+    writer.indent(mapping=2, sequence=2, offset=0)
+    writer.width = WIDTH
+    writer.allow_unicode = True
+    documents = list(writer.load_all(text))
+    out = io.StringIO()
+    writer.dump_all(documents, out)
+    return out.getvalue()
+
+
+# --- key order: lines (block mappings) and slices (flow mappings) moved -------------------
+
+@dataclass(frozen=True)
+class _Mark:
+    line: int  # 0-based, as yaml's marks
+    column: int
+
+    @classmethod
+    def of(cls, mark: Any) -> _Mark:
+        return cls(mark.line, mark.column)
+
+
+@dataclass
+class _Node:
+    """A node of the event stream with its place in the text."""
+
+    kind: str  # "scalar", "alias", "mapping" or "sequence"
+    start: _Mark
+    end: _Mark
+    flow: bool = False
+    style: str | None = None
+    anchor: str | None = None
+    text: str = ""  # of a scalar
+    children: list[_Node] = field(default_factory=list)
+
+    def pairs(self) -> list[tuple[_Node, _Node]]:
+        return list(zip(self.children[::2], self.children[1::2], strict=True))
+
+    def value(self, key: str) -> _Node | None:
+        for k, v in self.pairs():
+            if k.kind == "scalar" and k.text == key:
+                return v
+        return None
+
+
+def _tree(text: str) -> list[_Node]:
+    """The documents of ``text`` as _Node trees."""
+    roots: list[_Node] = []
+    stack: list[_Node] = []
+    for event in yaml.parse(text, Loader=_SCANNER):
+        node: _Node | None = None
+        if isinstance(event, yaml.ScalarEvent):
+            node = _Node("scalar", _Mark.of(event.start_mark), _Mark.of(event.end_mark),
+                         style=event.style, anchor=event.anchor)
+            node.text = event.value
+        elif isinstance(event, yaml.AliasEvent):
+            node = _Node("alias", _Mark.of(event.start_mark), _Mark.of(event.end_mark),
+                         anchor=event.anchor)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            node = _Node("mapping" if isinstance(event, yaml.MappingStartEvent) else "sequence",
+                         _Mark.of(event.start_mark), _Mark.of(event.end_mark),
+                         flow=bool(event.flow_style),
+                         anchor=event.anchor)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            stack.pop().end = _Mark.of(event.end_mark)
+            continue
+        if node is None:
+            continue
+        (stack[-1].children if stack else roots).append(node)
+        if node.kind in ("mapping", "sequence"):
+            stack.append(node)
+    return roots
+
+
+def _known(root: _Node) -> Iterator[tuple[_Node, str]]:
+    """The mappings of a document whose keys have a canonical order, with their kind."""
+    if root.kind != "mapping":
+        return
+    yield root, "namespace"
+    for section, kind in (("tables", "table"), ("views", "view")):
+        objects = root.value(section)
+        for _, body in objects.pairs() if objects and objects.kind == "mapping" else ():
+            if body.kind != "mapping":
+                continue
+            yield body, kind
+            yield from _columns(body.value("columns"))
+            references = body.value("references")
+            if kind == "view" and references is not None and references.kind == "sequence":
+                yield from ((item, "reference") for item in references.children
+                            if item.kind == "mapping")
+
+
+def _columns(node: _Node | None) -> Iterator[tuple[_Node, str]]:
+    """The columns of a list of columns or fields (lists in it spliced), their nested types."""
+    if node is None or node.kind != "sequence":
+        return
+    for item in node.children:
+        if item.kind == "sequence":
+            yield from _columns(item)
+        elif item.kind == "mapping":
+            yield from _type(item)
+
+
+def _type(node: _Node) -> Iterator[tuple[_Node, str]]:
+    yield node, "column"
+    yield from _columns(node.value("fields"))
+    for part in ("element", "key", "value"):
+        sub = node.value(part)
+        if sub is not None and sub.kind == "mapping":
+            yield from _type(sub)
+
+
+def _order(node: _Node, kind: str) -> list[int] | None:
+    """The canonical order of ``node``'s items (indexes), or None when it is already in it.
+
+    Known keys fill the places known keys hold, in KEY_ORDER; other keys keep theirs."""
+    names = [k.text if k.kind == "scalar" else "" for k, _ in node.pairs()]
+    rank = {name: i for i, name in enumerate(KEY_ORDER[kind])}
+    known = [i for i, name in enumerate(names) if name in rank]
+    wanted = iter(sorted(known, key=lambda i: rank[names[i]]))
+    order = [next(wanted) if name in rank else i for i, name in enumerate(names)]
+    return None if order == list(range(len(names))) else order
+
+
+def _reorder(text: str) -> str:
+    """``text`` (as ruamel.yaml wrote it) with known keys in their canonical order."""
+    lines = text.split("\n")
+    moves = [(node, order) for root in _tree(text) for node, kind in _known(root)
+             if (order := _order(node, kind)) is not None and not node.anchor
+             and _anchors_ok(node, order)]
+    # measured before anything moves; a move keeps the lines around it where they are, so
+    # block mappings move innermost first and flow mappings (within one line) before them
+    blocks = [block for node, order in moves if not node.flow
+              if (block := _Block.of(node, order, lines)) is not None]
+    for node, order in moves:
+        if node.flow and node.start.line == node.end.line:
+            line = lines[node.start.line]
+            lines[node.start.line] = (line[:node.start.column] + _flow_text(node, order, line)
+                                      + line[node.end.column:])
+    for block in sorted(blocks, key=lambda b: b.ends[-1] - b.starts[0]):
+        block.move(lines)
+    return "\n".join(lines)
+
+
+def _flow_text(node: _Node, order: list[int], line: str) -> str:
+    """A one-line flow mapping's text with its items in ``order``."""
+    items = [line[k.start.column:v.end.column] for k, v in node.pairs()]
+    return "{" + ", ".join(items[i] for i in order) + "}"
+
+
+def _anchors_ok(node: _Node, order: list[int]) -> bool:
+    """Whether moving ``node``'s items into ``order`` keeps every anchor before its aliases."""
+    pairs = node.pairs()
+    defined = [set(_anchors(k) + _anchors(v)) for k, v in pairs]
+    used = [set(_aliases(k) + _aliases(v)) for k, v in pairs]
+    place = {item: n for n, item in enumerate(order)}
+    return all(not (used[j] & defined[i]) or place[i] < place[j]
+               for i in range(len(pairs)) for j in range(len(pairs)) if i != j)
+
+
+def _anchors(node: _Node) -> list[str]:
+    own = [node.anchor] if node.anchor and node.kind != "alias" else []
+    return own + [a for child in node.children for a in _anchors(child)]
+
+
+def _aliases(node: _Node) -> list[str]:
+    own = [node.anchor] if node.kind == "alias" and node.anchor else []
+    return own + [a for child in node.children for a in _aliases(child)]
+
+
+def _last_line(node: _Node, lines: list[str]) -> int:
+    """The last line (0-based) of ``node``'s own text (a block scalar's trailing blank
+    lines belong to it only when it keeps them, ``|+``)."""
+    if node.kind in ("mapping", "sequence") and not node.flow:
+        return max([node.start.line] + [_last_line(c, lines) for c in node.children])
+    last = node.end.line
+    if node.end.column == 0 and last > node.start.line:
+        last -= 1
+    if node.kind == "scalar" and node.style in ("|", ">"):
+        indicator = lines[node.start.line][node.start.column:].split("#", 1)[0]
+        if "+" not in indicator:
+            while last > node.start.line and not lines[last].strip():
+                last -= 1
+    return last
+
+
+@dataclass
+class _Block:
+    """A block mapping's items as runs of lines: each item with the comment and blank lines
+    above it (the first item's stay where the mapping starts)."""
+
+    order: list[int]
+    column: int  # of its keys
+    prefix: str  # of its first line up to the first key (indentation, "- ")
+    key_lines: list[int]
+    starts: list[int]
+    ends: list[int]
+
+    @classmethod
+    def of(cls, node: _Node, order: list[int], lines: list[str]) -> _Block | None:
+        """None when the mapping is not one key a line at one indentation (left as is)."""
+        pairs = node.pairs()
+        column = pairs[0][0].start.column
+        key_lines = [k.start.line for k, _ in pairs]
+        prefix = lines[key_lines[0]][:column]
+        if (len(set(key_lines)) < len(key_lines) or prefix.strip(" -")
+                or any(k.start.column != column for k, _ in pairs)
+                or any(lines[n][:column].strip() for n in key_lines[1:])):
+            return None
+        ends = [_last_line(v, lines) for _, v in pairs]
+        starts = [key_lines[0]] + [end + 1 for end in ends[:-1]]
+        return cls(order, column, prefix, key_lines, starts, ends)
+
+    def move(self, lines: list[str]) -> None:
+        """Put the items in their order in ``lines``."""
+        out: list[str] = []
+        for position, index in enumerate(self.order):
+            segment = lines[self.starts[index]:self.ends[index] + 1]
+            at = self.key_lines[index] - self.starts[index]
+            pad = self.prefix if position == 0 else " " * self.column
+            segment[at] = pad + segment[at][self.column:]
+            out += segment
+        lines[self.starts[0]:self.ends[-1] + 1] = out
+
+
+# --- whitespace: line ends, blank lines, trailing spaces outside values -------------------
+
+def _tidy(text: str) -> str:
+    """``text`` with full-line comments indented like the next line, LF line ends, no
+    trailing whitespace, at most one blank line in a row and none at the ends, and one
+    final newline; lines inside multi-line values untouched."""
+    spaces, inside = _value_lines(text)
+    lines = text.split("\n")
+    indent = ""
+    for number in range(len(lines) - 1, -1, -1):
+        line = lines[number]
+        if number in inside or not line.strip():
+            continue
+        if line.lstrip().startswith("#"):
+            lines[number] = indent + line.lstrip()
+        else:
+            indent = line[:len(line) - len(line.lstrip())]
     out: list[tuple[int, str]] = []  # (line number, text)
-    for number, line in enumerate(text.split("\n")):
+    for number, line in enumerate(lines):
         if number not in spaces:
             line = _TRAILING.sub("", line)
         if number not in inside and not line and (not out or not out[-1][1]):
@@ -86,11 +432,7 @@ def format_text(text: str, file: str) -> str:
         out.append((number, line))
     while out and not out[-1][1] and out[-1][0] not in inside:
         out.pop()
-    formatted = "".join(f"{line}\n" for _, line in out)
-    after = load_documents(formatted, file, None, problems)
-    if problems or [d.data for d in after] != [d.data for d in before]:
-        raise SpecError([f"{file}: formatting would change its values; left as it is"])
-    return formatted
+    return "".join(f"{line}\n" for _, line in out)
 
 
 def _value_lines(text: str) -> tuple[set[int], set[int]]:
