@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from olympia._proto import objects_pb2 as pb
@@ -41,7 +42,21 @@ def canonical_type(spelling: str) -> str:
 
     Raises InvalidArgumentError for an unknown type.
     """
-    text = " ".join(str(spelling).strip().lower().split())
+    text = str(spelling)
+    # every column built or read normalises its type: short spellings are remembered
+    return _canonical_cached(text) if len(text) <= _CACHED_SPELLING else _canonical(text)
+
+
+_CACHED_SPELLING = 40  # the longest spelling remembered (longer ones are rare or invalid)
+
+
+@lru_cache(maxsize=1024)
+def _canonical_cached(spelling: str) -> str:
+    return _canonical(spelling)
+
+
+def _canonical(spelling: str) -> str:
+    text = " ".join(spelling.strip().lower().split())
     text = _ALIASES.get(text, text)
     if text in _SIMPLE:
         return text
@@ -180,6 +195,8 @@ class Column:
             yield from child.walk()
 
     def without_ids(self) -> Column:
+        if all(c.id == 0 for c in self.walk()):
+            return self  # a declared column: nothing to clear
         return _assign(self, iter(lambda: 0, 1))
 
     def to_proto(self) -> pb.Column:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.exceptions import SpecError
 from olympia.plan import icediff
@@ -90,10 +91,8 @@ class Differ:
         spec = self.spec
         self._check_references()
         moved = self._namespace_renames()  # old -> new
-        tables = {(moved.get(ns, ns), n): replace(t, namespace=moved.get(ns, ns))
-                  for (ns, n), t in self.current.tables.items()}
-        views = {(moved.get(ns, ns), n): replace(v, namespace=moved.get(ns, ns))
-                 for (ns, n), v in self.current.views.items()}
+        tables = _moved(self.current.tables, moved)
+        views = _moved(self.current.views, moved)
         out = [self._namespace_rename(new, old) for old, new in sorted(
             moved.items(), key=lambda item: item[1])]
         for name in sorted(spec.namespaces):
@@ -247,6 +246,14 @@ class Differ:
             self.warnings.append(f"{kind} {_name(ns, name)}: renamed_from {old} names no "
                                  f"{kind} of {ns} in the catalog, so it is created new")
 
+    def _as_declared(self, kind: ObjectType, current: Table | View) -> bool:
+        """Whether ``current`` is the catalog's object under its own name (neither renamed
+        nor moved) and its definition is the one the spec declares for that name: then
+        nothing about it differs from the declaration."""
+        key = current.identifier
+        loaded = (self.current.tables if kind == ObjectType.TABLE else self.current.views)
+        return (kind, key) in self.current.as_declared and loaded.get(key) is current
+
     def _replacement(self, kind: str, item: TableSpec | ViewSpec, gone: Table | View,
                      gone_kind: str, create: CreateTable | CreateIcebergTable | CreateView,
                      details: list[dict[str, Any]]) -> Change:
@@ -262,8 +269,10 @@ class Differ:
         name = _name(desired.namespace, desired.name)
         real = self.iceberg_aware and item.iceberg and icediff.creatable(
             item, self.spec.namespaces[desired.namespace].namespace.properties, self.warehouse)
-        create: CreateTable | CreateIcebergTable = (
-            icediff.create_op(item) if real else CreateTable.of(desired))
+
+        def create() -> CreateTable | CreateIcebergTable:
+            return icediff.create_op(item) if real else CreateTable.of(desired)
+
         if self.iceberg_aware and item.iceberg and not real and (
                 current is None or current.format != desired.format):
             self.definitions_only.append(name)
@@ -276,12 +285,12 @@ class Differ:
             details += [added_column(f"column {c.name}", c) for c in desired.columns]
             details += icediff.create_details(item)
             if view is not None:
-                return [self._replacement("table", item, view, "view", create,
+                return [self._replacement("table", item, view, "view", create(),
                                           [detail("type", "view", "table"), *details])]
-            return [Change(Action.CREATE, Kind.TABLE, name, details=details, ops=[create],
+            return [Change(Action.CREATE, Kind.TABLE, name, details=details, ops=[create()],
                            source=str(item.position))]
         if (current.format, current.table_type) != (desired.format, desired.table_type):
-            return [self._replacement("table", item, current, "table", create,
+            return [self._replacement("table", item, current, "table", create(),
                                       attribute_details(current, desired,
                                                          ("format", "table_type")))]
         if self.iceberg_aware and icediff.has_metadata(current):
@@ -289,7 +298,9 @@ class Differ:
         if real:  # declared as Iceberg without metadata: it becomes a real table
             return [Change(Action.UPDATE, Kind.TABLE, name, source=str(item.position),
                            details=[detail("iceberg metadata", None, "created"),
-                                    *icediff.create_details(item)], ops=[create])]
+                                    *icediff.create_details(item)], ops=[create()])]
+        if self._as_declared(ObjectType.TABLE, current):
+            return []
         args, details = alter_common(current, desired)
         if item.manages_location and current.location != desired.location:
             args["location"] = desired.location
@@ -378,7 +389,8 @@ class Differ:
                                           [detail("type", "table", "view"), *details])]
             return [Change(Action.CREATE, Kind.VIEW, name, details=details, ops=[create],
                            source=str(item.position))]
-        if _comparable(current) == _comparable(desired):
+        if self._as_declared(ObjectType.VIEW, current) or (
+                _comparable(current) == _comparable(desired)):
             return []
         details = attribute_details(current, desired, ("dialect", "default_namespace",
                                                         "comment", "protected"))
@@ -414,6 +426,14 @@ def compute_changes(spec: Spec, current: Current, observed: Observed,
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _moved(objects: dict[Key, Any], moved: Mapping[str, str]) -> dict[Key, Any]:
+    """``objects`` with those of renamed namespaces under their new namespace's name."""
+    if not moved:
+        return dict(objects)
+    return {(moved.get(ns, ns), n): replace(o, namespace=moved[ns]) if ns in moved else o
+            for (ns, n), o in objects.items()}
 
 
 def _renamed(objects: dict[Key, Any], renames: Mapping[Key, tuple[Change, Key]],

@@ -69,15 +69,14 @@ def declared_definition(spec: Spec, ref: ObjectRef) -> Message | None:
 def known_definitions(rows: Iterable[tuple[ObjectRef, str]], spec: Spec,
                       ) -> dict[str, Message]:
     """The definition files among ``rows`` (object, definition path) whose content the
-    spec determines: path -> the definition, parsed from the bytes the spec gives (exactly
-    what reading the file would return)."""
+    spec determines: path -> the definition the spec gives (equal to what reading the file
+    would return, as its bytes are the file's)."""
     out: dict[str, Message] = {}
     for ref, path in rows:
         digest = def_digest(path)
         message = None if digest is None else declared_definition(spec, ref)
         if message is None:
             continue
-        content = message.SerializeToString(deterministic=True)
-        if content_digest(content) == digest:
-            out[path] = type(message).FromString(content)
+        if content_digest(message.SerializeToString(deterministic=True)) == digest:
+            out[path] = message
     return out

@@ -98,6 +98,9 @@ class Current:
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     tables: dict[Key, Table] = field(default_factory=dict)
     views: dict[Key, View] = field(default_factory=dict)
+    # tables and views whose definition is the one the spec declares for them, byte for
+    # byte (column ids numbered as on create): they compare equal without looking
+    as_declared: set[tuple[ObjectType, Key]] = field(default_factory=set)
 
 
 def load_current(reader: CatalogReader, observed: Observed, spec: Spec | None = None,
@@ -131,4 +134,6 @@ def load_current(reader: CatalogReader, observed: Observed, spec: Spec | None = 
     v_rows = found[ObjectType.VIEW]
     for (ref, _), v in zip(v_rows, load(v_rows, pb.ViewDef), strict=True):
         current.views[(ref.namespace, ref.name)] = View.from_proto(v, ref.namespace, ref.name)
+    current.as_declared = {(ref.type, (ref.namespace, ref.name))
+                           for ref, path in (*t_rows, *v_rows) if path in known}
     return current
