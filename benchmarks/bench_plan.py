@@ -10,11 +10,15 @@ reads no definition at all (definition files are immutable, so they are cached b
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import guarded, per_second, recording, s3_location, stopwatch, workdir
+from benchmarks.common import guarded, per_second, recording, s3_location, workdir
 from olympia import Catalog
 from olympia.plan import apply_plan, make_plan
 from olympia.spec import load_spec
@@ -49,6 +53,20 @@ def write_spec(directory: Path, objects: int, changed_every: int = 0) -> Path:
     for doc in per_ns:
         (directory / f"{doc['namespace']}.yaml").write_text(dump(doc), "utf-8")
     return directory
+
+
+@contextlib.contextmanager
+def stopwatch() -> Iterator[dict[str, float]]:
+    """Wall seconds, and the process's CPU seconds (all its threads), which depend less on
+    what else runs on the machine; with the load average at the end."""
+    out: dict[str, float] = {}
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        yield out
+    finally:
+        out["seconds"] = round(time.perf_counter() - start, 3)
+        out["cpu_seconds"] = round(time.process_time() - cpu, 3)
+        out["load_average"] = round(os.getloadavg()[0], 2)
 
 
 def _reads(log: Any) -> dict[str, int]:
