@@ -366,6 +366,28 @@ def test_apply_operator_takes_the_plan_from_xcom(conn: tuple[str, Catalog]) -> N
         assert options["secret"] not in json.dumps([planned, result])
 
 
+def test_apply_operator_applies_only_its_targets(conn: tuple[str, Catalog]) -> None:
+    """``targets`` limit the plan as ``olympia apply --target`` does; a bad one is refused."""
+    conn_id, catalog = conn
+    spec = str(ROOT / "examples" / "catalog")
+    variables = {"finance_retention": "7y"}
+    result = OlympiaApplyOperator(task_id="one", olympia_conn_id=conn_id, spec_path=spec,
+                                  variables=variables, targets=["table.sales.orders"]
+                                  ).execute(context())
+    assert result["version"] == 2
+    assert {c["name"] for c in result["changes"]} == {"sales", "sales.orders"}
+    assert catalog.refresh() == 2 and catalog.list_tables("sales") == ["orders"]
+    assert not catalog.namespace_exists("finance")
+    with pytest.raises(AirflowException, match="--target table.sales.ordrs"):
+        OlympiaApplyOperator(task_id="typo", olympia_conn_id=conn_id, spec_path=spec,
+                             variables=variables, targets=["table.sales.ordrs"]
+                             ).execute(context())
+    with pytest.raises(ValueError, match="saved plan keeps"):
+        OlympiaApplyOperator(task_id="saved", plan_path="p.json", targets=["namespace.sales"])
+    with pytest.raises(ValueError, match="lists"):
+        OlympiaApplyOperator(task_id="str", spec_path=spec, targets="namespace.sales")
+
+
 def test_rollback_and_export_operators(conn: tuple[str, Catalog], location: Location) -> None:
     conn_id, catalog = conn
     catalog.create_table("s", "t", columns=COLS)

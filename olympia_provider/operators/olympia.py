@@ -98,6 +98,9 @@ class OlympiaApplyOperator(_OlympiaOperator):
     with ``plan_out`` it saves the plan to that file (a path every worker can read) and
     returns ``{"plan_path", "has_changes", "summary"}``.
 
+    ``targets`` (``KIND.NAME``, as ``olympia plan --target``) limit a plan made from
+    ``spec_path`` to those objects and what they need.
+
     ``object_events`` names the objects (``ns`` or ``ns.name``; ``fnmatch`` patterns such as
     ``sales.*``) whose change gets its own Asset event (:func:`object_asset`, extra
     ``{"version", "action"}``) through the alias outlets. List only objects a DAG schedules
@@ -105,19 +108,23 @@ class OlympiaApplyOperator(_OlympiaOperator):
     """
 
     template_fields: Sequence[str] = ("spec_path", "plan", "plan_path", "plan_out",
-                                      "variables", "git_commit", "expected_base_version")
+                                      "variables", "git_commit", "expected_base_version",
+                                      "targets")
 
     def __init__(self, *, spec_path: str | None = None, plan: Mapping[str, Any] | None = None,
                  plan_path: str | None = None, variables: Mapping[str, str] | None = None,
                  allow_destructive: bool = False, expected_base_version: int | None = None,
                  plan_only: bool = False, plan_out: str | None = None,
                  git_commit: str | None = None, object_events: Sequence[str] = (),
-                 **kwargs: Any) -> None:
+                 targets: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if isinstance(object_events, str):
-            raise ValueError("object_events is a list of object names or patterns")
+        if isinstance(object_events, str) or isinstance(targets, str):
+            raise ValueError("object_events and targets are lists, not one string")
         if sum(x is not None for x in (spec_path, plan, plan_path)) != 1:
             raise ValueError("give exactly one of spec_path, plan and plan_path")
+        if targets and spec_path is None:
+            raise ValueError("targets limit a plan made from spec_path; a saved plan keeps "
+                             "its own")
         self.spec_path = spec_path
         self.plan = plan
         self.plan_path = plan_path
@@ -128,6 +135,7 @@ class OlympiaApplyOperator(_OlympiaOperator):
         self.plan_out = plan_out
         self.git_commit = git_commit
         self.object_events = list(object_events)
+        self.targets = list(targets)
 
     def _object_actions(self, result: ApplyResult) -> dict[str, str]:
         """The announced changed objects, each with what happened to it (the plan's action
@@ -147,7 +155,7 @@ class OlympiaApplyOperator(_OlympiaOperator):
             else:
                 assert self.spec_path is not None
                 plan = make_plan(catalog, load_spec(self.spec_path, self.variables),
-                                 read_all=not self.plan_only)
+                                 read_all=not self.plan_only, targets=self.targets)
             self.log.info("%s", plan.render_text(color=False))
             expected = _optional_int(self.expected_base_version)
             if expected is not None and plan.base_version != expected:
