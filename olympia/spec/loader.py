@@ -30,7 +30,9 @@ from olympia.spec.yamlpos import (
     Path_,
     Position,
     Problem,
+    Substitute,
     excerpt,
+    gc_paused,
     load_documents,
     read_text,
 )
@@ -84,6 +86,21 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
     substitute = spec_variables.expander(spec_variables.collect(variables), used)
     builder = _Builder()
     digest = hashlib.sha256()
+    with gc_paused():
+        _load_files(root, files, substitute, builder, digest)
+    if builder.problems:
+        raise SpecError([str(p) for p in sorted(set(builder.problems))])
+    for name, value in sorted(used.items()):
+        digest.update(f"var\0{name}\0{value}\0".encode())
+    spec = builder.spec
+    spec.files = [str(f) for f in files]
+    spec.digest = digest.hexdigest()
+    return spec
+
+
+def _load_files(root: Path, files: list[Path], substitute: Substitute,
+                builder: _Builder, digest: hashlib._Hash) -> None:
+    """Read, validate and merge ``files`` into ``builder``; their text into ``digest``."""
     for file in files:
         name = file.relative_to(root).as_posix() if root.is_dir() else file.name
         text = read_text(file, builder.problems)
@@ -98,14 +115,6 @@ def load_spec(path: str | Path, variables: Mapping[str, str] | None = None) -> S
             if part is not None:
                 builder.add(*part)
     builder.finish()
-    if builder.problems:
-        raise SpecError([str(p) for p in sorted(set(builder.problems))])
-    for name, value in sorted(used.items()):
-        digest.update(f"var\0{name}\0{value}\0".encode())
-    spec = builder.spec
-    spec.files = [str(f) for f in files]
-    spec.digest = digest.hexdigest()
-    return spec
 
 
 _OBJECTS = ("tables", "views")

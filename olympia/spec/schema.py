@@ -11,6 +11,7 @@ import difflib
 import itertools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -75,6 +76,144 @@ def _inlined(root: dict[str, Any]) -> dict[str, Any]:
     return inlined
 
 
+# --- whether a document is valid, fast ---------------------------------------------------
+#
+# jsonschema reports every error with its path, at a cost per value that dominates loading a
+# big spec. Most documents are valid, so the schema is first compiled into plain functions
+# that only answer "valid?" with jsonschema's exact verdict for the keywords below; errors
+# are then found by jsonschema itself. A schema using any other keyword is not compiled.
+
+Check = Callable[[Any], bool]
+_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "$comment", "title", "description",
+                          "default", "examples"})
+_TYPES: dict[str, Check] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "integer": lambda v: ((isinstance(v, int) and not isinstance(v, bool))
+                          or (isinstance(v, float) and v.is_integer())),
+    "null": lambda v: v is None,
+}
+
+
+class _Unsupported(Exception):
+    pass
+
+
+@cache
+def _validity_check() -> Check | None:
+    """The compiled check of :func:`schema`, or None when it uses a keyword not compiled."""
+    try:
+        return _Compiler(schema()).compile(schema())
+    except _Unsupported:
+        return None
+
+
+class _Compiler:
+    """Compiles a JSON Schema (draft 2020-12, local ``$ref``s) into a validity check."""
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        self.root = root
+        self.refs: dict[str, Check] = {}
+
+    def ref(self, pointer: Any) -> Check:
+        if not isinstance(pointer, str) or not pointer.startswith("#/"):
+            raise _Unsupported(pointer)
+        if pointer not in self.refs:
+            target: list[Check] = []  # filled in below; recursive references wait for it
+            self.refs[pointer] = lambda v: target[0](v)
+            node: Any = self.root
+            for part in pointer.removeprefix("#/").split("/"):
+                node = node[part.replace("~1", "/").replace("~0", "~")]
+            target.append(self.compile(node))
+        return self.refs[pointer]
+
+    def compile(self, node: Any) -> Check:
+        if isinstance(node, bool):
+            return lambda v: node
+        if not isinstance(node, dict):
+            raise _Unsupported(node)
+        unknown = set(node) - _ANNOTATIONS - _KEYWORDS
+        if unknown:
+            raise _Unsupported(unknown)
+        checks = [self.keyword(k, node) for k in node if k in _KEYWORDS - _OBJECT_KEYWORDS]
+        if _OBJECT_KEYWORDS & set(node):
+            checks.append(self.members(node))
+        if len(checks) == 1:
+            return checks[0]
+        return lambda v: all(check(v) for check in checks)
+
+    def keyword(self, key: str, node: dict[str, Any]) -> Check:
+        value = node[key]
+        match key:
+            case "$ref":
+                return self.ref(value)
+            case "type":
+                names = [value] if isinstance(value, str) else value
+                if not set(names) <= set(_TYPES):
+                    raise _Unsupported(names)
+                tests = [_TYPES[t] for t in names]
+                return lambda v: any(test(v) for test in tests)
+            case "enum" if all(isinstance(e, str | int | float) and not isinstance(e, bool)
+                               for e in value):
+                allowed = tuple(value)  # == as jsonschema compares these, booleans apart
+                return lambda v: not isinstance(v, bool) and v in allowed
+            case "minLength":
+                return lambda v: not isinstance(v, str) or len(v) >= value
+            case "maxLength":
+                return lambda v: not isinstance(v, str) or len(v) <= value
+            case "pattern":
+                regex = re.compile(value)
+                return lambda v: not isinstance(v, str) or regex.search(v) is not None
+            case "required":
+                return lambda v: not isinstance(v, dict) or all(k in v for k in value)
+            case "items" if isinstance(value, dict | bool):
+                item = self.compile(value)
+                return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+            case "propertyNames":
+                name = self.compile(value)
+                return lambda v: not isinstance(v, dict) or all(name(k) for k in v)
+            case "anyOf":
+                options = [self.compile(o) for o in value]
+                return lambda v: any(option(v) for option in options)
+            case "oneOf":
+                options = [self.compile(o) for o in value]
+                return lambda v: sum(1 for option in options if option(v)) == 1
+        raise _Unsupported(key)
+
+    def members(self, node: dict[str, Any]) -> Check:
+        """``properties``, ``patternProperties`` and ``additionalProperties`` together."""
+        named = {k: self.compile(s) for k, s in node.get("properties", {}).items()}
+        patterns = [(re.compile(p), self.compile(s))
+                    for p, s in node.get("patternProperties", {}).items()]
+        other = self.compile(node.get("additionalProperties", True))
+
+        def check(value: Any) -> bool:
+            if not isinstance(value, dict):
+                return True
+            for key, item in value.items():
+                matched = key in named
+                if matched and not named[key](item):
+                    return False
+                for regex, test in patterns:
+                    if regex.search(key):
+                        matched = True
+                        if not test(item):
+                            return False
+                if not matched and not other(item):
+                    return False
+            return True
+
+        return check
+
+
+_OBJECT_KEYWORDS = frozenset({"properties", "patternProperties", "additionalProperties"})
+_KEYWORDS = _OBJECT_KEYWORDS | {"$ref", "type", "enum", "minLength", "maxLength", "pattern",
+                                "required", "items", "propertyNames", "anyOf", "oneOf"}
+
+
 @dataclass(frozen=True)
 class Violation:
     """One schema error: the problem, and the path of the value or key it is about."""
@@ -87,6 +226,9 @@ class Violation:
 def violations(doc: Document) -> list[Violation]:
     """Every schema violation of ``doc``, pointing at the offending key or value (except
     at values that could not be read at all, which are reported already)."""
+    check = _validity_check()
+    if check is not None and check(doc.data):
+        return []  # valid: nothing for the (much slower) error reporting to find
     found = (e for e in _validator().iter_errors(doc.data)
              if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable))
     out = _violations_of(doc, list(itertools.islice(found, MAX_PROBLEMS + 1)))

@@ -16,10 +16,13 @@ expansion are one parser's state; a split would only move its halves apart.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import re
 import reprlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,6 +201,32 @@ class Document:
         for part in path:
             value = value[part]
         return value
+
+
+_GC_LOCK = threading.Lock()
+_gc_holders = 0  # callers inside gc_paused()
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while building a large tree of objects (a
+    10k-object spec is millions of them): every collection would walk the whole tree built
+    so far, and almost none of it is garbage. Nested and concurrent uses pause it once; the
+    last to leave restores what it was."""
+    global _gc_holders, _gc_was_enabled
+    with _GC_LOCK:
+        if _gc_holders == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_holders += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_holders -= 1
+            if _gc_holders == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def _pos(node: yaml.Node, file: str) -> Position:
