@@ -5,13 +5,14 @@ real S3 server."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +20,8 @@ import pytest
 from iceberg_helpers import local_properties, s3_properties
 from pyiceberg.expressions import AlwaysTrue, EqualTo
 from pyiceberg.expressions.visitors import bind
-from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.io import InputFile
+from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -59,7 +61,7 @@ from olympia import versions
 from olympia.iceberg import OlympiaCatalog
 from olympia.spark.filters import pushdown
 from olympia.spark.options import SourceOptions
-from olympia.spark.reader import group
+from olympia.spark.reader import OlympiaReader, ResolvedTable, group
 from olympia.spark.writer import OlympiaWriter
 
 pytestmark = pytest.mark.spark
@@ -75,6 +77,8 @@ SPEC = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "part"))
 PARTS = 4
 PLANNED = re.compile(r"olympia scan of table (\S+) at catalog version (\d+), snapshot \S+: "
                      r"(\d+) of (\d+) data files planned")
+COLUMNS_READ = re.compile(r"olympia scan of table (\S+) at .*; (\d+) of (\d+) columns read, "
+                          r"(\d+) of (\d+) bytes of column chunks")
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +170,7 @@ def stored_files(properties: dict[str, str], table: str) -> set[str]:
 
 def test_partitioned_write_reads_back_exactly(source: Any, where: dict[str, str]) -> None:
     spark = source
-    count = 1_000_000 if "py-io-impl" not in where else 40_000  # 1M rows on local disk
+    count = 1_000_000
     table, catalog = new_table(where)
     version = catalog.olympia.refresh()
     df = rows(spark, count)
@@ -299,6 +303,100 @@ def test_filters_skip_files(source: Any, where: dict[str, str]) -> None:
     assert sorted(scans) == sorted([
         (total, total), (total // 2, total), (total // PARTS, total), (total // 2, total),
         (total, total), (total, total), (total // 4, total)])
+
+
+class _CountedReads:
+    """A data file opened for reading, counting the bytes read from it."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.closed = raw, False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        CountingFileIO.bytes_read += len(data)
+        return bytes(data)
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        return int(self.raw.seek(position, whence))
+
+    def tell(self) -> int:
+        return int(self.raw.tell())
+
+    def close(self) -> None:
+        self.raw.close()
+        self.closed = True
+
+
+class _CountedInput(InputFile):
+    def __init__(self, inner: InputFile) -> None:
+        super().__init__(inner.location)
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def exists(self) -> bool:
+        return self.inner.exists()
+
+    def open(self, seekable: bool = True) -> Any:
+        return pa.PythonFile(_CountedReads(self.inner.open(seekable)), mode="r")
+
+
+class CountingFileIO(PyArrowFileIO):
+    """pyiceberg's own FileIO, counting the bytes read through it (py-io-impl of a read
+    made in this process)."""
+
+    bytes_read: ClassVar[int] = 0
+
+    def new_input(self, location: str) -> InputFile:
+        return _CountedInput(super().new_input(location))
+
+
+def test_a_read_of_some_columns_reads_only_theirs(source: Any, tmp_path: Path) -> None:
+    """Spark does not pass a query's projection to a Python data source: a schema given to
+    the read, or the columns option, chooses the columns, and only theirs are read."""
+    spark = source
+    properties = local_properties(tmp_path)
+    table, _ = new_table(properties, PartitionSpec())  # two files of 1 MB (a task's each)
+    df = rows(spark, 200_000)
+    write(df, properties, table)
+
+    by_option = read(spark, properties, table, columns="amount, id")
+    assert by_option.columns == ["amount", "id"]
+    assert sorted(by_option.collect()) == sorted(df.select("amount", "id").collect())
+    by_schema = spark.read.format("olympia").options(**options(properties)) \
+        .schema("part INT").load(table)
+    assert by_schema.where("part = 1").count() == 200_000 // PARTS
+    counters = {}
+    for row in spark.tvf.python_worker_logs().select("msg").collect():
+        match = COLUMNS_READ.search(row["msg"] or "")
+        if match and match.group(1) == table:
+            columns, chunks, all_chunks = (int(match.group(i)) for i in (2, 4, 5))
+            counters[columns] = (chunks, all_chunks, int(match.group(3)))
+    assert sorted(counters) == [1, 2]
+    assert all(0 < chunks < all_chunks and total == 5
+               for chunks, all_chunks, total in counters.values())
+    with pytest.raises(Exception, match="has no columns nope"):
+        read(spark, properties, table, columns="id,nope").schema  # noqa: B018
+
+    # the bytes pyarrow reads from the files, counted below pyiceberg's FileIO
+    parsed = SourceOptions.parse({**options(properties), "path": table}, {})
+    resolved = ResolvedTable.load(parsed)
+    resolved = dataclasses.replace(resolved, io_properties={
+        **resolved.io_properties, "py-io-impl": f"{__name__}.CountingFileIO"})
+
+    def bytes_read(schema: Any) -> tuple[int, int]:
+        reader = OlympiaReader(resolved, parsed, schema)
+        CountingFileIO.bytes_read = 0
+        count = sum(batch.num_rows for partition in reader.partitions()
+                    for batch in reader.read(partition))
+        return count, CountingFileIO.bytes_read
+
+    everything, everything_bytes = bytes_read(read(spark, properties, table).schema)
+    part_only, part_bytes = bytes_read(by_schema.schema)
+    assert everything == part_only == 200_000
+    # the part column's chunks and the footers (a Parquet reader reads a file's last 64 KiB)
+    assert 0 < part_bytes < everything_bytes / 3
 
 
 def test_overwrite_replaces_exactly_the_data(source: Any, where: dict[str, str]) -> None:

@@ -20,8 +20,10 @@ TIME_TRAVEL = ("version", "as_of", "export")
 SNAPSHOT_ID = "snapshot_id"
 SPLIT_SIZE = "split_size"
 PARALLELISM = "parallelism"
+COLUMNS = "columns"
 # options of the data source itself; every other option is a catalog property
-OWN = {CATALOG, "path", "table", *TIME_TRAVEL, SNAPSHOT_ID, SPLIT_SIZE, PARALLELISM}
+OWN = {CATALOG, "path", "table", *TIME_TRAVEL, SNAPSHOT_ID, SPLIT_SIZE, PARALLELISM,
+       COLUMNS}
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024
 CATALOG_NAME = "olympia"
 
@@ -38,6 +40,7 @@ class SourceOptions:
         snapshot_id: Iceberg snapshot to read.
         split_size: target bytes of data files per Spark partition.
         parallelism: Spark partitions to aim for when the files allow.
+        columns: the top-level columns a read returns (empty: all of them).
     """
 
     catalog_uri: str
@@ -49,6 +52,7 @@ class SourceOptions:
     snapshot_id: int | None = None
     split_size: int = DEFAULT_SPLIT_SIZE
     parallelism: int = 1
+    columns: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str], defaults: Mapping[str, str]) -> SourceOptions:
@@ -83,6 +87,8 @@ class SourceOptions:
             snapshot_id=_number(options, SNAPSHOT_ID),
             split_size=_number(merged, SPLIT_SIZE, minimum=1) or DEFAULT_SPLIT_SIZE,
             parallelism=_number(merged, PARALLELISM, minimum=1) or 1,
+            columns=tuple(c.strip() for c in (options.get(COLUMNS) or "").split(",")
+                          if c.strip()),
         )
 
     @property

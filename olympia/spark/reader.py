@@ -22,7 +22,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from olympia.exceptions import CatalogError
+from olympia.exceptions import CatalogError, InvalidArgumentError
 from olympia.spark.filters import pushdown
 from olympia.spark.options import SourceOptions
 
@@ -84,6 +84,26 @@ class ResolvedTable:
         return Table(tuple(self.name.split(".", 1)), self.metadata, self.metadata_location, io,
                      NoopCatalog("olympia-spark"))
 
+    def project(self, names: Sequence[str]) -> Schema:
+        """The schema of the top-level columns ``names``, in that order (all columns when
+        ``names`` is empty): what a read returns, and the only Parquet columns it reads.
+
+        Raises:
+            InvalidArgumentError: a name is not a column of the table (names are exact), or
+                is given twice.
+        """
+        if not names:
+            return self.schema
+        fields = {f.name: f for f in self.schema.fields}
+        unknown = [n for n in names if n not in fields]
+        if unknown or len(set(names)) != len(names):
+            problem = (f"has no columns {', '.join(unknown)}" if unknown
+                       else "was asked for a column twice")
+            raise InvalidArgumentError(
+                f"table {self.name} {problem}; its columns are {', '.join(fields)} (a read "
+                "may name any of them, exactly, once each)")
+        return Schema(*(fields[n] for n in names), schema_id=self.schema.schema_id)
+
     def describe(self) -> str:
         return (f"table {self.name} at catalog version {self.catalog_version}, snapshot "
                 f"{self.snapshot_id}")
@@ -99,19 +119,27 @@ class FilesPartition(InputPartition):
 
 @dataclass(frozen=True)
 class ScanPlan:
-    """What planning found: the partitions, and counts for the log and the tests."""
+    """What planning found: the partitions, and counts for the log and the tests.
+
+    ``column_bytes`` is the size of the column chunks of the projected columns in the planned
+    files and ``all_column_bytes`` that of all their columns (from the files' Iceberg
+    statistics; files written without them count 0).
+    """
 
     partitions: list[FilesPartition]
     files_total: int
     files_planned: int
     bytes_planned: int
+    column_bytes: int = 0
+    all_column_bytes: int = 0
 
 
 def plan(resolved: ResolvedTable, row_filter: BooleanExpression, split_size: int,
-         parallelism: int) -> ScanPlan:
+         parallelism: int, projected: Schema | None = None) -> ScanPlan:
     """Plan the files to read with pyiceberg (partition and column-statistics pruning) and
     group them into partitions of about ``split_size`` bytes, at least ``parallelism`` of
-    them when there are that many files.
+    them when there are that many files; ``projected`` (default: every column) is what the
+    executors will read of them.
 
     Raises:
         CatalogError: the snapshot has equality delete files (not readable here), naming
@@ -138,7 +166,11 @@ def plan(resolved: ResolvedTable, row_filter: BooleanExpression, split_size: int
     total = int(summary.get("total-data-files", len(tasks)) or len(tasks))
     partitions = group(tasks, split_size, parallelism)
     planned_bytes = sum(_weight(t) for t in tasks)
-    return ScanPlan(partitions, total, len(tasks), planned_bytes)
+    wanted = set((projected or resolved.schema).field_ids)
+    sizes = [t.file.column_sizes or {} for t in tasks]
+    return ScanPlan(partitions, total, len(tasks), planned_bytes,
+                    column_bytes=sum(n for s in sizes for i, n in s.items() if i in wanted),
+                    all_column_bytes=sum(sum(s.values()) for s in sizes))
 
 
 def _weight(task: FileScanTask) -> int:
@@ -168,10 +200,17 @@ class OlympiaReader(DataSourceReader):
 
     def __init__(self, resolved: ResolvedTable, options: SourceOptions,
                  spark_schema: Any) -> None:
+        """``spark_schema`` is the DataFrame's: the table's columns or some of them (a
+        schema given to the read, or the ``columns`` option); only those are read.
+
+        Raises:
+            InvalidArgumentError: it names a column the table does not have.
+        """
         self._resolved = resolved
         self._split_size = options.split_size
         self._parallelism = options.parallelism
         self._spark_schema = spark_schema
+        self._projected = resolved.project(list(spark_schema.fieldNames()))
         self._filter: BooleanExpression = AlwaysTrue()
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
@@ -181,12 +220,16 @@ class OlympiaReader(DataSourceReader):
         yield from filters
 
     def partitions(self) -> list[InputPartition]:
-        result = plan(self._resolved, self._filter, self._split_size, self._parallelism)
+        result = plan(self._resolved, self._filter, self._split_size, self._parallelism,
+                      self._projected)
         log.info("olympia scan of %s: %d of %d data files planned (%d skipped), %d bytes, "
-                 "%d Spark partitions, filter %s", self._resolved.describe(),
+                 "%d Spark partitions, filter %s; %d of %d columns read, %d of %d bytes of "
+                 "column chunks", self._resolved.describe(),
                  result.files_planned, result.files_total,
                  result.files_total - result.files_planned, result.bytes_planned,
-                 len(result.partitions), self._filter)
+                 len(result.partitions), self._filter, len(self._projected.fields),
+                 len(self._resolved.schema.fields), result.column_bytes,
+                 result.all_column_bytes)
         return list(result.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -197,7 +240,8 @@ class OlympiaReader(DataSourceReader):
         target = to_arrow_schema(self._spark_schema, timezone="UTC")
         resolved = self._resolved
         io = load_file_io(resolved.io_properties, resolved.metadata.location)
-        scan = ArrowScan(resolved.metadata, io, resolved.schema, AlwaysTrue())
+        # pyiceberg reads only the projected columns' chunks of each Parquet file
+        scan = ArrowScan(resolved.metadata, io, self._projected, AlwaysTrue())
         for task in partition.tasks:  # one file at a time: memory stays one file's batches
             for batch in scan.to_record_batches([task]):
                 yield batch.cast(target)

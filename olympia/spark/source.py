@@ -6,7 +6,6 @@ from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
 
-from olympia.exceptions import InvalidArgumentError
 from olympia.spark.options import SourceOptions
 from olympia.spark.reader import OlympiaReader, ResolvedTable
 from olympia.spark.schema import spark_ddl
@@ -39,17 +38,15 @@ class OlympiaDataSource(DataSource):
         return resolved
 
     def schema(self) -> str:
+        """The table's columns, or those the ``columns`` option names (Spark calls this
+        only when the read was given no schema)."""
         resolved = self._resolved()
-        return spark_ddl(resolved.schema, resolved.name)
+        return spark_ddl(resolved.project(self._parsed().columns), resolved.name)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        resolved = self._resolved()
-        names = [f.name for f in resolved.schema.fields]
-        if list(schema.fieldNames()) != names:
-            raise InvalidArgumentError(
-                f"table {resolved.name} has the columns {', '.join(names)}; a schema given "
-                "to the reader must name the same ones (or leave the schema out)")
-        return OlympiaReader(resolved, self._parsed(), schema)
+        """Spark passes the DataFrame's schema (``schema()``'s or one given to the read,
+        never the query's projection): the reader reads only its columns."""
+        return OlympiaReader(self._resolved(), self._parsed(), schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         return OlympiaWriter.create(self._parsed(), schema, overwrite)
