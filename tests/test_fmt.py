@@ -1,22 +1,39 @@
-"""olympia fmt: one layout, comments and values kept, --check for CI; inspect output is
-already formatted; formatting is idempotent and never changes what a spec plans."""
+"""olympia fmt: the canonical layout, comments and values kept, --check for CI; inspect
+output is already formatted; formatting is idempotent and never changes what a spec plans."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from plan_helpers import EXAMPLE, EXAMPLE_VARS, ROOT, write_text
+from plan_helpers import (
+    EXAMPLE,
+    EXAMPLE_VARS,
+    GOLDEN,
+    ROOT,
+    check_golden,
+    memory_catalog,
+    plan_for,
+    write_spec,
+    write_text,
+)
+from test_plan_property import namespaces, to_docs
 
+from olympia import Catalog
 from olympia.cli import main
 from olympia.exceptions import SpecError
+from olympia.plan import apply_plan
 from olympia.spec import load_spec
 from olympia.spec.fmt import format_text
 from olympia.spec.model import Spec
+from olympia.spec.yamlpos import CoreDumper
 
 
 def run(tmp_path: Path, *args: str) -> Result:
@@ -155,3 +172,108 @@ def test_fmt_is_idempotent_and_never_changes_what_a_spec_plans(tmp_path: Path,
         assert format_text(once, name) == once
         (spec / name).write_bytes(once.encode())
     assert same_state(load_spec(spec, EXAMPLE_VARS), before)
+
+
+def test_fmt_golden_messy_spec_with_comments_anchors_and_merge_keys(tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    messy = (GOLDEN / "fmt_messy.yaml").read_text()
+    path = spec / "sales.yaml"
+    path.write_text(messy)
+    out = run(tmp_path, "fmt", "--check", str(spec))
+    assert (out.exit_code, out.output) == (3, f"would reformat {path}\n")
+    assert path.read_text() == messy  # --check writes nothing
+    out = run(tmp_path, "fmt", str(spec))
+    assert (out.exit_code, out.output) == (0, f"reformatted {path}\n")
+    formatted = path.read_text()
+    check_golden("fmt_messy.formatted.yaml", formatted)
+    assert format_text(formatted, str(path)) == formatted  # idempotent
+    before = tmp_path / "before"
+    before.mkdir()
+    (before / "sales.yaml").write_text(messy)
+    assert same_state(load_spec(spec), load_spec(before))
+    assert "<<: *owner" in formatted and "- *audit" in formatted  # never expanded
+    out = run(tmp_path, "fmt", "--check", str(spec))
+    assert (out.exit_code, out.output) == (0, "All spec files are formatted.\n")
+
+
+def test_fmt_keeps_quotes_only_where_a_reader_needs_them() -> None:
+    text = ("namespace: 'n'\nproperties:\n  a: \"plain\"\n  b: 'yes'\n  c: \"1.10\"\n"
+            "  d: '012'\n  e: \"${var.x}\"\n  f: 'null'\n  g: \"a: b\"\n  h: ''\n  i:\n"
+            "  j: ~\n  k: 1.10\n")
+    assert format_text(text, "q.yaml") == (
+        "namespace: n\nproperties:\n  a: plain\n  b: 'yes'\n  c: \"1.10\"\n  d: '012'\n"
+        "  e: \"${var.x}\"\n  f: 'null'\n  g: \"a: b\"\n  h: ''\n  i:\n  j: ~\n  k: 1.10\n")
+
+
+def test_fmt_never_moves_a_key_ahead_of_the_anchor_it_aliases() -> None:
+    text = ("namespace: n\ntables:\n  t:\n    columns: &cols\n    - name: id\n      type: int\n"
+            "    comment: x\n  u:\n    properties: {}\n    comment: *cols\n")
+    formatted = format_text(text, "a.yaml")
+    assert formatted.index("&cols") < formatted.index("*cols")
+    assert format_text(formatted, "a.yaml") == formatted
+
+
+@st.composite
+def messy_specs(draw: st.DrawFn) -> dict[str, str]:
+    """Generated specs (as the plan properties make them) written in any key order,
+    indentation and flow style, with comment lines and end-of-line comments scattered."""
+    docs = to_docs(draw(namespaces))
+    rnd = draw(st.randoms(use_true_random=False))
+
+    def shuffled(value: Any) -> Any:
+        if isinstance(value, dict):
+            keys = list(value)
+            rnd.shuffle(keys)
+            return {k: shuffled(value[k]) for k in keys}
+        return [shuffled(v) for v in value] if isinstance(value, list) else value
+
+    out = {}
+    for name, doc in docs.items():
+        text = yaml.dump(shuffled(doc), Dumper=CoreDumper, sort_keys=False, allow_unicode=True,
+                         indent=rnd.choice([2, 3, 4]), width=1000,
+                         default_flow_style=rnd.choice([False, None]))
+        lines = text.split("\n")
+        for _ in range(rnd.randint(0, 4)):
+            i = rnd.randrange(len(lines))
+            if lines[i].rstrip().endswith(":"):
+                lines[i] += "   # about this"
+            else:
+                indent = len(lines[i]) - len(lines[i].lstrip())
+                lines.insert(i, " " * indent + "# a note")
+        out[f"{name}.yaml"] = "\n".join(lines)
+    return out
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(files=messy_specs(), first=namespaces)
+def test_formatting_any_spec_is_idempotent_and_plans_the_same(
+        tmp_path: Path, files: dict[str, str], first: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+        catalog = memory_catalog()  # holds another spec: the plans have changes of all kinds
+        apply_plan(catalog, plan_for(catalog, write_spec(Path(tmp) / "first", to_docs(first))))
+        original, formatted = Path(tmp) / "original", Path(tmp) / "formatted"
+        original.mkdir()
+        formatted.mkdir()
+        for name, text in files.items():
+            (original / name).write_text(text, "utf-8")
+            try:
+                once = format_text(text, name)
+            except SpecError:
+                assume(False)  # a scattered comment made the file invalid
+                raise
+            assert format_text(once, name) == once
+            (formatted / name).write_text(once, "utf-8")
+        assert planned(catalog, original) == planned(catalog, formatted)
+
+
+def planned(catalog: Catalog, spec: Path) -> Any:
+    """What planning ``spec`` gives: its changes and warnings, or its errors' messages
+    (file:line:col aside: formatting moves lines)."""
+    try:
+        plan = plan_for(catalog, spec)
+    except SpecError as exc:
+        return sorted(re.sub(r"^.*?:\d+:\d+: ", "", p) for p in exc.problems)
+    return ([{k: v for k, v in c.to_dict().items() if k != "source"} for c in plan.changes],
+            plan.warnings)
