@@ -353,7 +353,6 @@ class _Builder:
     def _column(self, doc: Document, path: Path_, name: str) -> Column | None:
         """One column (or struct field, list element, map key/value) at ``path``."""
         body: dict[str, Any] = doc.get(path)
-        what = f"column {excerpt(name)}"
         try:
             canonical_type(body["type"])
         except InvalidArgumentError:
@@ -364,7 +363,8 @@ class _Builder:
         for i, item in enumerate(body.get("fields") or []):
             if item["name"] in seen:
                 self.problem(doc.at((*path, "fields", i, "name")),
-                             f"{what}: duplicate field {excerpt(item['name'])}")
+                             f"column {excerpt(name)}: duplicate field "
+                             f"{excerpt(item['name'])}")
                 ok = False
             seen.add(item["name"])
             field = self._column(doc, (*path, "fields", i), item["name"])
@@ -383,7 +383,7 @@ class _Builder:
                           parts.get("element"), parts.get("key"), parts.get("value"),
                           _properties(doc, (*path, "properties")))
         except InvalidArgumentError as exc:
-            self.problem(doc.at((*path, "type")), f"{what}: {exc}")
+            self.problem(doc.at((*path, "type")), f"column {excerpt(name)}: {exc}")
             return None
 
     # --- checks across documents --------------------------------------------------------

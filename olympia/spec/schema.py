@@ -98,6 +98,10 @@ _TYPES: dict[str, Check] = {
 }
 
 
+_CLASSES: dict[str, type] = {"object": dict, "array": list, "string": str, "boolean": bool,
+                             "null": type(None)}
+
+
 class _Unsupported(Exception):
     pass
 
@@ -154,6 +158,9 @@ class _Compiler:
                 names = [value] if isinstance(value, str) else value
                 if not set(names) <= set(_TYPES):
                     raise _Unsupported(names)
+                if not {"number", "integer"} & set(names):  # then one isinstance answers
+                    classes = tuple(_CLASSES[t] for t in names)
+                    return lambda v: isinstance(v, classes)
                 tests = [_TYPES[t] for t in names]
                 return lambda v: any(test(v) for test in tests)
             case "enum" if all(isinstance(e, str | int | float) and not isinstance(e, bool)

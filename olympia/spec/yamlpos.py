@@ -82,7 +82,7 @@ def _flow(value: Any, depth: int = 0) -> str:
         _REPR.repr(value))
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)  # one per value of a spec: kept small
 class Position:
     file: str
     line: int
@@ -280,9 +280,12 @@ class _Converter:
     def convert(self, node: yaml.Node, path: Path_, doc: Document,
                 active: dict[int, Path_]) -> Any:
         """``active``: the collections being converted (id -> path), to catch alias cycles."""
-        self.grow(node, 1)
-        self.check_problems(node)
-        doc.positions[path] = _pos(node, self.file)
+        self.nodes += 1  # grow() and check_problems(), inline: this runs for every value
+        if self.nodes > MAX_NODES or len(self.problems) - self.known > MAX_PROBLEMS:
+            self.grow(node, 0)
+            self.check_problems(node)
+        mark = node.start_mark
+        doc.positions[path] = Position(self.file, mark.line + 1, mark.column + 1)
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path, doc)
         if id(node) in active:
@@ -375,6 +378,8 @@ class _Converter:
             node = yaml.ScalarNode(f"tag:yaml.org,2002:{tag}", text, node.start_mark,
                                    node.end_mark, style=node.style)
         self.count(text, node)
+        if node.tag == _STR:
+            return text  # what the constructor gives a string, without its bookkeeping
         try:
             value = self.loader.construct_object(node)
         except yaml.constructor.ConstructorError as exc:
@@ -389,6 +394,9 @@ class _Converter:
         if plain and not isinstance(value, str) and value is not None:
             doc.plain_text[path] = text  # properties keep numbers and booleans as written
         return value
+
+
+_STR = "tag:yaml.org,2002:str"
 
 
 class _TooLarge(Exception):
@@ -409,17 +417,21 @@ def _check_stream(text: str) -> None:
     memory)."""
     depth = 0
     nodes = 0
-    for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, yaml.NodeEvent):
-            nodes += 1
-            if nodes > MAX_NODES:
-                raise _TooLarge(event, f"more than {MAX_NODES} values")
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise _TooDeep(event)
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+    parser = _LOADER(text)  # its events without yaml.parse()'s generator: this sees them all
+    try:
+        while (event := parser.get_event()) is not None:
+            if isinstance(event, yaml.NodeEvent):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise _TooLarge(event, f"more than {MAX_NODES} values")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _TooDeep(event)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    finally:
+        parser.dispose()
 
 
 _LOADER = _fast_loader()
