@@ -2,15 +2,22 @@
 one-table creates into one shared namespace (disjoint tables), on local disk and on S3.
 
 Per run: aggregate commits/s (all writers, from a common start to the last commit), every
-writer's p50/p99 commit latency (the worst writer's p99 shows starvation), root-creation
-attempts per commit (exclusive creates of ``vn/...``: 1.0 means no lost race), lost
-commits (creates that did not land; must be 0) and commits that gave up with CommitConflict
-(the writer counts them and goes on, so a run never waits for a writer that died).
+writer's p50/p99 and worst commit latency (the worst writer's shows starvation),
+root-creation attempts per commit (exclusive creates of ``vn/...``: 1.0 means no lost race),
+lost commits (creates that did not land; must be 0) and commits that gave up with
+CommitConflict (the writer counts them and goes on, so a run never waits for a writer that
+died). Where the time goes, in counts that do not depend on the machine's load: storage
+operations per commit by kind of file (``per_commit``: root reads, reads that found no file, node
+reads and writes, definition writes, bytes written), and seconds paused per commit
+(``paused_ms_per_commit``); the load average before and after each run (``loadavg``), since
+the seconds are only as good as the machine was quiet.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
+import os
 import statistics
 import time
 from typing import Any
@@ -30,7 +37,16 @@ def _writer(uri: str, options: dict[str, Any], writer: int, commits: int, start_
     catalog = Catalog.open(uri, options)
     latencies: list[float] = []
     gave_up: list[str] = []
+    paused: list[float] = []
+    sleep = catalog.commit_options.sleep
+
+    def pause(seconds: float) -> None:
+        paused.append(seconds)
+        sleep(seconds)
+
+    catalog.commit_options = dataclasses.replace(catalog.commit_options, sleep=pause)
     with recording(catalog.storage) as log:
+        catalog.storage.stats.reset()
         while time.time() < start_at:
             time.sleep(0.001)
         for i in range(commits):
@@ -40,8 +56,15 @@ def _writer(uri: str, options: dict[str, Any], writer: int, commits: int, start_
             except CommitConflict as exc:
                 gave_up.append(str(exc))
             latencies.append(time.perf_counter() - begun)
+    stats = catalog.storage.stats.snapshot()
     out.put({"writer": writer, "latencies": latencies, "finished": time.time(),
-             "attempts": log.count("create_exclusive", "root"), "gave_up": gave_up})
+             "attempts": log.count("create_exclusive", "root"), "gave_up": gave_up,
+             "paused": sum(paused), "ops": {
+                 "root_reads": log.count("read", "root"), "read_misses": stats["misses"],
+                 "node_reads": log.count("read", "node"), "node_writes": log.count("write", "node"),
+                 "def_writes": log.count("write", "def"), "hint_reads": log.count("read", "hint"),
+                 "exists": log.count("exists"), "bytes_written": stats["bytes_written"],
+                 "bytes_read": stats["bytes_read"]}})
 
 
 def _quantile(samples: list[float], q: float) -> float:
@@ -49,9 +72,15 @@ def _quantile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+def _loadavg() -> float:
+    """The one-minute load average (0 where the system does not report one)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
+
+
 def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[str, Any]:
     catalog = Catalog.create(uri, options)
     catalog.create_namespace("bench")
+    load_before = _loadavg()
     ctx = mp.get_context("spawn")  # never share a storage client across fork
     out = ctx.Queue()
     start_at = time.time() + 3.0 + 0.3 * writers  # after every interpreter has started
@@ -69,6 +98,7 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[
         "writer": r["writer"],
         "p50_ms": round(statistics.median(r["latencies"]) * 1000, 2),
         "p99_ms": round(_quantile(r["latencies"], 0.99) * 1000, 2),
+        "max_ms": round(max(r["latencies"]) * 1000, 2),
         "attempts_per_commit": round(r["attempts"] / commits, 2),
     } for r in sorted(results, key=lambda r: r["writer"])]
     return {
@@ -79,6 +109,11 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[
         "gave_up_example": next((r["gave_up"][0] for r in results if r["gave_up"]), ""),
         "attempts_per_commit": round(sum(r["attempts"] for r in results) / total, 2),
         "worst_p99_ms": max(w["p99_ms"] for w in per_writer),
+        "worst_max_ms": max(w["max_ms"] for w in per_writer),
+        "per_commit": {name: round(sum(r["ops"][name] for r in results) / total, 2)
+                       for name in results[0]["ops"]},
+        "paused_ms_per_commit": round(sum(r["paused"] for r in results) * 1000 / total, 2),
+        "loadavg": [load_before, _loadavg()],
         "per_writer": per_writer,
     }
 

@@ -45,12 +45,41 @@ def test_lost_race_rebases_on_the_winner_at_once() -> None:
     stats = ours.storage.stats.snapshot()
     # writes: our def, root attempt at vn/2 (lost), root at vn/3, vn/latest
     assert stats["writes"] == 4 and stats["failures"] == 1
-    assert stats["reads"] == 1  # the winning root, read directly
-    assert stats["exists"] == 0 and stats["misses"] == 0  # no discovery, no probing
+    # the winning root and, in the same round trip, the version after it (absent)
+    assert stats["reads"] == 2 and stats["misses"] == 1
+    assert stats["exists"] == 0  # no discovery from the hints
     assert slept == []  # no pause before the retry
     assert ours.version == 3  # the catalog heard of its commit through the callback
     assert ours.list_tables("s") == ["mine", "theirs"]
     assert ours.at_version(3).root.node.previous_root == version_path(2)
+
+
+def test_loser_rebases_on_the_newest_version_with_one_lost_race() -> None:
+    """Two versions won while ours was staged: the loser reads both (and the two after,
+    absent, in one more round trip) and publishes once more, on the newest."""
+    ours, theirs = _two_writers()
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    for name in ("a", "b", "c"):
+        theirs.create_table("s", name, columns=COLUMNS)  # versions 2, 3, 4
+    ours.storage.stats.reset()
+    assert txn.commit() == 5
+    stats = ours.storage.stats.snapshot()
+    assert stats["failures"] == 1  # vn/2 lost; nothing published onto 3 or 4
+    assert stats["reads"] == 4 and stats["misses"] == 1  # roots 2, 3, 4 and absent 5
+    assert stats["writes"] == 1 + 2 + 1  # def once, two roots, vn/latest
+    assert Catalog.open(ours.uri).list_tables("s") == ["a", "b", "c", "mine"]
+
+
+def test_conflict_in_a_version_read_ahead() -> None:
+    ours, theirs = _two_writers()
+    txn = ours.transaction()
+    txn.create_table("s", "orders", columns=COLUMNS)
+    theirs.create_table("s", "other", columns=COLUMNS)  # version 2: no conflict
+    theirs.create_table("s", "orders", columns=COLUMNS)  # version 3: the same table
+    with pytest.raises(CommitConflict, match="s.orders.*version 3") as info:
+        txn.commit()
+    assert info.value.version == 3 and txn.state == "aborted"
 
 
 def test_lost_race_on_the_same_object_is_a_conflict() -> None:
@@ -93,6 +122,9 @@ def test_commit_gives_up_when_its_time_budget_is_spent() -> None:
 def test_pause_grows_after_the_immediate_retries() -> None:
     options = CommitOptions(immediate_retries=2, backoff_s=0.01, max_backoff_s=0.05)
     assert [options.pause(n) for n in range(1, 7)] == [0.0, 0.0, 0.01, 0.02, 0.04, 0.05]
+    defaults = CommitOptions()  # a rebase is retried at once; pauses only break lock-step
+    assert [defaults.pause(n) for n in (1, 8, 9, 10, 13, 20)] == [
+        0.0, 0.0, 0.001, 0.002, 0.016, 0.016]
 
 
 def test_commit_timeout_is_set_per_catalog() -> None:

@@ -57,11 +57,13 @@ class Catalog(CatalogReader):
     """
 
     def __init__(self, files: CatalogFiles, root: Root,
-                 commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S) -> None:
+                 commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S,
+                 coalesce_commits: bool = False) -> None:
         self.files = files
         #: How commits made through this catalog retry after losing the root race; its
-        #: ``timeout_s`` is the ``commit_timeout`` given to :meth:`open` or :meth:`create`.
-        self.commit_options = CommitOptions(timeout_s=commit_timeout)
+        #: ``timeout_s`` and ``coalesce`` are the ``commit_timeout`` and ``coalesce_commits``
+        #: given to :meth:`open` or :meth:`create`.
+        self.commit_options = CommitOptions(timeout_s=commit_timeout, coalesce=coalesce_commits)
         self.storage = files.storage
         self._lock = threading.Lock()
         self._snapshot = Snapshot(files, root)
@@ -91,10 +93,12 @@ class Catalog(CatalogReader):
         txn_ttl_millis: int = DEFAULT_TXN_TTL_MILLIS,
         txn_isolation_level: str | int = "SNAPSHOT",
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S,
+        coalesce_commits: bool = False,
     ) -> Catalog:
         """Write version 0 (an empty tree and the catalog definition) at ``uri``.
 
-        ``commit_timeout`` is as in :meth:`open` (this process's setting, not stored).
+        ``commit_timeout`` and ``coalesce_commits`` are as in :meth:`open` (this process's
+        settings, not stored).
         """
         if order < 3:
             raise InvalidArgumentError(f"order must be at least 3, got {order}")
@@ -128,11 +132,13 @@ class Catalog(CatalogReader):
             raise AlreadyExistsError(f"a catalog already exists at {storage.uri}") from None
         files.write_hint(LATEST, 0)
         files.remember_def(cdef_path, catalog_def)
-        return cls(files, Root(0, version_path(0), root, catalog_def), commit_timeout)
+        return cls(files, Root(0, version_path(0), root, catalog_def), commit_timeout,
+                   coalesce_commits)
 
     @classmethod
     def open(cls, uri: str, storage_options: Mapping[str, Any] | None = None, *,
-             commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S) -> Catalog:
+             commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_S,
+             coalesce_commits: bool = False) -> Catalog:
         """Open the latest version of the catalog at ``uri``.
 
         Args:
@@ -141,12 +147,15 @@ class Catalog(CatalogReader):
             commit_timeout: Seconds a commit keeps retrying while other writers win the
                 race for the next version before it gives up with CommitConflict (a
                 setting of this process, not of the catalog).
+            coalesce_commits: Commits that threads make at the same time through this
+                object may land together in one version when their changes are disjoint;
+                each caller still gets its own outcome (docs/ARCHITECTURE.md, Commits).
 
         Raises:
             NoSuchCatalogError: There is no catalog at ``uri``.
         """
         files = CatalogFiles(Storage(uri, storage_options))
-        return cls(files, files.discover_latest(), commit_timeout)
+        return cls(files, files.discover_latest(), commit_timeout, coalesce_commits)
 
     @classmethod
     def exists_at(cls, uri: str, storage_options: Mapping[str, Any] | None = None) -> bool:

@@ -4,24 +4,37 @@ distributed transactions.
 1. Write the new definition files and the changed non-root nodes (concurrently).
 2. Create the root ``vn/<v+1>`` exclusively; then write ``vn/latest`` best-effort.
 3. On losing that race the winning root exists, so it is read directly (no discovery from
-   the hints) and its actions are checked against ours
+   the hints), together with the root after it (:data:`READ_AHEAD` roots at a time,
+   concurrently, until one is missing): a loser rebases on the newest version, not on one
+   another loser has already taken, and learning that costs no extra round trip. Each
+   root read has its actions checked against ours
    (:func:`olympia.catalog.actions.find_conflict`); without a conflict the staged changes
-   are replayed onto the winner's tree and step 2 is tried again at once for ``vn/<v+2>``.
-   When the winner was committed over a second before this attempt (the base was stale,
-   not a race lost), the roots after it are read too, so a writer far behind catches up in
-   reads, not in lost races. A rebase rewrites only
-   the nodes whose content changed relative to the new base: a node already written by an
-   earlier attempt with the same keys, values and children is referenced again, and
-   definition files are written once.
-4. Only after :attr:`CommitOptions.immediate_retries` losses in a row does a writer pause
-   (jittered, growing) to break a livelock; it gives up with :class:`CommitConflict` when
-   its time budget (:attr:`CommitOptions.timeout_s`, default 30 s) is spent.
+   are replayed onto the newest tree and step 2 is tried again at once. A rebase rewrites
+   only the nodes whose content changed relative to the new base: a node already written
+   by an earlier attempt with the same keys, values and children is referenced again, and
+   definition files are written once (by the first attempt).
+4. Every version has a winner, so writers cannot livelock; a writer only pauses (jittered,
+   growing from 1 ms to 16 ms) after :attr:`CommitOptions.immediate_retries` losses in a
+   row, to stop colliding in lock-step with the same rivals. It gives up with
+   :class:`CommitConflict` when its time budget (:attr:`CommitOptions.timeout_s`, default
+   30 s) is spent.
+
+With :attr:`CommitOptions.coalesce`, concurrent commits from threads through one
+:class:`CatalogFiles` are group-committed (:class:`CommitGroup`): disjoint changes share a
+version, each caller gets its own outcome (:class:`_Member`), and a conflict, between two
+callers or with another writer's version, is reported to the caller it concerns.
+
+Over 400 lines for one reason: a group commit and a single commit run the same attempt loop
+(:func:`_land`, members' outcomes set per member), so the group lives beside it.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -43,7 +56,7 @@ from olympia.tree import btree
 from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
-STALE_MILLIS = 1000  # a winner this much older than our attempt: we were behind
+READ_AHEAD = 2  # roots read at once after a lost race: the winner's and the next
 
 
 def now_millis() -> int:
@@ -64,15 +77,18 @@ class CommitOptions:
         clock: Monotonic seconds (injectable for tests).
         sleep: Pauses (injectable for tests).
         jitter: Draws a pause in [0, bound] (injectable for tests).
+        coalesce: Commits issued concurrently by threads through one catalog object may
+            land together in one version (see :class:`CommitGroup`).
     """
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
-    immediate_retries: int = 2
-    backoff_s: float = 0.005
-    max_backoff_s: float = 0.05
+    immediate_retries: int = 8
+    backoff_s: float = 0.001
+    max_backoff_s: float = 0.016
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(0, bound))
+    coalesce: bool = False
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -111,6 +127,12 @@ class Change:
     rollback_from: str | None = None
     reads: ReadSet | None = None
 
+    @property
+    def coalescible(self) -> bool:
+        """Whether the change may share a version with others: object changes only (no
+        catalog definition, no rollback) under SNAPSHOT isolation."""
+        return self.catalog_def is None and self.tree_from is None and self.reads is None
+
 
 def apply_changes(base: Snapshot, root: Node, pending: Mapping[str, str | None],
                   created_at_millis: int, reuse: Mapping[btree.NodeShape, str] | None = None,
@@ -129,7 +151,8 @@ def apply_changes(base: Snapshot, root: Node, pending: Mapping[str, str | None],
 def commit(files: CatalogFiles, base: Snapshot, change: Change,
            options: CommitOptions = CommitOptions()) -> Root:
     """Commit ``change`` as the version after ``base`` or, after lost races, after the
-    versions that won them.
+    versions that won them. With :attr:`CommitOptions.coalesce`, commits that threads issue
+    concurrently through the same ``files`` may land together in one version.
 
     Returns:
         The committed root.
@@ -139,13 +162,169 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         CatalogError: A node file would exceed the catalog's ``node_file_max_size_bytes``.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
+    member = _Member(base, change)
+    if options.coalesce and change.coalescible:
+        commit_group(files).submit(files, member, options)
+    else:
+        _land(files, base, [member], options)
+    return member.outcome()
+
+
+@dataclass(eq=False)
+class _Member:
+    """One caller's change and, once known, its outcome."""
+
+    base: Snapshot
+    change: Change
+    root: Root | None = None
+    error: BaseException | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.root is not None or self.error is not None
+
+    def outcome(self) -> Root:
+        if self.error is not None:
+            raise self.error
+        assert self.root is not None
+        return self.root
+
+
+class CommitGroup:
+    """Coalesces the commits that threads issue concurrently through one
+    :class:`CatalogFiles` (one catalog object): group commit.
+
+    A caller that finds no commit under way leads: it takes every change waiting, commits
+    them as one version and tells each caller its outcome. Callers arriving meanwhile wait
+    and the next leader takes them all. A leader takes a change only when it conflicts with
+    none already taken (its actions, as :func:`find_conflict` judges them, and its keys);
+    a change left out waits for the next version, where it is checked against the one
+    taken as against any version that won. Each member is checked against every version
+    after its own base, so a conflict is reported to its caller alone.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._waiting: list[_Member] = []
+        self._landing: list[_Member] = []
+        self._leading = False
+        self._newest: Snapshot | None = None  # the version the last batch committed
+
+    @property
+    def submitted(self) -> int:
+        """Changes submitted whose outcome is not known yet (queued or being committed)."""
+        with self._cond:
+            return len(self._waiting) + sum(not m.finished for m in self._landing)
+
+    def submit(self, files: CatalogFiles, member: _Member, options: CommitOptions) -> None:
+        """Commit ``member`` (alone or with others); its outcome is set on return."""
+        with self._cond:
+            self._waiting.append(member)
+        while True:
+            with self._cond:
+                while self._leading and not member.finished:
+                    self._cond.wait()
+                if member.finished:
+                    return
+                self._leading = True
+                self._landing, self._waiting = self._waiting, []
+            taken, left = _disjoint(self._landing)
+            try:
+                self._newest = _land_batch(files, taken, options, self._newest)
+            except BaseException as exc:
+                failed = exc if isinstance(exc, Exception) else CatalogError(
+                    f"the thread committing this change was interrupted ({exc!r}); whether "
+                    "the version was created is unknown: refresh and look")
+                for other in taken:
+                    if not other.finished:
+                        other.error = exc if other is member else failed
+                if failed is not exc:
+                    raise  # an interrupt of the leading thread
+            finally:
+                with self._cond:
+                    self._waiting[:0] = left  # our own change may be among them
+                    self._landing = []
+                    self._leading = False
+                    self._cond.notify_all()
+
+
+_GROUPS: weakref.WeakKeyDictionary[CatalogFiles, tuple[int, CommitGroup]] = (
+    weakref.WeakKeyDictionary())
+_GROUPS_LOCK = threading.Lock()
+
+
+def commit_group(files: CatalogFiles) -> CommitGroup:
+    """The group coalescing commits made through ``files`` in this process (a forked child
+    gets a group of its own, never a parent's lock or queue)."""
+    with _GROUPS_LOCK:
+        entry = _GROUPS.get(files)
+        if entry is None or entry[0] != os.getpid():
+            entry = _GROUPS[files] = (os.getpid(), CommitGroup())
+        return entry[1]
+
+
+def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
+    """(the members that conflict with none before them, the others)."""
+    taken: list[_Member] = []
+    left: list[_Member] = []
+    keys: set[str] = set()
+    for member in batch:
+        if (keys & member.change.pending.keys()) or any(
+                find_conflict(member.change.actions, t.change.actions) for t in taken):
+            left.append(member)
+        else:
+            taken.append(member)
+            keys.update(member.change.pending)
+    return taken, left
+
+
+def _land_batch(files: CatalogFiles, members: list[_Member], options: CommitOptions,
+                newest: Snapshot | None) -> Snapshot | None:
+    """Commit disjoint members as one version after the newest of their bases and
+    ``newest`` (the version the group committed last), each first checked against the
+    versions after its own base. Returns the committed version, if any."""
+    base = max([m.base for m in members] + ([newest] if newest else []),
+               key=lambda b: b.version)
+    current = []
+    for member in members:
+        for version in range(member.base.version + 1, base.version + 1):
+            newer = Snapshot(files, files.read_root(version))
+            member.error = _conflict(newer, newer.actions(), member.change)
+            if member.error is not None:
+                break
+        else:
+            current.append(member)
+    _land(files, base, current, options)
+    root = next((m.root for m in current if m.root is not None), None)
+    return Snapshot(files, root) if root else newest
+
+
+def _merged(members: Sequence[_Member]) -> Change:
+    """One change holding every member's (disjoint) changes."""
+    if len(members) == 1:
+        return members[0].change
+    pending: dict[str, str | None] = {}
+    new_defs: dict[str, bytes] = {}
+    for member in members:
+        pending.update(member.change.pending)
+        new_defs.update(member.change.new_defs)
+    return Change(pending, [a for m in members for a in m.change.actions],
+                  tuple(row for m in members for row in m.change.rows), new_defs)
+
+
+def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
+          options: CommitOptions) -> None:
+    """Commit the members' changes as one version after ``base`` (or after the versions
+    that win the races) and set each member's outcome: the committed root, or the
+    conflict that took it out. Storage and size errors are raised for all of them."""
     storage = files.storage
     deadline = options.clock() + options.timeout_s
     written: dict[btree.NodeShape, str] = {}  # nodes written by earlier attempts
-    defs_written = False
+    defs_written: set[str] = set()
     attempts = losses = 0
-    while True:
+    while members:
         attempts += 1
+        change = _merged(members)
         order = base.catalog_def.order
         created = max(now_millis(), base.created_at_millis + 1)
         tree = change.tree_from.node if change.tree_from else base.root.node
@@ -154,12 +333,12 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         root = Node(flushed.keys, flushed.values, flushed.children, created,
                     catalog_def=cdef_path, previous_root=base.root.path,
                     rollback_from_root=change.rollback_from, actions=change.rows)
-        files_out = {} if defs_written else dict(change.new_defs)
+        files_out = {p: d for p, d in change.new_defs.items() if p not in defs_written}
         files_out.update(btree.encode_files(flushed.files, order))
         root_bytes = encode_node(root, order)
         _check_size(cdef, {**files_out, "root": root_bytes})
         storage.write_many(files_out)
-        defs_written = True
+        defs_written.update(change.new_defs)
         for path, node in flushed.files.items():
             base.nodes.remember(path, node)
             written[btree.shape(node)] = path
@@ -168,59 +347,81 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
             storage.create_exclusive(version_path(version), root_bytes)
         except FileAlreadyExists:
             losses += 1
-            base = _checked(files, version, change)
-            if base.created_at_millis + STALE_MILLIS < created:  # behind, not racing
-                base = _catch_up(files, base, change)
-            bound = options.pause(losses)
-            if options.clock() + bound >= deadline:
-                raise CommitConflict(
+            for newer in _newest(files, version):
+                base = Snapshot(files, newer)
+                members = _without_conflicts(base, members)
+        else:
+            committed = Root(version, version_path(version), root, cdef)
+            files.remember_root(committed)
+            try:
+                files.write_hint(LATEST, version)
+            except StorageError:
+                pass  # vn/latest is only a hint; discovery probes past it
+            for member in members:
+                member.root = committed
+            return
+        bound = options.pause(losses)
+        if members and options.clock() + bound >= deadline:
+            for member in members:
+                member.error = CommitConflict(
                     f"commit gave up after {options.timeout_s:g} s and {attempts} attempts: "
                     f"other writers kept winning (latest seen: version {base.version})",
-                    version=base.version) from None
-            if bound:
-                options.sleep(options.jitter(bound))
-            continue
-        committed = Root(version, version_path(version), root, cdef)
-        files.remember_root(committed)
-        try:
-            files.write_hint(LATEST, version)
-        except StorageError:
-            pass  # vn/latest is only a hint; discovery probes past it
-        return committed
+                    version=base.version)
+            return
+        if members and bound:
+            options.sleep(options.jitter(bound))
 
 
-def _catch_up(files: CatalogFiles, base: Snapshot, change: Change) -> Snapshot:
-    """The last of the roots after ``base`` that exist, each checked against ``change``."""
-    while True:
-        try:
-            base = _checked(files, base.version + 1, change)
-        except NoSuchVersionError:
-            return base
-
-
-def _checked(files: CatalogFiles, version: int, change: Change) -> Snapshot:
-    """Read the root of ``version`` (one that won a race) and check its actions against
-    ``change``.
-
-    Returns:
-        The version's snapshot, the new base.
+def _newest(files: CatalogFiles, won: int) -> list[Root]:
+    """The roots from ``won`` (a version another writer created) to the newest, read
+    :data:`READ_AHEAD` at a time, concurrently: the winner's together with the next, so
+    learning that the next is taken too costs no extra round trip, and a rebase lands on
+    the newest version, not on one another loser has already taken.
 
     Raises:
-        NoSuchVersionError: ``version`` does not exist.
-
-    Raises:
-        CommitConflict: The winner's actions conflict with ``change``.
+        NoSuchVersionError: ``won`` cannot be read.
     """
-    winner = Snapshot(files, files.read_root(version))
-    found = find_conflict(list(change.actions), winner.actions(), change.reads)
-    if found is not None:
-        ours, theirs, obj = found
-        mine = f"{describe(ours)} " if ours is not None else "what it read: "
-        raise CommitConflict(
-            f"commit conflict on {obj}: this transaction's {mine}conflicts with "
-            f"{describe(theirs)} committed in version {version}",
-            object_name=obj, version=version)
-    return winner
+    def read(version: int) -> Root | None:
+        try:
+            return files.read_root(version)
+        except NoSuchVersionError:
+            if version == won:
+                raise
+            return None
+
+    roots: list[Root] = []
+    while True:
+        window = range(won + len(roots), won + len(roots) + READ_AHEAD)
+        for root in files.storage.map(read, window):
+            if root is None:
+                return roots
+            roots.append(root)
+
+
+def _without_conflicts(winner: Snapshot, members: list[_Member]) -> list[_Member]:
+    """The members whose changes ``winner`` (a newer version) leaves possible; the others
+    get their :class:`CommitConflict`."""
+    theirs = winner.actions()
+    kept = []
+    for member in members:
+        member.error = _conflict(winner, theirs, member.change)
+        if member.error is None:
+            kept.append(member)
+    return kept
+
+
+def _conflict(winner: Snapshot, theirs: list[apb.ActionDef],
+              change: Change) -> CommitConflict | None:
+    """The conflict between ``change`` and the actions ``theirs`` of ``winner``, if any."""
+    found = find_conflict(list(change.actions), theirs, change.reads)
+    if found is None:
+        return None
+    ours, their, obj = found
+    mine = f"{describe(ours)} " if ours is not None else "what it read: "
+    return CommitConflict(
+        f"commit conflict on {obj}: this transaction's {mine}conflicts with "
+        f"{describe(their)} committed in version {winner.version}",
+        object_name=obj, version=winner.version)
 
 
 def _check_size(cdef: pb.CatalogDef, files: Mapping[str, bytes]) -> None:

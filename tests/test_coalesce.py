@@ -1,0 +1,166 @@
+"""Coalesced commits (CommitOptions.coalesce, Catalog.open(..., coalesce_commits=True)):
+commits that threads of one process make at the same time through one catalog object land
+together in one version when disjoint, each caller learning its own outcome. Real threads on
+real storage; counts are asserted, never times."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import pytest
+from conftest import Location
+
+from olympia import Catalog
+from olympia.catalog.commit import commit_group
+from olympia.catalog.keys import path_version
+from olympia.exceptions import CommitConflict
+from olympia.storage import Backend, FileInfo
+
+COLUMNS = [{"name": "id", "type": "int8"}]
+
+
+class _Gate:
+    """Forwards every call to the real backend; the first root creation waits until
+    ``ready()`` (every caller has submitted its commit), so the batches are known."""
+
+    def __init__(self, inner: Backend, root: str, ready: Callable[[], bool]) -> None:
+        self.inner, self.root, self.ready = inner, root, ready
+        self.roots_created = 0
+        self._opened = False
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        if path_version(path.removeprefix(self.root)) is not None:
+            for _ in range(6000):  # a bounded wait, not a timing assertion
+                if self._opened or self.ready():
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the other callers never submitted their commits")
+            self._opened = True
+            self.roots_created += 1
+        self.inner.create_exclusive(path, data)
+
+    def read(self, path: str) -> bytes:
+        return self.inner.read(path)
+
+    def write(self, path: str, data: bytes) -> None:
+        self.inner.write(path, data)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        return self.inner.list(prefix)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        return self.inner.delete_many(paths)
+
+    def place(self, root: str) -> Hashable:
+        return self.inner.place(root)
+
+
+def _gated_catalog(location: Location, callers: int) -> tuple[Catalog, _Gate]:
+    Catalog.create(location.uri, location.storage_options).create_namespace("s")
+    catalog = Catalog.open(location.uri, location.storage_options, coalesce_commits=True)
+    group = commit_group(catalog.files)
+    gate = _Gate(catalog.storage.backend, catalog.storage.root,
+                 lambda: group.submitted == callers)
+    catalog.storage.backend = gate
+    return catalog, gate
+
+
+def _commit_in_threads(catalog: Catalog, stage: list[Callable[[Any], None]]
+                       ) -> list[int | CommitConflict]:
+    """Each function stages one transaction in a thread of its own; all commit at once.
+    Returns each caller's version or its CommitConflict."""
+    start = threading.Barrier(len(stage))
+    outcomes: list[int | CommitConflict] = [0] * len(stage)
+
+    def run(i: int) -> None:
+        txn = catalog.transaction()
+        stage[i](txn)
+        start.wait()
+        try:
+            outcomes[i] = txn.commit()
+        except CommitConflict as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(stage))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    return outcomes
+
+
+def _create(name: str, columns: list[dict[str, str]] = COLUMNS) -> Callable[[Any], None]:
+    return lambda txn: txn.create_table("s", name, columns=columns)
+
+
+def test_disjoint_concurrent_commits_share_versions(location: Location) -> None:
+    callers = 6
+    catalog, gate = _gated_catalog(location, callers)
+    outcomes = _commit_in_threads(catalog, [_create(f"t{i}") for i in range(callers)])
+    final = Catalog.open(location.uri, location.storage_options)
+    # the first leader's batch, then everything that queued while it committed
+    assert gate.roots_created == final.version - 1 <= 2 < callers
+    assert all(isinstance(v, int) and 2 <= v <= final.version for v in outcomes)
+    assert final.list_tables("s") == [f"t{i}" for i in range(callers)]
+    for i, version in enumerate(outcomes):  # each caller's change is in the version it got
+        assert isinstance(version, int)
+        assert f"t{i}" in final.at_version(version).list_tables("s")
+        assert f"t{i}" not in final.at_version(version - 1).list_tables("s")
+    assert catalog.version == final.version  # the catalog object heard of the commits
+    history = final.at_version(final.version).root.node.actions
+    assert len(history) == callers - sum(v == final.version - 1 for v in outcomes)
+
+
+def test_conflicting_concurrent_commits_one_wins(location: Location) -> None:
+    catalog, gate = _gated_catalog(location, 3)
+    outcomes = _commit_in_threads(catalog, [
+        _create("orders", [{"name": "a", "type": "int4"}]),
+        _create("orders", [{"name": "b", "type": "varchar"}]),
+        _create("other"),
+    ])
+    conflicts = [o for o in outcomes[:2] if isinstance(o, CommitConflict)]
+    won = [o for o in outcomes[:2] if isinstance(o, int)]
+    assert len(conflicts) == 1 and len(won) == 1  # exactly one of the pair
+    assert isinstance(outcomes[2], int)  # the disjoint caller is not affected
+    assert conflicts[0].version == won[0] and "s.orders" in str(conflicts[0])
+    final = Catalog.open(location.uri, location.storage_options)
+    assert final.version == gate.roots_created + 1 <= 3
+    winner = outcomes.index(won[0])
+    assert final.load_table("s.orders").columns[0].name == ("a", "b")[winner]
+    assert final.list_tables("s") == ["orders", "other"]
+
+
+def test_commits_one_after_another_are_not_held_back() -> None:
+    catalog = Catalog.create("memory://coalesce-sequential", coalesce_commits=True)
+    for name in ("s", "t", "u"):
+        catalog.create_namespace(name)
+    assert catalog.version == 3 and commit_group(catalog.files).submitted == 0
+
+
+def test_serializable_commits_are_not_coalesced() -> None:
+    """A SERIALIZABLE transaction's reads are checked against every version after its base
+    alone; it never shares a version."""
+    catalog = Catalog.create("memory://coalesce-serializable", coalesce_commits=True)
+    catalog.create_namespace("s")
+    txn = catalog.transaction("SERIALIZABLE")
+    txn.list_tables("s")
+    txn.create_table("s", "a", columns=COLUMNS)
+    assert txn.commit() == 2 and commit_group(catalog.files).submitted == 0
+
+
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_coalesce_setting(coalesce: bool) -> None:
+    uri = f"memory://coalesce-setting-{coalesce}"
+    Catalog.create(uri)
+    assert Catalog.open(uri, coalesce_commits=coalesce).commit_options.coalesce is coalesce
