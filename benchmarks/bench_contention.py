@@ -10,7 +10,9 @@ died). Where the time goes, in counts that do not depend on the machine's load: 
 operations per commit by kind of file (``per_commit``: root reads, reads that found no file, node
 reads and writes, definition writes, bytes written), and seconds paused per commit
 (``paused_ms_per_commit``); the load average before and after each run (``loadavg``), since
-the seconds are only as good as the machine was quiet.
+the seconds are only as good as the machine was quiet. Then 8 threads of one process
+committing through one catalog object, each commit separate and coalesced
+(``coalesce_commits``): commits/s and versions written.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import dataclasses
 import multiprocessing as mp
 import os
 import statistics
+import threading
 import time
 from typing import Any
 
-from benchmarks.common import guarded, recording, s3_location, workdir
+from benchmarks.common import guarded, recording, s3_location, stopwatch, workdir
 from olympia import Catalog
 from olympia.exceptions import CommitConflict
 
 WRITERS = (1, 2, 4, 8)
+THREADS = 8
 COLUMNS = [{"name": "id", "type": "int8"}]
 
 
@@ -118,6 +122,42 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[
     }
 
 
+def _threads(uri: str, options: dict[str, Any], threads: int, commits: int,
+             coalesce: bool) -> dict[str, Any]:
+    """``threads`` threads of this process committing through ONE catalog object, with
+    and without coalescing: versions written against commits made."""
+    Catalog.create(uri, options).create_namespace("bench")
+    catalog = Catalog.open(uri, options, coalesce_commits=coalesce)
+    start = threading.Barrier(threads)
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+
+    def work(thread: int) -> None:
+        start.wait()
+        for i in range(commits):
+            begun = time.perf_counter()
+            catalog.create_table("bench", f"t{thread:02d}_{i:05d}", columns=COLUMNS)
+            latencies[thread].append(time.perf_counter() - begun)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    with stopwatch() as elapsed:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    total = threads * commits
+    final = Catalog.open(uri, options)
+    return {"threads": threads, "coalesce": coalesce, "commits": total,
+            "commits_per_s": round(total / max(elapsed["seconds"], 1e-6), 1),
+            "versions": final.version - 1, "lost_commits": total - len(final.list_tables("bench")),
+            "worst_max_ms": round(max(max(t) for t in latencies) * 1000, 2),
+            "loadavg": _loadavg()}
+
+
+def _thread_series(location: Any, commits: int) -> dict[str, Any]:
+    return {("coalesced" if on else "separate"): guarded(lambda on=on: location(on, commits))
+            for on in (False, True)}
+
+
 def _series(location: Any, commits: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for writers in WRITERS:
@@ -134,10 +174,17 @@ def run(quick: bool) -> dict[str, Any]:
     with workdir() as tmp:
         result["local"] = _series(
             lambda w, n: _run(str(tmp / f"w{w}"), {}, w, n), local_commits)
+        result["threads_local"] = _thread_series(
+            lambda on, n: _threads(str(tmp / f"threads-{on}"), {}, THREADS, n, on),
+            local_commits)
 
     def on_s3() -> dict[str, Any]:
         with s3_location("contention") as (uri, options):
-            return _series(lambda w, n: _run(f"{uri}/w{w}", options, w, n), s3_commits)
+            series = _series(lambda w, n: _run(f"{uri}/w{w}", options, w, n), s3_commits)
+            series["threads"] = _thread_series(
+                lambda on, n: _threads(f"{uri}/threads-{on}", options, THREADS, n, on),
+                s3_commits)
+            return series
 
     result["s3"] = guarded(on_s3)
     return result
