@@ -202,13 +202,8 @@ class Column:
     def to_proto(self) -> pb.Column:
         msg = pb.Column(id=self.id, name=self.name, nullable=self.nullable,
                         comment=self.comment, properties=dict(self.properties))
-        base = self.type.split("(", 1)[0]
-        msg.type = (
-            pb.DECIMAL if base == "decimal" else _SIMPLE.get(base, getattr(pb, base.upper(), 0))
-        )
-        params = [int(p) for p in re.findall(r"\d+", self.type.split("(", 1)[1])] if (
-            "(" in self.type) else []
-        if base == "decimal":
+        msg.type, params = _proto_type(self.type)
+        if msg.type == pb.DECIMAL:
             msg.precision, msg.scale = params
         elif params:
             msg.length = params[0]
@@ -222,7 +217,7 @@ class Column:
 
     @classmethod
     def from_proto(cls, msg: pb.Column) -> Column:
-        name = pb.DataType.Name(msg.type).lower()
+        name = _TYPE_NAMES.get(msg.type) or pb.DataType.Name(msg.type).lower()
         if name == "decimal":
             spelling = f"decimal({msg.precision},{msg.scale})"
         elif name in ("char", "fixed") or (name == "varchar" and msg.length):
@@ -237,6 +232,17 @@ class Column:
             value=cls.from_proto(msg.map_value) if msg.HasField("map_value") else None,
             properties=dict(msg.properties), id=msg.id,
         )
+
+
+_TYPE_NAMES = {number: name.lower() for name, number in pb.DataType.items()}
+
+
+@lru_cache(maxsize=1024)
+def _proto_type(canonical: str) -> tuple[pb.DataType, tuple[int, ...]]:
+    """The DataType of a canonical type spelling, and its parameters."""
+    base, _, rest = canonical.partition("(")
+    code = pb.DECIMAL if base == "decimal" else _SIMPLE.get(base, getattr(pb, base.upper(), 0))
+    return code, tuple(int(p) for p in re.findall(r"\d+", rest))
 
 
 def _assign(column: Column, ids: Iterator[int]) -> Column:

@@ -21,6 +21,7 @@ from olympia.catalog.objects import Namespace, Table, View
 from olympia.catalog.reader import CatalogReader
 from olympia.plan.digests import known_definitions
 from olympia.spec.model import Key, Spec
+from olympia.spec.yamlpos import gc_paused
 
 M = TypeVar("M", bound=Message)
 
@@ -111,6 +112,12 @@ def load_current(reader: CatalogReader, observed: Observed, spec: Spec | None = 
     With ``spec``, a definition whose file name's digest is that of the bytes the spec
     determines for it is taken from the spec, not read (:mod:`olympia.plan.digests`): a
     cold no-op plan reads only the definitions that differ from the declaration."""
+    with gc_paused():  # it builds an object per column of every managed object
+        return _load_current(reader, observed, spec)
+
+
+def _load_current(reader: CatalogReader, observed: Observed, spec: Spec | None,
+                  ) -> Current:
     found: dict[ObjectType, list[tuple[ObjectRef, str]]] = {t: [] for t in ObjectType}
     for rows in observed.rows.values():
         for key, path in rows:
