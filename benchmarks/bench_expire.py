@@ -4,8 +4,9 @@ against the single-process engine on identical copies, on local disk and on S3.
 Reported per storage and engine: files listed, reachable and deleted, seconds identifying
 (list + walk + anti-join) and deleting, seconds per step (``ExpireResult.timings``), files
 deleted per second, and the Spark/local time ratios; once, the Spark session's start-up
-(outside every run: a job on a cluster pays it once per submit). Both engines run the
-same plan, so their counts must agree (``counts_agree``).
+(outside every run: a job on a cluster pays it once per submit); for Spark runs, the Spark
+jobs and seconds of each action (``spark_jobs``: the engine's job groups). Both engines run
+the same plan, so their counts must agree (``counts_agree``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any
 
 from benchmarks.common import COLUMNS, s3_location, workdir
 from olympia import Catalog
-from olympia.expire import ExpirePolicy, expire_local, expire_with_spark, local_session
+from olympia.expire import ExpirePolicy, expire_local, local_session
 from olympia.expire.job import ExpireResult
+from olympia.expire.job import run as run_expiry
+from olympia.expire.spark import SparkEngine
 
 POLICY = ExpirePolicy(keep_last=10, older_than_ms=0, grace_ms=0, force=True)
 KEEP_ALL = ExpirePolicy(keep_last=1_000_000, older_than_ms=0, grace_ms=0, force=True)
@@ -38,7 +41,17 @@ def build(uri: str, options: dict[str, Any], versions: int, orphans: int) -> Cat
     return catalog
 
 
-def measure(result: ExpireResult, seconds: float) -> dict[str, Any]:
+def load() -> str:
+    """The 1, 5 and 15-minute load averages (other jobs share the cores)."""
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def measure(result: ExpireResult, seconds: float,
+            engine: SparkEngine | None = None) -> dict[str, Any]:
+    jobs = {} if engine is None else {
+        "spark_jobs": {what: [n, round(s, 2)] for what, (n, s) in engine.jobs.items()},
+        "spark_jobs_total": sum(n for n, _ in engine.jobs.values())}
     return {
         "engine": result.engine, "dry_run": result.dry_run, "seconds": round(seconds, 2),
         "identify_s": round(result.seconds_identifying, 2),
@@ -50,7 +63,21 @@ def measure(result: ExpireResult, seconds: float) -> dict[str, Any]:
         "deleted_per_s": round(result.files_deleted / result.seconds_deleting, 1)
         if result.seconds_deleting else None,
         "step_s": {name: round(seconds, 2) for name, seconds in result.timings.items()},
+        **jobs,
     }
+
+
+def expire(spark: Any, engine: str, uri: str, options: dict[str, Any], policy: ExpirePolicy,
+           dry: bool, now: int) -> dict[str, Any]:
+    """One run of ``engine`` (``spark`` or ``local``), measured."""
+    catalog = Catalog.open(uri, options)
+    start = time.perf_counter()
+    if engine == "spark":
+        spark_engine = SparkEngine(spark, catalog.uri, options)
+        result = run_expiry(spark_engine, catalog, policy, dry, now_ms=now, settle_ms=0)
+        return measure(result, time.perf_counter() - start, spark_engine)
+    result = expire_local(catalog, policy, dry, now_ms=now, settle_ms=0)
+    return measure(result, time.perf_counter() - start)
 
 
 def compare(spark: Any, uris: tuple[str, str], options: dict[str, Any]) -> dict[str, Any]:
@@ -60,23 +87,12 @@ def compare(spark: Any, uris: tuple[str, str], options: dict[str, Any]) -> dict[
     now = int(time.time() * 1000)
     # keeping every version: the walk covers thousands of roots sharing most nodes
     for engine in ("spark", "local"):
-        start = time.perf_counter()
-        result = (expire_with_spark(spark, uris[0], options, KEEP_ALL, True, now_ms=now,
-                                    settle_ms=0) if engine == "spark" else
-                  expire_local(Catalog.open(uris[0], options), KEEP_ALL, True, now_ms=now,
-                               settle_ms=0))
-        out[f"{engine}_walk_all_versions"] = measure(result, time.perf_counter() - start)
+        out[f"{engine}_walk_all_versions"] = expire(spark, engine, uris[0], options,
+                                                    KEEP_ALL, True, now)
     for label, dry in (("dry", True), ("real", False)):
         for engine, uri in zip(("spark", "local"), uris, strict=True):
-            target = uris[0] if dry else uri
-            start = time.perf_counter()
-            if engine == "spark":
-                result = expire_with_spark(spark, target, options, POLICY, dry, now_ms=now,
-                                           settle_ms=0)
-            else:
-                result = expire_local(Catalog.open(target, options), POLICY, dry, now_ms=now,
-                                      settle_ms=0)
-            out[f"{engine}_{label}"] = measure(result, time.perf_counter() - start)
+            out[f"{engine}_{label}"] = expire(spark, engine, uris[0] if dry else uri, options,
+                                              POLICY, dry, now)
     keys = ("files_listed", "files_reachable", "candidates")
     out["counts_agree"] = all(out["spark_dry"][k] == out["local_dry"][k] for k in keys)
     out["spark_vs_local_identify_ratio"] = round(
@@ -95,7 +111,8 @@ def run(quick: bool) -> dict[str, Any]:
     started = time.perf_counter()
     spark = local_session("local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    out: dict[str, Any] = {"spark_session_start_s": round(time.perf_counter() - started, 1)}
+    out: dict[str, Any] = {"spark_session_start_s": round(time.perf_counter() - started, 1),
+                           "loadavg_start": load()}
     with workdir() as tmp:
         started = time.perf_counter()
         build(str(tmp / "a"), {}, *local_size)
@@ -112,4 +129,5 @@ def run(quick: bool) -> dict[str, Any]:
         out["s3"] = {"versions": s3_size[0] + 2, "orphans": s3_size[1],
                      "build_s": round(time.perf_counter() - started, 1),
                      **compare(spark, (f"{uri}/a", f"{uri}/b"), options)}
+    out["loadavg_end"] = load()
     return out

@@ -28,9 +28,9 @@ from expire_fixtures import (
 from olympia import Catalog, versions
 from olympia.catalog.keys import version_path
 from olympia.exceptions import ExpiryAbortedError, NotFoundError
-from olympia.expire import expire_local, expire_with_spark
+from olympia.expire import expire_local, expire_with_spark, job
 from olympia.expire.reachability import is_candidate
-from olympia.expire.spark import candidate_column
+from olympia.expire.spark import SparkEngine, candidate_column
 from olympia.tree import btree
 
 pytestmark = pytest.mark.spark
@@ -238,3 +238,46 @@ def test_candidate_column_agrees_with_the_rule(spark: Any) -> None:
     want = {(p, t): is_candidate(p, t, new_oldest, cutoff_ms) for p, t in rows}
     assert got == want
     assert sum(want.values()) > 100 and len(want) - sum(want.values()) > 100
+
+
+def test_spark_jobs_per_run(spark: Any, tmp_path: Any) -> None:
+    """A run's fixed cost is its Spark jobs: a small catalog's trees and transaction records
+    are read on the driver and every other step is one job (no job per shuffle stage); the
+    caller's job group and session settings are put back afterwards."""
+    location = Location(str(tmp_path / "c"), {}, "local")
+    catalog, before = build(location, order=3)
+    catalog.storage.write(ORPHAN, b"orphan")
+    now = mark_old(catalog)
+    sc, conf = spark.sparkContext, spark.conf
+    settings = {key: conf.get(key) for key in ("spark.sql.adaptive.enabled",
+                                               "spark.sql.shuffle.partitions")}
+    sc.setJobGroup("caller", "the caller's own jobs")
+    try:
+        engine = SparkEngine(spark, catalog.uri, {})
+        result = job.run(engine, catalog, policy(), now_ms=now, settle_ms=0)
+        assert sc.getLocalProperty("spark.jobGroup.id") == "caller"
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert result.files_deleted > 0 and result.files_failed == 0 and result.walk_levels > 2
+    assert {what: jobs for what, (jobs, _) in engine.jobs.items()} == {
+        "listing": 1, "finding unreferenced files": 1, "sampling candidates": 1,
+        "deleting": 2, "verifying deletes": 1}
+    assert {key: conf.get(key) for key in settings} == settings
+    assert ORPHAN not in files(catalog)
+    check_kept(location, before, result.new_oldest_version)
+
+
+def test_spark_walk_on_executors_matches_the_local_engine(spark: Any,
+                                                          shared_location: Location) -> None:
+    """With every level and transaction record read by executors (as in large catalogs),
+    one job per level and the same plan as the single-process engine."""
+    sc = scenario(shared_location, order=3)
+    engine = SparkEngine(spark, sc.catalog.uri, sc.catalog.storage.options, driver_reads=0)
+    dry = job.run(engine, sc.catalog, policy(), True, now_ms=sc.now, settle_ms=0)
+    local = expire_local(sc.catalog, policy(), dry_run=True, now_ms=sc.now, settle_ms=0)
+    assert dry.folders == local.folders and dry.sample == local.sample
+    assert dry.protected == local.protected and dry.walk_levels == local.walk_levels > 2
+    jobs = {what: n for what, (n, _) in engine.jobs.items()}
+    assert jobs == {"listing": 1, "reading distributed transactions": 1, "reading roots": 1,
+                    "walking the trees": dry.walk_levels - 1,
+                    "finding unreferenced files": 1, "sampling candidates": 1}

@@ -2,19 +2,28 @@
 on executors; the driver decides the versions, moves ``vn/oldest``, reads a handful of roots
 and catalog definitions, and keeps the walk's node paths for de-duplication.
 
-- listing: one task per core, each listing its share of the key prefixes (``vn/``,
-  ``dtxn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``) with the storage's bounded
-  concurrency, as the single-process engine lists them all; the same job counts the files
-  and sizes the run's shuffle partitions to them;
-- walk: one job per tree level across every kept root at once, without a shuffle: executors
-  read the level's nodes (in batches of 256, with the storage's concurrency) and keep their
-  definitions; the driver de-duplicates the next level's node paths against every node
-  already reached (copy-on-write versions share most nodes);
-- classification: a left join of the listing with the reachable set and the shared
+A Spark job has a fixed cost (scheduling, Python workers, planning) that the single-process
+engine does not pay, so a run uses few: one per step below, none for reads that fit in one
+task (``SparkEngine.jobs`` counts them per step).
+
+- listing: one job without a shuffle, one task per core, each listing its share of the key
+  prefixes (``vn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``) with the storage's bounded
+  concurrency, as the single-process engine lists them all, into the cache; the tasks count
+  the files, which sizes the run's shuffle partitions; the driver lists the few ``dtxn/``
+  records itself (it reads them next, also itself unless there are many);
+- walk: one tree level across every kept root at once: a level of at most one read batch
+  (``driver_reads``) is read on the driver, a larger one by executors in one job (in
+  batches of 256, with the storage's concurrency), keeping their definitions; the driver
+  de-duplicates the next level's node paths against every node already reached
+  (copy-on-write versions share most nodes); driver and executors read with the same
+  functions as the single-process engine;
+- classification: one job: a left join of the listing with the reachable set and the shared
   candidate rule as a column expression (no Python round trip per file);
 - deletes: each partition of candidates deleted by an executor in batches of up to 1000,
-  roots first.
+  roots first; verification lists again in one job.
 
+Adaptive query execution is off during a run (it would make every shuffle stage a job of its
+own and re-plan after each); it and the shuffle partitions are put back afterwards.
 Executors open their own :class:`~olympia.storage.Storage` from the catalog URI and storage
 options (one per Python worker). Every intermediate result the later steps depend on is
 persisted and materialised before the next step.
@@ -32,10 +41,12 @@ import os
 import re
 import sys
 import threading
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import version_path
@@ -64,10 +75,15 @@ from olympia.expire.reachability import (
 )
 from olympia.storage import Storage
 
+if TYPE_CHECKING:
+    from pyspark import Accumulator
+
 FILES_SCHEMA = "path string, size long, modified double"
 EDGES_SCHEMA = "kind string, path string"
 FILES_PER_PARTITION = 50_000  # listed files per partition of the joins and the deletes
 ROOTS_PER_TASK = 500
+DTXN = "dtxn/"
+_GROUP_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 _STORAGES: OrderedDict[tuple[str, str], Storage] = OrderedDict()
 _STORAGES_LOCK = threading.Lock()
 
@@ -90,14 +106,20 @@ def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
 
 
 def _list_task(uri: str, options: Mapping[str, Any], prefixes: list[str], tasks: int,
-               ids: Iterator[int]) -> Iterator[tuple[str, int, float]]:
+               counter: Accumulator[int] | None, ids: Iterator[int],
+               ) -> Iterator[tuple[str, int, float]]:
     """Task ``i`` lists every ``tasks``-th prefix from the ``i``-th, with the storage's
-    bounded concurrency (as the single-process engine lists them all)."""
+    bounded concurrency (as the single-process engine lists them all), and adds the number
+    of files to ``counter``."""
     storage = _storage(uri, options)
     mine = [p for i in ids for p in prefixes[i::tasks]]
+    listed = 0
     for files in storage.map(storage.list, mine):
+        listed += len(files)
         for f in files:
             yield f.path, f.size, f.modified
+    if counter is not None:
+        counter.add(listed)
 
 
 def _txn_task(uri: str, options: Mapping[str, Any], paths: Iterator[str],
@@ -176,7 +198,11 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, spark: Any, uri: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, spark: Any, uri: str, options: Mapping[str, Any], *,
+                 driver_reads: int = READ_BATCH) -> None:
+        """``driver_reads``: a walk level or a set of transaction records of at most this
+        many files is read on the driver (one read batch: on executors it would be one task
+        plus a job's fixed cost)."""
         from pyspark import StorageLevel
         from pyspark.sql import functions
 
@@ -187,10 +213,14 @@ class SparkEngine:
         self.F = functions
         self.level = StorageLevel.MEMORY_AND_DISK
         self.parallelism = max(2, int(self.sc.defaultParallelism))
+        self.driver_reads = driver_reads
         self._cached: list[Any] = []
         self._counts: dict[str, int] = {}  # candidates per folder, from classify()
         self._dtxn: list[str] = []  # transaction records seen by the last listing
-        self._partitions: str | None = None  # the session's shuffle partitions, to restore
+        self._saved: dict[str, str | None] = {}  # session settings to put back
+        self._id = uuid.uuid4().hex[:12]
+        self._groups: list[str] = []
+        self.jobs: dict[str, tuple[int, float]] = {}  # Spark jobs and seconds per action
 
     # helpers
 
@@ -200,12 +230,26 @@ class SparkEngine:
         return df
 
     def _do(self, what: str, action: Any) -> Any:
+        """Run a Spark action as a job group of its own, counting its jobs into
+        :attr:`jobs` (``what`` -> jobs, seconds); the caller's job group is put back."""
+        sc = self.sc
+        group = f"olympia-expire-{self._id}-{len(self._groups)}"
+        self._groups.append(group)
+        caller = {key: sc.getLocalProperty(key) for key in _GROUP_KEYS}
+        sc.setJobGroup(group, f"olympia expire: {what}")
+        started = time.monotonic()
         try:
             return action()
         except OlympiaError:
             raise
         except Exception as exc:
             raise ExpiryAbortedError(f"{what} failed: {_message(exc)}") from exc
+        finally:
+            jobs, seconds = self.jobs.get(what, (0, 0.0))
+            self.jobs[what] = (jobs + len(sc.statusTracker().getJobIdsForGroup(group)),
+                               seconds + time.monotonic() - started)
+            for key, value in caller.items():
+                sc.setLocalProperty(key, value)  # None unsets
 
     def _folder(self) -> Any:
         return self.F.substring_index(self.F.col("path"), "/", 1)
@@ -218,81 +262,121 @@ class SparkEngine:
         """A few driver-side paths as a DataFrame."""
         return self.spark.createDataFrame([(p,) for p in paths], "path string")
 
-    def _size_shuffles(self, files: int) -> None:
-        """Shuffle partitions for this run sized to the listing (the session default, 200,
-        is pure overhead for 100k paths on two cores); put back by :meth:`release`."""
+    def _setting(self, key: str, value: str) -> None:
+        """Set a session setting for this run; :meth:`release` puts the old value back."""
         conf = self.spark.conf
-        if self._partitions is None:
-            self._partitions = conf.get("spark.sql.shuffle.partitions")
+        if key not in self._saved:
+            self._saved[key] = conf.get(key, None)
+        conf.set(key, value)
+
+    def _tune(self, files: int) -> None:
+        """Session settings for this run: shuffle partitions sized to the listing (the
+        session default, 200, is pure overhead for 100k paths on two cores) and no adaptive
+        execution, which runs every shuffle stage as a job of its own and re-plans after
+        it (each query's joins and shuffles are few and sized here)."""
+        self._setting("spark.sql.adaptive.enabled", "false")
         partitions = max(self.parallelism, math.ceil(files / FILES_PER_PARTITION))
-        conf.set("spark.sql.shuffle.partitions", str(partitions))
+        self._setting("spark.sql.shuffle.partitions", str(partitions))
 
     # steps
 
-    def _listing(self, prefixes: list[str]) -> Any:
+    def _listing(self, prefixes: list[str], counter: Accumulator[int] | None = None) -> Any:
         tasks = max(1, min(len(prefixes), self.parallelism))
         return self._df(self.sc.range(0, tasks, numSlices=tasks).mapPartitions(
-            functools.partial(_list_task, self.uri, self.options, prefixes, tasks)),
+            functools.partial(_list_task, self.uri, self.options, prefixes, tasks, counter)),
             FILES_SCHEMA)
 
     def list_files(self, prefixes: list[str]) -> Any:
-        F = self.F
-        listing = self._persist(self._listing(prefixes))
-        # one job lists everything (every partition lands in the cache) and brings back
-        # the count and the few transaction records' paths
-        row = self._do("listing", listing.agg(F.count("*"), F.collect_list(F.when(
-            F.col("path").startswith("dtxn/"), F.col("path")))).collect)[0]
-        self._dtxn = sorted(row[1])
-        self._size_shuffles(row[0])
-        return listing
+        counter = self.sc.accumulator(0)
+        self._tune(0)
+        # one job without a shuffle lists every other prefix into the cache; the driver
+        # lists the few transaction records itself (it reads them next)
+        listing = self._persist(self._listing([p for p in prefixes if p != DTXN],
+                                              counter))
+        self._do("listing", listing.write.format("noop").mode("overwrite").save)
+        storage = _storage(self.uri, self.options)
+        txns = storage.list(DTXN) if DTXN in prefixes else []
+        self._dtxn = sorted(f.path for f in txns)
+        self._tune(counter.value + len(txns))
+        if not txns:
+            return listing
+        return listing.union(self._df([(f.path, f.size, f.modified) for f in txns],
+                                      FILES_SCHEMA))
 
     def transactions(self, listing: Any) -> list[TxnRoots]:
-        if not self._dtxn:
-            return []
+        if len(self._dtxn) <= self.driver_reads:
+            return list(read_transactions(_storage(self.uri, self.options), self._dtxn))
         rdd = self.sc.parallelize(self._dtxn, min(len(self._dtxn), self.parallelism))
         found = rdd.mapPartitions(functools.partial(_txn_task, self.uri, self.options))
         return list(self._do("reading distributed transactions", found.collect))
 
+    def _expand(self, what: str, roots: bool, order: int, level: list[str] | Any,
+                files: list[str], frames: list[Any]) -> set[tuple[str, str]]:
+        """Read one level of the walk with the shared :func:`expand_roots` (``roots``) or
+        :func:`expand_nodes`: ``level`` is a list of paths, read here (a few: see
+        ``driver_reads``), or an RDD of them, read by executors in one job. Reached files go
+        to ``files`` (read here) or to ``frames`` (a persisted DataFrame on the executors);
+        returns the other edges (children, catalog definitions, missing roots),
+        de-duplicated."""
+        if isinstance(level, list):
+            expand = expand_roots if roots else expand_nodes
+            edges = set()
+            for kind, path in expand(_storage(self.uri, self.options), order, level):
+                if kind in (FILE, CDEF):
+                    files.append(path)
+                if kind != FILE:
+                    edges.add((kind, path))
+            return edges
+        F = self.F
+        task = _roots_task if roots else _nodes_task
+        found = self._persist(self._df(level.mapPartitions(functools.partial(
+            task, self.uri, self.options, order)), EDGES_SCHEMA))
+        frames.append(found.filter(F.col("kind").isin(FILE, CDEF)).select("path"))
+        rows = self._do(what, found.filter(F.col("kind") != FILE).distinct().collect)
+        return {(r[0], r[1]) for r in rows}
+
     def walk(self, versions: range, roots: list[str], order: int, prior: Walk | None) -> Walk:
-        F, sc = self.F, self.sc
-        parts = []  # root paths: the versions' (made on executors) and the given ones
-        if len(versions):
-            slices = max(1, min(self.parallelism * 2, len(versions) // ROOTS_PER_TASK + 1))
-            parts.append(sc.range(versions.start, versions.stop, numSlices=slices)
-                         .map(version_path))
-        if roots:
-            parts.append(sc.parallelize(roots, max(1, min(self.parallelism, len(roots)))))
+        sc = self.sc
         before = prior.handle if prior else Reached(self._paths([]), set())
-        if not parts:
+        if not len(versions) and not roots:
             return Walk(before, set(prior.cdefs) if prior else set(), [],
                         prior.nodes if prior else 0, prior.levels if prior else 0)
+        level: list[str] | Any  # root paths: the versions' and the given ones
+        if len(versions) + len(roots) <= self.driver_reads:
+            level = [*map(version_path, versions), *roots]
+        else:
+            parts = [sc.parallelize(roots, max(1, min(self.parallelism, len(roots))))]
+            if len(versions):  # made on executors
+                slices = max(1, min(self.parallelism * 2, len(versions) // ROOTS_PER_TASK + 1))
+                parts.append(sc.range(versions.start, versions.stop, numSlices=slices)
+                             .map(version_path))
+            level = sc.union(parts)
         known = set(before.nodes)
+        files: list[str] = []  # reached files read on the driver
+        frames = [before.files]  # and those executors read
         # the driver passes new roots only; a root reached before is read again at worst,
         # and its children are de-duplicated below
-        edges = self._persist(self._df(sc.union(parts).mapPartitions(functools.partial(
-            _roots_task, self.uri, self.options, order)), EDGES_SCHEMA))
-        rows = self._do("reading roots", edges.filter(F.col("kind") != FILE).distinct().collect)
-        missing = [r[1] for r in rows if r[0] == MISSING]
-        cdefs = {r[1] for r in rows if r[0] == CDEF}
-        reached = [before.files, edges.filter(F.col("kind").isin(FILE, CDEF)).select("path")]
-        frontier = sorted({r[1] for r in rows if r[0] == NODE} - known)
+        edges = self._expand("reading roots", True, order, level, files, frames)
+        missing = [path for kind, path in edges if kind == MISSING]
+        cdefs = {path for kind, path in edges if kind == CDEF}
+        frontier = sorted({path for kind, path in edges if kind == NODE} - known)
         nodes, levels = (prior.nodes, prior.levels) if prior else (0, 0)
         depth = 1
-        while frontier:  # one tree level of every kept root per iteration: one job, no shuffle
+        while frontier:  # one tree level of every kept root per iteration: at most one job
             known.update(frontier)
             nodes += len(frontier)
             depth += 1
-            tasks = max(1, min(self.parallelism, math.ceil(len(frontier) / READ_BATCH)))
-            edges = self._persist(self._df(sc.parallelize(frontier, tasks).mapPartitions(
-                functools.partial(_nodes_task, self.uri, self.options, order)), EDGES_SCHEMA))
-            reached.append(edges.filter(F.col("kind") == FILE).select("path"))
-            below = edges.filter(F.col("kind") == NODE).select("path").distinct()
-            frontier = sorted({r[0] for r in self._do("walking the trees", below.collect)}
-                              - known)
-        reached.append(self._paths(sorted(known - before.nodes)))
-        files = self._persist(functools.reduce(lambda a, b: a.union(b), reached).distinct())
+            if len(frontier) <= self.driver_reads:
+                level = frontier
+            else:
+                tasks = min(self.parallelism, math.ceil(len(frontier) / READ_BATCH))
+                level = sc.parallelize(frontier, tasks)
+            edges = self._expand("walking the trees", False, order, level, files, frames)
+            frontier = sorted({path for _, path in edges} - known)  # children only
+        frames.append(self._paths(sorted(known - before.nodes) + files))
+        reached = self._persist(functools.reduce(lambda a, b: a.union(b), frames).distinct())
         cdefs |= prior.cdefs if prior else set()
-        return Walk(Reached(files, known), cdefs, missing, nodes, max(levels, depth))
+        return Walk(Reached(reached, known), cdefs, missing, nodes, max(levels, depth))
 
     def classify(self, listing: Any, walk: Walk, keep: set[str], decision: Decision,
                  probe: list[str]) -> tuple[dict[str, FolderStats], Any, set[str]]:
@@ -355,9 +439,12 @@ class SparkEngine:
         for df in self._cached:
             df.unpersist()
         self._cached.clear()
-        if self._partitions is not None:
-            self.spark.conf.set("spark.sql.shuffle.partitions", self._partitions)
-            self._partitions = None
+        for key, value in self._saved.items():
+            if value is None:
+                self.spark.conf.unset(key)
+            else:
+                self.spark.conf.set(key, value)
+        self._saved.clear()
 
 
 def expire_with_spark(spark: Any, catalog_uri: str, storage_options: Mapping[str, Any] | None,
