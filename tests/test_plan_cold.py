@@ -4,6 +4,7 @@ of the bytes the spec determines. Counts of storage reads by kind of file are as
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.options import storage_options
 from olympia.plan import Plan, apply_plan, make_plan
 from olympia.plan.digests import declared_definition
+from olympia.plan.state import Scope, load_current
 from olympia.spec import load_spec
 
 OBJECTS = 300
@@ -96,6 +98,30 @@ def test_a_changed_object_is_read_and_detected(tmp_path: Path,
     assert sorted((c.action, c.name) for c in plan.changes) == [
         ("drop", "ns03.extra"), ("update", "ns03.t000003")]
     assert log.count("read", "def") == 2
+
+
+def test_only_objects_as_declared_skip_the_comparison(tmp_path: Path,
+                                                      specs: tuple[Path, Path]) -> None:
+    """The tables and views whose stored definition is the declared one byte for byte are
+    the ones the diff takes as unchanged; a changed one and a renamed one are compared."""
+    spec, changed = specs
+    catalog = Catalog.create(str(tmp_path / "wh"))
+    apply_spec(catalog, spec)
+    declared = load_spec(changed)
+    snapshot = Catalog.open(catalog.uri).snapshot
+    current = load_current(snapshot, Scope.of(declared).observe(snapshot), declared)
+    objects = {(ObjectType.TABLE, k) for k in current.tables} | {
+        (ObjectType.VIEW, k) for k in current.views}
+    assert objects - current.as_declared == {(ObjectType.TABLE, ("ns00", "t000000"))}
+    assert load_current(snapshot, Scope.of(declared).observe(snapshot)).as_declared == set()
+    # a rename keeps the definition but is compared under its new name
+    renamed = shutil.copytree(changed, tmp_path / "renamed")
+    text = (renamed / "ns01.yaml").read_text()
+    (renamed / "ns01.yaml").write_text(text.replace(
+        "  t000001:\n", "  renamed:\n    renamed_from: t000001\n", 1))
+    plan, _ = cold_plan(catalog, renamed)
+    assert [(c.action, c.name) for c in plan.changes] == [
+        ("rename", "ns01.renamed"), ("update", "ns00.t000000")]
 
 
 def test_a_removed_column_makes_ids_differ_and_the_table_is_read(tmp_path: Path) -> None:
