@@ -29,9 +29,9 @@ from test_plan_property import namespaces, to_docs
 from olympia import Catalog
 from olympia.cli import main
 from olympia.exceptions import SpecError
-from olympia.plan import apply_plan
+from olympia.plan import apply_plan, inspect
 from olympia.spec import load_spec
-from olympia.spec.fmt import format_text
+from olympia.spec.fmt import MAX_FORMAT_CHARS, format_text
 from olympia.spec.model import Spec
 from olympia.spec.yamlpos import CoreDumper
 
@@ -277,3 +277,35 @@ def planned(catalog: Catalog, spec: Path) -> Any:
         return sorted(re.sub(r"^.*?:\d+:\d+: ", "", p) for p in exc.problems)
     return ([{k: v for k, v in c.to_dict().items() if k != "source"} for c in plan.changes],
             plan.warnings)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(spec=namespaces)
+def test_inspect_output_of_any_catalog_is_formatted(tmp_path: Path, spec: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+        catalog = memory_catalog()
+        apply_plan(catalog, plan_for(catalog, write_spec(Path(tmp) / "a", to_docs(spec))))
+        for path in inspect(catalog, Path(tmp) / "out"):
+            text = path.read_text("utf-8")
+            assert format_text(text, str(path)) == text
+
+
+def test_fmt_keeps_a_file_of_comments_alone_and_reports_what_it_cannot_read(
+        tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    notes = write_text(spec, "notes.yaml", "# nothing declared yet  \n\n\n# more\n")
+    tab = write_text(spec, "tab.yaml", "namespace: a\ncomment:\tx\n")
+    out = run(tmp_path, "fmt", str(spec))
+    assert out.exit_code == 3
+    assert out.output.splitlines() == [  # libyaml reads a tab there, ruamel.yaml does not
+        f"Error: {tab}:2:9: cannot be formatted: found character '\\t' that cannot start "
+        "any token"]
+    assert notes.read_text() == "# nothing declared yet  \n\n\n# more\n"  # nothing written
+    tab.unlink()
+    big = write_text(spec, "big.yaml", "namespace: a\ncomment: " + "x" * MAX_FORMAT_CHARS + "\n")
+    out = run(tmp_path, "fmt", "--check", str(spec))
+    assert out.exit_code == 3 and f"{big}: {len(big.read_text()):,} characters" in out.output
+    big.unlink()
+    assert run(tmp_path, "fmt", str(spec)).exit_code == 0
+    assert notes.read_text() == "# nothing declared yet\n\n# more\n"

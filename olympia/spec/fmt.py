@@ -9,7 +9,7 @@ formatted:
   their places, and a key never moves ahead of an anchor it refers to;
 * text quoted only where a YAML 1.1 or 1.2 reader would otherwise take it for another type
   (``'1'``, ``'yes'``, ``'false'``), or its characters need quotes; where quotes stay, the
-  quote character written stays; values holding ``${var.`` keep their quotes;
+  quote character and escapes written stay; values holding ``${var.`` keep their quotes;
 * comments kept: a comment line is indented like the line after it, an end-of-line comment
   stays on its line;
 * block scalars (view SQL), flow collections (``{name: id, type: bigint}``), anchors,
@@ -19,8 +19,13 @@ formatted:
   start or end, one final newline.
 
 Files are read as the spec loader reads them (bounded, validated) and only a file it loads
-without problems is formatted. Every result is loaded back and compared with the original:
-a file whose values would differ is left as it is (a SpecError naming it).
+without problems, of at most MAX_FORMAT_CHARS characters, is formatted. Every result is
+loaded back and compared with the original: a file whose values would differ is left as it
+is (a SpecError naming it).
+
+One module, over 400 lines, on purpose: ruamel.yaml's layout, the key moves and the
+whitespace pass are the rounds of one formatter, each working on the text the one before it
+wrote; nothing else uses them.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.resolver import VersionedResolver
 
 from olympia.exceptions import SpecError
+from olympia.inputs import MIB
 from olympia.spec.loader import spec_files
 from olympia.spec.yamlpos import CoreLoader, Document, Problem, load_documents, read_text
 
@@ -56,6 +62,9 @@ KEY_ORDER: dict[str, tuple[str, ...]] = {
     "column": _COLUMN,
     "reference": ("namespace", "name"),
 }
+# ruamel.yaml reads and writes in pure Python (some 100 kB a second): a bound on the time
+# one file takes
+MAX_FORMAT_CHARS = 4 * MIB
 ROUNDS = 3  # of formatting at most: a result the next round would change again is kept
 WIDTH = 100  # where long plain text is folded, as inspect's writer folds it
 _TRAILING = re.compile(r"[ \t]+$")
@@ -115,10 +124,14 @@ def format_text(text: str, file: str) -> str:
     before = load_documents(text, file, None, problems)  # first: its bounds and checks apply
     if problems:
         raise SpecError([str(p) for p in problems])
+    if len(text) > MAX_FORMAT_CHARS:
+        raise SpecError([f"{file}: {len(text):,} characters, more than fmt formats "
+                         f"({MAX_FORMAT_CHARS:,}); split it into smaller files"])
     try:
         formatted = text.replace("\r\n", "\n")
         for _ in range(ROUNDS):  # until a round changes nothing (e.g. a moved |+ block
-            last, formatted = formatted, _tidy(_reorder(_layout(_tidy(formatted))))  # gains "...")
+            last = _tidy(formatted)  # gains "...")
+            formatted = _tidy(_as_written(last, _reorder(_layout(last))))
             if formatted == last:
                 break
     except (yaml.YAMLError, YAMLError) as exc:  # readers stricter than the loader's
@@ -186,6 +199,8 @@ def _layout(text: str) -> str:
     writer.width = WIDTH
     writer.allow_unicode = True
     documents = list(writer.load_all(text))
+    if not documents or any(d is None for d in documents):
+        return text  # a document of comments alone would lose them: the file keeps its layout
     out = io.StringIO()
     writer.dump_all(documents, out)
     return out.getvalue()
@@ -404,6 +419,33 @@ class _Block:
             segment[at] = pad + segment[at][self.column:]
             out += segment
         lines[self.starts[0]:self.ends[-1] + 1] = out
+
+
+def _as_written(source: str, text: str) -> str:
+    """``text`` with each one-line quoted scalar spelled as in ``source`` (escapes such as
+    ``\\U0001F600`` or ``\\x1F`` are the writer's choice; ruamel.yaml would spell them its way)."""
+    spellings: dict[tuple[str, str], str] = {}
+    source_lines = source.split("\n")
+    for line, start, end, style, value in _quoted(source, source_lines):
+        spellings.setdefault((style, value), source_lines[line][start:end])
+    lines = text.split("\n")
+    for line, start, end, style, value in sorted(_quoted(text, list(lines)), reverse=True):
+        spelling = spellings.get((style, value))
+        if spelling is not None:
+            lines[line] = lines[line][:start] + spelling + lines[line][end:]
+    return "\n".join(lines)
+
+
+def _quoted(text: str, lines: list[str]) -> Iterator[tuple[int, int, int, str, str]]:
+    """The one-line quoted scalars of ``text`` (split into ``lines``) without an anchor or
+    tag before them: line, start and end column, style, value."""
+    for event in yaml.parse(text, Loader=_SCANNER):
+        if not isinstance(event, yaml.ScalarEvent) or event.style not in ("'", '"'):
+            continue
+        first, last = _Mark.of(event.start_mark), _Mark.of(event.end_mark)
+        if (first.line == last.line
+                and lines[first.line][first.column:first.column + 1] == event.style):
+            yield first.line, first.column, last.column, event.style, event.value
 
 
 # --- whitespace: line ends, blank lines, trailing spaces outside values -------------------
