@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.exceptions import CommitFailedException, NotInstalledError, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO, load_file_io
@@ -21,6 +22,7 @@ from pyiceberg.io.pyarrow import (
     ParquetFormatWriter,
     _check_pyarrow_schema_compatible,
     _to_requested_schema,
+    parquet_path_to_id_mapping,
     pyarrow_to_schema,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -43,6 +45,7 @@ WRITE_ID = "olympia.spark.write-id"  # snapshot summary property naming the job
 FLUSH_ROWS = 256 * 1024  # rows buffered per partition value before a row group is written
 FLUSH_BYTES = 64 * 1024 * 1024
 FLUSH_ALL_BYTES = 256 * 1024 * 1024  # buffered over all partition values of a task
+DICTIONARY_SAMPLE = 10_000  # first rows of a file that decide its dictionary-encoded columns
 
 
 @dataclass
@@ -52,11 +55,43 @@ class DataFilesMessage(WriterCommitMessage):
     data_files: list[DataFile] = field(default_factory=list)
 
 
+class _ParquetFile(ParquetFormatWriter):
+    """pyiceberg's Parquet writer (the table's writer properties; the files' statistics from
+    the Parquet footer), dictionary-encoding only the columns a dictionary can shrink."""
+
+    def __init__(self, output: Any, file_schema: Schema, properties: dict[str, str],
+                 column_paths: list[str]) -> None:
+        super().__init__(output, file_schema, properties)
+        self._column_paths = column_paths
+
+    def write(self, table: pa.Table) -> None:
+        if self._writer is None:  # the first rows choose, before the Parquet writer exists
+            self._parquet_writer_kwargs["use_dictionary"] = dictionary_columns(
+                table, self._column_paths)
+        super().write(table)
+
+
+def dictionary_columns(table: pa.Table, column_paths: list[str]) -> list[str]:
+    """The Parquet column paths to dictionary-encode: all but the top-level primitive columns
+    whose first :data:`DICTIONARY_SAMPLE` rows are mostly distinct. A dictionary of such a
+    column (ids, amounts, names) is as large as the values, and hashing every value into it
+    costs Arrow's writer more than the rest of the encoding together."""
+    sample = table.slice(0, DICTIONARY_SAMPLE)
+    plain = set()
+    for name, column in zip(sample.column_names, sample.columns, strict=True):
+        if pa.types.is_nested(column.type):
+            continue
+        values = len(column) - column.null_count
+        if values and 2 * pc.count_distinct(column).as_py() > values:
+            plain.add(name)
+    return [path for path in column_paths if path not in plain]
+
+
 @dataclass
 class _OpenFile:
     path: str
     key: PartitionKey | None
-    writer: ParquetFormatWriter
+    writer: _ParquetFile
     buffered: list[pa.Table] = field(default_factory=list)
     rows: int = 0
     nbytes: int = 0
@@ -70,7 +105,8 @@ class _OpenFile:
 
     def flush(self) -> None:
         if self.buffered:
-            self.writer.write(pa.concat_tables(self.buffered).combine_chunks())
+            # one row group of the buffered batches as they are (the writer takes chunks)
+            self.writer.write(pa.concat_tables(self.buffered))
             self.buffered, self.rows, self.nbytes = [], 0, 0
 
 
@@ -135,6 +171,7 @@ class OlympiaWriter(DataSourceArrowWriter):
         file_schema = sanitize_column_names(table_schema)
         spec = metadata.spec()
         locations = load_location_provider(metadata.location, metadata.properties)
+        column_paths = list(parquet_path_to_id_mapping(file_schema))
         files: dict[tuple[Any, ...], _OpenFile] = {}
         batch_schema: Schema | None = None
         try:
@@ -156,8 +193,8 @@ class OlympiaWriter(DataSourceArrowWriter):
                             spec, file_schema) if values else None
                         name = f"{task}-{self._write_id}-{len(files):05d}.parquet"
                         path = locations.new_data_location(name, key)
-                        files[values] = _OpenFile(path, key, ParquetFormatModel().create_writer(
-                            io.new_output(path), file_schema, metadata.properties))
+                        files[values] = _OpenFile(path, key, _ParquetFile(
+                            io.new_output(path), file_schema, metadata.properties, column_paths))
                     files[values].add(rows)
                 if sum(f.nbytes for f in files.values()) >= FLUSH_ALL_BYTES:
                     for open_file in files.values():
