@@ -357,9 +357,15 @@ def test_a_read_of_some_columns_reads_only_theirs(source: Any, tmp_path: Path) -
     the read, or the columns option, chooses the columns, and only theirs are read."""
     spark = source
     properties = local_properties(tmp_path)
-    table, _ = new_table(properties, PartitionSpec())  # two files of 1 MB (a task's each)
+    table, catalog = new_table(properties, PartitionSpec())  # two files (a task's each)
     df = rows(spark, 200_000)
     write(df, properties, table)
+    # the writer dictionary-encodes only the columns with few distinct values
+    for data_file in data_files(catalog, table):
+        chunks = pq.ParquetFile(data_file.file_path[len("file://"):]).metadata.row_group(0)
+        assert {chunks.column(i).path_in_schema: chunks.column(i).has_dictionary_page
+                for i in range(chunks.num_columns)} == {
+            "id": False, "name": False, "part": True, "ts": False, "amount": False}
 
     by_option = read(spark, properties, table, columns="amount, id")
     assert by_option.columns == ["amount", "id"]
