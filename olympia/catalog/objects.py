@@ -200,20 +200,29 @@ class Column:
         return _assign(self, iter(lambda: 0, 1))
 
     def to_proto(self) -> pb.Column:
-        msg = pb.Column(id=self.id, name=self.name, nullable=self.nullable,
-                        comment=self.comment, properties=dict(self.properties))
+        msg = pb.Column()
+        self._fill(msg)
+        return msg
+
+    def _fill(self, msg: pb.Column) -> None:
+        """Set this column on ``msg``, nested columns in place (not built and copied)."""
+        msg.SetInParent()
+        msg.id, msg.name, msg.nullable, msg.comment = (self.id, self.name, self.nullable,
+                                                       self.comment)
+        if self.properties:
+            msg.properties.update(self.properties)
         msg.type, params = _proto_type(self.type)
         if msg.type == pb.DECIMAL:
             msg.precision, msg.scale = params
         elif params:
             msg.length = params[0]
-        msg.struct_fields.extend(f.to_proto() for f in self.fields)
+        for f in self.fields:
+            f._fill(msg.struct_fields.add())
         if self.element is not None:
-            msg.list_element.CopyFrom(self.element.to_proto())
+            self.element._fill(msg.list_element)
         if self.key is not None and self.value is not None:
-            msg.map_key.CopyFrom(self.key.to_proto())
-            msg.map_value.CopyFrom(self.value.to_proto())
-        return msg
+            self.key._fill(msg.map_key)
+            self.value._fill(msg.map_value)
 
     @classmethod
     def from_proto(cls, msg: pb.Column) -> Column:
@@ -279,7 +288,10 @@ def max_column_id(columns: Iterable[Column]) -> int:
 
 
 def _schema(columns: Iterable[Column]) -> pb.Schema:
-    return pb.Schema(columns=[c.to_proto() for c in columns])
+    schema = pb.Schema()
+    for column in columns:
+        column._fill(schema.columns.add())
+    return schema
 
 
 @dataclass(frozen=True)
