@@ -141,6 +141,26 @@ def test_conflicting_concurrent_commits_one_wins(location: Location) -> None:
     assert final.list_tables("s") == ["orders", "other"]
 
 
+def test_conflict_with_another_writer_takes_out_only_its_caller(location: Location) -> None:
+    """Another writer (its own catalog object) creates ``s.x`` after both threads began:
+    the thread creating ``s.x`` gets the conflict naming that version, the other commits."""
+    catalog, gate = _gated_catalog(location, 2)
+    other = Catalog.open(location.uri, location.storage_options)
+
+    def create_x(txn: Any) -> None:
+        txn.create_table("s", "x", columns=COLUMNS)
+        if not other.table_exists("s", "x"):  # the first thread to stage lets it win
+            other.create_table("s", "x", columns=[{"name": "theirs", "type": "int4"}])
+
+    outcomes = _commit_in_threads(catalog, [create_x, _create("y")])
+    assert isinstance(outcomes[0], CommitConflict) and outcomes[0].version == 2
+    assert outcomes[1] == 3
+    final = Catalog.open(location.uri, location.storage_options)
+    assert final.version == 3 and final.list_tables("s") == ["x", "y"]
+    assert final.load_table("s.x").columns[0].name == "theirs"
+    assert gate.roots_created <= 2  # at most one publication lost to the other writer
+
+
 def test_commits_one_after_another_are_not_held_back() -> None:
     catalog = Catalog.create("memory://coalesce-sequential", coalesce_commits=True)
     for name in ("s", "t", "u"):

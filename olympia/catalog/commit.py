@@ -208,7 +208,7 @@ class CommitGroup:
         self._waiting: list[_Member] = []
         self._landing: list[_Member] = []
         self._leading = False
-        self._newest: Snapshot | None = None  # the version the last batch committed
+        self._newest: Snapshot | None = None  # the newest version the last batch knew
 
     @property
     def submitted(self) -> int:
@@ -279,10 +279,10 @@ def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
 
 
 def _land_batch(files: CatalogFiles, members: list[_Member], options: CommitOptions,
-                newest: Snapshot | None) -> Snapshot | None:
+                newest: Snapshot | None) -> Snapshot:
     """Commit disjoint members as one version after the newest of their bases and
-    ``newest`` (the version the group committed last), each first checked against the
-    versions after its own base. Returns the committed version, if any."""
+    ``newest`` (the newest version the group knows), each first checked against the
+    versions after its own base. Returns the newest version known afterwards."""
     base = max([m.base for m in members] + ([newest] if newest else []),
                key=lambda b: b.version)
     current = []
@@ -294,9 +294,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], options: CommitOpti
                 break
         else:
             current.append(member)
-    _land(files, base, current, options)
-    root = next((m.root for m in current if m.root is not None), None)
-    return Snapshot(files, root) if root else newest
+    return _land(files, base, current, options)
 
 
 def _merged(members: Sequence[_Member]) -> Change:
@@ -313,10 +311,14 @@ def _merged(members: Sequence[_Member]) -> Change:
 
 
 def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
-          options: CommitOptions) -> None:
+          options: CommitOptions) -> Snapshot:
     """Commit the members' changes as one version after ``base`` (or after the versions
     that win the races) and set each member's outcome: the committed root, or the
-    conflict that took it out. Storage and size errors are raised for all of them."""
+    conflict that took it out. Storage and size errors are raised for all of them.
+
+    Returns:
+        The newest version known at the end: the one committed, or the last one read.
+    """
     storage = files.storage
     deadline = options.clock() + options.timeout_s
     written: dict[btree.NodeShape, str] = {}  # nodes written by earlier attempts
@@ -359,7 +361,7 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
                 pass  # vn/latest is only a hint; discovery probes past it
             for member in members:
                 member.root = committed
-            return
+            return Snapshot(files, committed)
         bound = options.pause(losses)
         if members and options.clock() + bound >= deadline:
             for member in members:
@@ -367,9 +369,10 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
                     f"commit gave up after {options.timeout_s:g} s and {attempts} attempts: "
                     f"other writers kept winning (latest seen: version {base.version})",
                     version=base.version)
-            return
+            return base
         if members and bound:
             options.sleep(options.jitter(bound))
+    return base
 
 
 def _newest(files: CatalogFiles, won: int) -> list[Root]:
