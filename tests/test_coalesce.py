@@ -184,3 +184,18 @@ def test_coalesce_setting(coalesce: bool) -> None:
     uri = f"memory://coalesce-setting-{coalesce}"
     Catalog.create(uri)
     assert Catalog.open(uri, coalesce_commits=coalesce).commit_options.coalesce is coalesce
+
+
+def test_a_dropped_catalog_leaves_no_group_behind() -> None:
+    """Groups are weakly keyed by the catalog's files, and nothing a group holds refers to
+    them: once the catalog object is gone, so is its group."""
+    import gc
+    import weakref
+
+    catalog = Catalog.create("memory://coalesce-weak", coalesce_commits=True)
+    catalog.create_namespace("s")
+    group = weakref.ref(commit_group(catalog.files))
+    files = weakref.ref(catalog.files)
+    del catalog
+    gc.collect()
+    assert files() is None and group() is None

@@ -208,7 +208,9 @@ class CommitGroup:
         self._waiting: list[_Member] = []
         self._landing: list[_Member] = []
         self._leading = False
-        self._newest: Snapshot | None = None  # the newest version the last batch knew
+        # the newest version the last batch knew (a Root: a snapshot would hold the files
+        # alive, the key of this group's weak entry)
+        self._newest: Root | None = None
 
     @property
     def submitted(self) -> int:
@@ -230,7 +232,7 @@ class CommitGroup:
                 self._landing, self._waiting = self._waiting, []
             taken, left = _disjoint(self._landing)
             try:
-                self._newest = _land_batch(files, taken, options, self._newest)
+                self._newest = _land_batch(files, taken, options, self._newest).root
             except BaseException as exc:
                 failed = exc if isinstance(exc, Exception) else CatalogError(
                     f"the thread committing this change was interrupted ({exc!r}); whether "
@@ -279,12 +281,12 @@ def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
 
 
 def _land_batch(files: CatalogFiles, members: list[_Member], options: CommitOptions,
-                newest: Snapshot | None) -> Snapshot:
+                newest: Root | None) -> Snapshot:
     """Commit disjoint members as one version after the newest of their bases and
     ``newest`` (the newest version the group knows), each first checked against the
     versions after its own base. Returns the newest version known afterwards."""
-    base = max([m.base for m in members] + ([newest] if newest else []),
-               key=lambda b: b.version)
+    known = [Snapshot(files, newest)] if newest else []
+    base = max([m.base for m in members] + known, key=lambda b: b.version)
     current = []
     for member in members:
         for version in range(member.base.version + 1, base.version + 1):
