@@ -33,7 +33,7 @@ from olympia.plan import apply_plan, inspect
 from olympia.spec import load_spec
 from olympia.spec.fmt import MAX_FORMAT_CHARS, format_text
 from olympia.spec.model import Spec
-from olympia.spec.yamlpos import CoreDumper
+from olympia.spec.yamlpos import CoreDumper, dump
 
 
 def run(tmp_path: Path, *args: str) -> Result:
@@ -204,6 +204,12 @@ def test_fmt_keeps_quotes_only_where_a_reader_needs_them() -> None:
     assert format_text(text, "q.yaml") == (
         "namespace: n\nproperties:\n  a: plain\n  b: 'yes'\n  c: \"1.10\"\n  d: '012'\n"
         "  e: \"${var.x}\"\n  f: 'null'\n  g: \"a: b\"\n  h: ''\n  i:\n  j: ~\n  k: 1.10\n")
+
+
+def test_fmt_keeps_escapes_and_line_breaks_of_quoted_text_as_written() -> None:
+    doc = {"namespace": "n", "properties": {"\x1a\U00010000": "\x1f\U00010000 " * 12}}
+    text = dump(doc)  # as inspect writes it: escaped, over two lines
+    assert "\\U00010000" in text and format_text(text, "e.yaml") == text
 
 
 def test_fmt_never_moves_a_key_ahead_of_the_anchor_it_aliases() -> None:

@@ -208,7 +208,7 @@ def _layout(text: str) -> str:
 
 # --- key order: lines (block mappings) and slices (flow mappings) moved -------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class _Mark:
     line: int  # 0-based, as yaml's marks
     column: int
@@ -422,30 +422,43 @@ class _Block:
 
 
 def _as_written(source: str, text: str) -> str:
-    """``text`` with each one-line quoted scalar spelled as in ``source`` (escapes such as
-    ``\\U0001F600`` or ``\\x1F`` are the writer's choice; ruamel.yaml would spell them its way)."""
-    spellings: dict[tuple[str, str], str] = {}
-    source_lines = source.split("\n")
-    for line, start, end, style, value in _quoted(source, source_lines):
-        spellings.setdefault((style, value), source_lines[line][start:end])
+    """``text`` with each quoted scalar spelled as in ``source``: escapes (``\\U0001F600``,
+    ``\\x1F``) and line breaks are the writer's choice, ruamel.yaml would spell them its way.
+    A spelling over several lines is kept where the scalar starts in the same column."""
+    spellings: dict[tuple[str, str], tuple[int, str]] = {}
+    for first, last, style, value in _quoted(source):
+        spellings.setdefault((style, value), (first.column, _slice(source, first, last)))
+    for _ in range(ROUNDS):  # a spelling restored before a scalar moves its column
+        lines = text.split("\n")
+        for first, last, style, value in sorted(_quoted(text), key=lambda q: q[0],
+                                                reverse=True):
+            column, spelling = spellings.get((style, value), (-1, ""))
+            if column == first.column or (column >= 0 and "\n" not in spelling
+                                          and first.line == last.line):
+                lines[first.line:last.line + 1] = (
+                    lines[first.line][:first.column] + spelling + lines[last.line][last.column:]
+                ).split("\n")
+        text, last_text = "\n".join(lines), text
+        if text == last_text:
+            break
+    return text
+
+
+def _slice(text: str, first: _Mark, last: _Mark) -> str:
+    lines = text.split("\n")[first.line:last.line + 1]
+    return "\n".join(lines)[first.column:len("\n".join(lines)) - len(lines[-1]) + last.column]
+
+
+def _quoted(text: str) -> Iterator[tuple[_Mark, _Mark, str, str]]:
+    """The quoted scalars of ``text`` without an anchor or tag before them: where they start
+    and end, their style and value."""
     lines = text.split("\n")
-    for line, start, end, style, value in sorted(_quoted(text, list(lines)), reverse=True):
-        spelling = spellings.get((style, value))
-        if spelling is not None:
-            lines[line] = lines[line][:start] + spelling + lines[line][end:]
-    return "\n".join(lines)
-
-
-def _quoted(text: str, lines: list[str]) -> Iterator[tuple[int, int, int, str, str]]:
-    """The one-line quoted scalars of ``text`` (split into ``lines``) without an anchor or
-    tag before them: line, start and end column, style, value."""
     for event in yaml.parse(text, Loader=_SCANNER):
         if not isinstance(event, yaml.ScalarEvent) or event.style not in ("'", '"'):
             continue
         first, last = _Mark.of(event.start_mark), _Mark.of(event.end_mark)
-        if (first.line == last.line
-                and lines[first.line][first.column:first.column + 1] == event.style):
-            yield first.line, first.column, last.column, event.style, event.value
+        if lines[first.line][first.column:first.column + 1] == event.style:
+            yield first, last, event.style, event.value
 
 
 # --- whitespace: line ends, blank lines, trailing spaces outside values -------------------
