@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
@@ -79,146 +80,25 @@ def _inlined(root: dict[str, Any]) -> dict[str, Any]:
 # --- whether a document is valid, fast ---------------------------------------------------
 #
 # jsonschema reports every error with its path, at a cost per value that dominates loading a
-# big spec. Most documents are valid, so the schema is first compiled into plain functions
-# that only answer "valid?" with jsonschema's exact verdict for the keywords below; errors
-# are then found by jsonschema itself. A schema using any other keyword is not compiled.
-
-Check = Callable[[Any], bool]
-_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "$comment", "title", "description",
-                          "default", "examples"})
-_TYPES: dict[str, Check] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "integer": lambda v: ((isinstance(v, int) and not isinstance(v, bool))
-                          or (isinstance(v, float) and v.is_integer())),
-    "null": lambda v: v is None,
-}
-
-
-_CLASSES: dict[str, type] = {"object": dict, "array": list, "string": str, "boolean": bool,
-                             "null": type(None)}
-
-
-class _Unsupported(Exception):
-    pass
+# big spec. Most documents are valid, so fastjsonschema (the schema compiled to Python code)
+# answers "valid?" first, and only a document it refuses goes through jsonschema for the
+# errors. The schema's keywords mean the same in draft 7, which fastjsonschema compiles.
 
 
 @cache
-def _validity_check() -> Check | None:
-    """The compiled check of :func:`schema`, or None when it uses a keyword not compiled."""
-    try:
-        return _Compiler(schema()).compile(schema())
-    except _Unsupported:
-        return None
+def _validity_check() -> Callable[[Any], bool]:
+    """Whether a document is valid under :func:`schema` (jsonschema's verdict, faster)."""
+    compiled = fastjsonschema.compile(
+        {**schema(), "$schema": "http://json-schema.org/draft-07/schema#"})
 
+    def check(document: Any) -> bool:
+        try:
+            compiled(document)
+        except fastjsonschema.JsonSchemaException:
+            return False
+        return True
 
-class _Compiler:
-    """Compiles a JSON Schema (draft 2020-12, local ``$ref``s) into a validity check."""
-
-    def __init__(self, root: dict[str, Any]) -> None:
-        self.root = root
-        self.refs: dict[str, Check] = {}
-
-    def ref(self, pointer: Any) -> Check:
-        if not isinstance(pointer, str) or not pointer.startswith("#/"):
-            raise _Unsupported(pointer)
-        if pointer not in self.refs:
-            target: list[Check] = []  # filled in below; recursive references wait for it
-            self.refs[pointer] = lambda v: target[0](v)
-            node: Any = self.root
-            for part in pointer.removeprefix("#/").split("/"):
-                node = node[part.replace("~1", "/").replace("~0", "~")]
-            target.append(self.compile(node))
-        return self.refs[pointer]
-
-    def compile(self, node: Any) -> Check:
-        if isinstance(node, bool):
-            return lambda v: node
-        if not isinstance(node, dict):
-            raise _Unsupported(node)
-        unknown = set(node) - _ANNOTATIONS - _KEYWORDS
-        if unknown:
-            raise _Unsupported(unknown)
-        checks = [self.keyword(k, node) for k in node if k in _KEYWORDS - _OBJECT_KEYWORDS]
-        if _OBJECT_KEYWORDS & set(node):
-            checks.append(self.members(node))
-        if len(checks) == 1:
-            return checks[0]
-        return lambda v: all(check(v) for check in checks)
-
-    def keyword(self, key: str, node: dict[str, Any]) -> Check:
-        value = node[key]
-        match key:
-            case "$ref":
-                return self.ref(value)
-            case "type":
-                names = [value] if isinstance(value, str) else value
-                if not set(names) <= set(_TYPES):
-                    raise _Unsupported(names)
-                if not {"number", "integer"} & set(names):  # then one isinstance answers
-                    classes = tuple(_CLASSES[t] for t in names)
-                    return lambda v: isinstance(v, classes)
-                tests = [_TYPES[t] for t in names]
-                return lambda v: any(test(v) for test in tests)
-            case "enum" if all(isinstance(e, str | int | float) and not isinstance(e, bool)
-                               for e in value):
-                allowed = tuple(value)  # == as jsonschema compares these, booleans apart
-                return lambda v: not isinstance(v, bool) and v in allowed
-            case "minLength":
-                return lambda v: not isinstance(v, str) or len(v) >= value
-            case "maxLength":
-                return lambda v: not isinstance(v, str) or len(v) <= value
-            case "pattern":
-                regex = re.compile(value)
-                return lambda v: not isinstance(v, str) or regex.search(v) is not None
-            case "required":
-                return lambda v: not isinstance(v, dict) or all(k in v for k in value)
-            case "items" if isinstance(value, dict | bool):
-                item = self.compile(value)
-                return lambda v: not isinstance(v, list) or all(item(x) for x in v)
-            case "propertyNames":
-                name = self.compile(value)
-                return lambda v: not isinstance(v, dict) or all(name(k) for k in v)
-            case "anyOf":
-                options = [self.compile(o) for o in value]
-                return lambda v: any(option(v) for option in options)
-            case "oneOf":
-                options = [self.compile(o) for o in value]
-                return lambda v: sum(1 for option in options if option(v)) == 1
-        raise _Unsupported(key)
-
-    def members(self, node: dict[str, Any]) -> Check:
-        """``properties``, ``patternProperties`` and ``additionalProperties`` together."""
-        named = {k: self.compile(s) for k, s in node.get("properties", {}).items()}
-        patterns = [(re.compile(p), self.compile(s))
-                    for p, s in node.get("patternProperties", {}).items()]
-        other = self.compile(node.get("additionalProperties", True))
-
-        def check(value: Any) -> bool:
-            if not isinstance(value, dict):
-                return True
-            for key, item in value.items():
-                matched = key in named
-                if matched and not named[key](item):
-                    return False
-                for regex, test in patterns:
-                    if regex.search(key):
-                        matched = True
-                        if not test(item):
-                            return False
-                if not matched and not other(item):
-                    return False
-            return True
-
-        return check
-
-
-_OBJECT_KEYWORDS = frozenset({"properties", "patternProperties", "additionalProperties"})
-_KEYWORDS = _OBJECT_KEYWORDS | {"$ref", "type", "enum", "minLength", "maxLength", "pattern",
-                                "required", "items", "propertyNames", "anyOf", "oneOf"}
+    return check
 
 
 @dataclass(frozen=True)
@@ -233,8 +113,7 @@ class Violation:
 def violations(doc: Document) -> list[Violation]:
     """Every schema violation of ``doc``, pointing at the offending key or value (except
     at values that could not be read at all, which are reported already)."""
-    check = _validity_check()
-    if check is not None and check(doc.data):
+    if _validity_check()(doc.data):
         return []  # valid: nothing for the (much slower) error reporting to find
     found = (e for e in _validator().iter_errors(doc.data)
              if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable))
