@@ -210,6 +210,11 @@ def test_fmt_keeps_escapes_and_line_breaks_of_quoted_text_as_written() -> None:
     doc = {"namespace": "n", "properties": {"\x1a\U00010000": "\x1f\U00010000 " * 12}}
     text = dump(doc)  # as inspect writes it: escaped, over two lines
     assert "\\U00010000" in text and format_text(text, "e.yaml") == text
+    value = "0000\x1f\x06" + "\U00010000" * 4 + "0"  # one line here, two lines there
+    doc = {"namespace": "n", "properties": {"0": value},
+           "views": {"a": {"properties": {"0\x1f\x1f" + "\U00010000" * 3: value}}}}
+    text = dump(doc)
+    assert format_text(text, "e.yaml") == text
 
 
 def test_fmt_never_moves_a_key_ahead_of_the_anchor_it_aliases() -> None:

@@ -425,28 +425,30 @@ def _as_written(source: str, text: str) -> str:
     """``text`` with each quoted scalar spelled as in ``source``: escapes (``\\U0001F600``,
     ``\\x1F``) and line breaks are the writer's choice, ruamel.yaml would spell them its way.
     A spelling over several lines is kept where the scalar starts in the same column."""
-    spellings: dict[tuple[str, str], tuple[int, str]] = {}
+    spellings: dict[tuple[str, str, int | None], str] = {}  # column None: any one-line one
+    source_lines = source.split("\n")
     for first, last, style, value in _quoted(source):
-        spellings.setdefault((style, value), (first.column, _slice(source, first, last)))
+        spelling = "\n".join(source_lines[first.line:last.line + 1])
+        spelling = spelling[first.column:len(spelling) - len(source_lines[last.line])
+                            + last.column]
+        spellings.setdefault((style, value, first.column), spelling)
+        if "\n" not in spelling:
+            spellings.setdefault((style, value, None), spelling)
     for _ in range(ROUNDS):  # a spelling restored before a scalar moves its column
         lines = text.split("\n")
         for first, last, style, value in sorted(_quoted(text), key=lambda q: q[0],
                                                 reverse=True):
-            column, spelling = spellings.get((style, value), (-1, ""))
-            if column == first.column or (column >= 0 and "\n" not in spelling
-                                          and first.line == last.line):
+            written = spellings.get((style, value, first.column))
+            if written is None and first.line == last.line:
+                written = spellings.get((style, value, None))
+            if written is not None:
                 lines[first.line:last.line + 1] = (
-                    lines[first.line][:first.column] + spelling + lines[last.line][last.column:]
+                    lines[first.line][:first.column] + written + lines[last.line][last.column:]
                 ).split("\n")
         text, last_text = "\n".join(lines), text
         if text == last_text:
             break
     return text
-
-
-def _slice(text: str, first: _Mark, last: _Mark) -> str:
-    lines = text.split("\n")[first.line:last.line + 1]
-    return "\n".join(lines)[first.column:len("\n".join(lines)) - len(lines[-1]) + last.column]
 
 
 def _quoted(text: str) -> Iterator[tuple[_Mark, _Mark, str, str]]:
