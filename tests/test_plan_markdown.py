@@ -150,13 +150,15 @@ def test_example_workflow_parses_and_the_cli_accepts_its_commands(
     monkeypatch.setenv("OLYMPIA_CATALOG", "s3://bucket/catalog")
     commands = [args for job in jobs.values() for step in job["steps"] if "run" in step
                 for args in olympia_commands(step["run"])]
-    assert [c[0] for c in commands] == ["validate", "plan", "plan", "plan", "apply", "drift"]
+    assert [c[0] for c in commands] == ["validate", "fmt", "plan", "plan", "plan", "apply",
+                                        "drift"]
     for args in commands:
         ctx = parse(args)
         assert ctx.command.name == args[0]
     by_name = {args[0] + " " + args[1]: parse(args).params for args in commands}
     assert by_name["validate catalog/"]["as_json"] is True
     assert by_name["apply plan.json"]["auto_approve"] is True
+    assert by_name["fmt --check"]["check"] is True
     markdown = [parse(a).params for a in commands if "markdown" in a]
     assert markdown and all(p["output_format"] == "markdown" for p in markdown)
     assert any(p["out"] == "plan.json" for p in markdown)  # the PR comment job saves it too
