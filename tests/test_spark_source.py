@@ -193,6 +193,13 @@ def test_partitioned_write_reads_back_exactly(source: Any, where: dict[str, str]
     assert back.schema.simpleString() == (
         "struct<id:bigint,name:string,part:int,ts:timestamp,amount:decimal(12,2)>")
     assert checksum(back) == checksum(df)
+    # filters on the partition column and on a data column skip whole files: each task
+    # wrote ids [0, 500000) or [500000, 1000000), one file per part
+    assert checksum(back.where("part = 1")) == checksum(df.where("part = 1"))
+    assert checksum(back.where("id < 1000")) == checksum(df.where("id < 1000"))
+    total = len(files)
+    assert sorted(planned(spark, table)) == sorted([
+        (total, total), (total // PARTS, total), (total // 2, total)])
 
 
 def test_transforms_partition_like_pyiceberg(source: Any, tmp_path: Path) -> None:
