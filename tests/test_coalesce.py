@@ -46,8 +46,8 @@ class _Gate:
     def read(self, path: str) -> bytes:
         return self.inner.read(path)
 
-    def write(self, path: str, data: bytes) -> None:
-        self.inner.write(path, data)
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.inner.write(path, data, durable)
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)

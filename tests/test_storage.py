@@ -17,6 +17,7 @@ from conftest import Location
 from s3server import Fault, FaultProxy
 
 from olympia import Catalog
+from olympia.catalog.keys import version_path
 from olympia.exceptions import (
     FileAlreadyExists,
     FileNotFound,
@@ -60,8 +61,8 @@ class _Refusing:
         data: bytes = self.inner.read(path)
         return data
 
-    def write(self, path: str, data: bytes) -> None:
-        self.inner.write(path, data)
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.inner.write(path, data, durable)
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.inner.create_exclusive(path, data)
@@ -514,3 +515,26 @@ def test_same_place_however_spelled(tmp_path: Any) -> None:
     assert not Storage("s3://bucket/p", s3).same_place(Storage("s3://bucket/q", s3))
     assert not Storage("s3://bucket/p", s3).same_place(
         Storage("s3://bucket/p", {"endpoint_url": "http://127.0.0.1:2"}))
+
+
+def test_local_sync_and_early_loss(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local disk syncs every file but vn/latest (a hint that discovery checks), and an
+    exclusive create of a file that exists fails before writing or syncing anything."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    catalog = Catalog.create(str(tmp_path / "c"))
+    synced.clear()
+    catalog.files.write_hint("vn/latest", 0)
+    assert synced == []
+    catalog.files.write_hint("vn/oldest", 0)
+    assert len(synced) == 1
+    synced.clear()
+    catalog.storage.stats.reset()
+    catalog.create_namespace("a")  # its definition, the nodes, the root, then vn/latest
+    assert len(synced) == catalog.storage.stats.writes - 1 >= 2
+    synced.clear()
+    before = sorted(os.listdir(tmp_path / "c" / "vn"))
+    with pytest.raises(FileAlreadyExists):
+        catalog.storage.create_exclusive(version_path(1), b"other")
+    assert synced == [] and sorted(os.listdir(tmp_path / "c" / "vn")) == before

@@ -193,7 +193,10 @@ class CatalogFiles:
         return True, int(text)
 
     def write_hint(self, path: str, version: int) -> None:
-        self.storage.write(path, f"{version}\n".encode("ascii"))
+        """Write vn/latest or vn/oldest. vn/latest is not synced to disk: discovery probes
+        past it and ignores one a crash lost or tore. vn/oldest is: roots below it may be
+        gone, so an older value surviving a crash would name a missing root."""
+        self.storage.write(path, f"{version}\n".encode("ascii"), durable=path != LATEST)
 
     def oldest_version(self) -> int:
         """The guaranteed oldest version: vn/oldest, or 0 when it is absent."""

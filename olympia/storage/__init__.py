@@ -164,10 +164,11 @@ class Storage:
         self.stats.add(bytes_read=len(data))
         return data
 
-    def write(self, path: str, data: bytes) -> None:
-        """Write (or replace) a file; readers see the old or the new content, never a mix."""
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        """Write (or replace) a file; readers see the old or the new content, never a mix.
+        ``durable=False`` (for hints, which readers check) skips syncing it to disk."""
         self.stats.add(writes=1, bytes_written=len(data))
-        self._call("write", path, lambda: self.backend.write(self.full(path), data))
+        self._call("write", path, lambda: self.backend.write(self.full(path), data, durable))
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         """Create a file only if it does not exist; raise FileAlreadyExists otherwise.

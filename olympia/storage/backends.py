@@ -36,7 +36,7 @@ class Backend(Protocol):
     """What a storage system must offer; paths here are full backend paths."""
 
     def read(self, path: str) -> bytes: ...
-    def write(self, path: str, data: bytes) -> None: ...
+    def write(self, path: str, data: bytes, durable: bool = True) -> None: ...
     def create_exclusive(self, path: str, data: bytes) -> None: ...
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
@@ -61,7 +61,7 @@ class LocalBackend:
         with open(path, "rb") as f:
             return f.read()
 
-    def _temp(self, path: str, data: bytes) -> str:
+    def _temp(self, path: str, data: bytes, durable: bool = True) -> str:
         directory = os.path.dirname(path)
         try:
             os.makedirs(directory, exist_ok=True)
@@ -70,13 +70,13 @@ class LocalBackend:
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "wb") as f:
             f.write(data)
-            if self.fsync:
+            if self.fsync and durable:
                 f.flush()
                 os.fsync(f.fileno())
         return tmp
 
-    def write(self, path: str, data: bytes) -> None:
-        tmp = self._temp(path, data)
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        tmp = self._temp(path, data, durable)
         try:
             os.replace(tmp, path)
         except BaseException:
@@ -84,6 +84,8 @@ class LocalBackend:
             raise
 
     def create_exclusive(self, path: str, data: bytes) -> None:
+        if os.path.lexists(path):  # lost already: skip writing and syncing a doomed file
+            raise FileExistsError(errno.EEXIST, "file exists", path)
         tmp = self._temp(path, data)
         try:
             os.link(tmp, path)  # fails with EEXIST if another writer published first
@@ -145,7 +147,7 @@ class MemoryBackend:
         except KeyError:
             raise FileNotFoundError(path) from None
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.files[path] = (bytes(data), time.time())
 
     def create_exclusive(self, path: str, data: bytes) -> None:
@@ -198,8 +200,8 @@ class FsspecBackend:
         data: bytes = self.fs.cat_file(path)
         return data
 
-    def write(self, path: str, data: bytes) -> None:
-        self.fs.pipe_file(path, data)
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.fs.pipe_file(path, data)  # an object store's PUT is durable either way
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data, mode="create")
