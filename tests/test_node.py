@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import struct
+
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
 from olympia.exceptions import CorruptFileError
+from olympia.tree import node as node_module
 from olympia.tree.node import (
     CHECKSUM_KEY,
     SCHEMA,
@@ -134,3 +138,25 @@ def test_every_single_bit_flip_is_refused_or_harmless() -> None:
         assert node == ROOT, bit
         harmless += 1
     assert harmless < len(data) * 8 * 0.6  # most bytes matter: the check is not vacuous
+
+
+def _reference_digest(rows: list[tuple[str | None, str | None, str | None]]) -> str:
+    """Ruling 13's row digest, written out plainly."""
+    digest = hashlib.sha256()
+    for row in rows:
+        for cell in row:
+            raw = None if cell is None else cell.encode("utf-8")
+            digest.update(b"\x00" if raw is None
+                          else b"\x01" + struct.pack(">I", len(raw)) + raw)
+    return digest.hexdigest()
+
+
+def test_digest_is_the_same_whatever_the_cell_cache_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_module, "_CELLS_MAX", 5)  # emptied many times below
+    rows = [(f"k{i}é", None if i % 3 else f"v{i}", "p" * (i % 4) or None) for i in range(40)]
+    for start in range(0, 40, 7):
+        part = rows[start:] + rows[:start]
+        keys, values, pnodes = (list(c) for c in zip(*part, strict=True))
+        assert rows_digest(keys, values, pnodes) == _reference_digest(part)
+        assert len(node_module._CELLS) <= 5

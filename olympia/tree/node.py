@@ -44,15 +44,29 @@ def rows_digest(keys: Iterable[str | None], values: Iterable[str | None],
     """SHA-256 (64 lowercase hex digits) of a node's rows, in row order: each cell of a row
     (key, value, pnode) is ``00`` for NULL, else ``01``, its UTF-8 length as 4 big-endian
     bytes, then its UTF-8 bytes."""
-    digest = hashlib.sha256()
-    for row in zip(keys, values, pnodes, strict=True):
-        for cell in row:
-            if cell is None:
-                digest.update(b"\x00")
-            else:
-                raw = cell.encode("utf-8")
-                digest.update(b"\x01" + len(raw).to_bytes(4, "big") + raw)
-    return digest.hexdigest()
+    get = _CELLS.get
+    cells = [get(cell) or _cell(cell)
+             for row in zip(keys, values, pnodes, strict=True) for cell in row]
+    return hashlib.sha256(b"".join(cells)).hexdigest()
+
+
+# Encoded cells by text: the same keys, values and paths recur in every node a writer
+# encodes or reads (each attempt of a commit re-encodes its leaf), so most cells are
+# encoded once. Bounded: emptied when full.
+_CELLS: dict[str | None, bytes] = {None: b"\x00"}
+_CELLS_MAX = 32_768
+
+
+def _cell(text: str | None) -> bytes:
+    if text is None:  # only while another thread refills the emptied cache
+        return b"\x00"
+    raw = text.encode("utf-8")
+    encoded = b"\x01" + len(raw).to_bytes(4, "big") + raw
+    if len(_CELLS) >= _CELLS_MAX:
+        _CELLS.clear()
+        _CELLS[None] = b"\x00"
+    _CELLS[text] = encoded
+    return encoded
 
 
 @dataclass(frozen=True)
