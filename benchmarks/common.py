@@ -140,9 +140,9 @@ class _RecordingBackend:
         self._note("read", path)  # a miss is a round trip too
         return self.inner.read(path)
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._note("write", path)
-        self.inner.write(path, data)
+        self.inner.write(path, data, durable)
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self._note("create_exclusive", path)
@@ -151,6 +151,9 @@ class _RecordingBackend:
     def exists(self, path: str) -> bool:
         self._note("exists", path)
         return self.inner.exists(path)
+
+    def known_to_exist(self, path: str) -> bool:
+        return self.inner.known_to_exist(path)  # no request: not an operation
 
     def list(self, prefix: str) -> list[FileInfo]:
         self._note("list", prefix)

@@ -23,23 +23,30 @@ COLUMNS = [{"name": "id", "type": "int8"}]
 
 
 class _Gate:
-    """Forwards every call to the real backend; the first root creation waits until
-    ``ready()`` (every caller has submitted its commit), so the batches are known."""
+    """Forwards every call to the real backend; the first look at a root (a creation, or
+    the check that the version is free) waits until ``ready()`` (every caller has submitted
+    its commit), so the batches are known."""
 
     def __init__(self, inner: Backend, root: str, ready: Callable[[], bool]) -> None:
         self.inner, self.root, self.ready = inner, root, ready
         self.roots_created = 0
         self._opened = False
 
+    def _hold(self, path: str) -> bool:
+        """Whether ``path`` is a root; the first look at one waits for the callers."""
+        if path_version(path.removeprefix(self.root)) is None:
+            return False
+        for _ in range(6000):  # a bounded wait, not a timing assertion
+            if self._opened or self.ready():
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the other callers never submitted their commits")
+        self._opened = True
+        return True
+
     def create_exclusive(self, path: str, data: bytes) -> None:
-        if path_version(path.removeprefix(self.root)) is not None:
-            for _ in range(6000):  # a bounded wait, not a timing assertion
-                if self._opened or self.ready():
-                    break
-                time.sleep(0.01)
-            else:
-                raise AssertionError("the other callers never submitted their commits")
-            self._opened = True
+        if self._hold(path):
             self.roots_created += 1
         self.inner.create_exclusive(path, data)
 
@@ -48,6 +55,10 @@ class _Gate:
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.inner.write(path, data, durable)
+
+    def known_to_exist(self, path: str) -> bool:
+        self._hold(path)
+        return bool(self.inner.known_to_exist(path))
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)

@@ -67,6 +67,9 @@ class _Refusing:
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.inner.create_exclusive(path, data)
 
+    def known_to_exist(self, path: str) -> bool:
+        return bool(self.inner.known_to_exist(path))
+
     def exists(self, path: str) -> bool:
         return bool(self.inner.exists(path))
 

@@ -341,13 +341,16 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
         files_out.update(btree.encode_files(flushed.files, order))
         root_bytes = encode_node(root, order)
         _check_size(cdef, {**files_out, "root": root_bytes})
-        storage.write_many(files_out)
-        defs_written.update(change.new_defs)
-        for path, node in flushed.files.items():
-            base.nodes.remember(path, node)
-            written[btree.shape(node)] = path
         version = base.version + 1
         try:
+            if storage.known_to_exist(version_path(version)):  # lost already: write nothing
+                raise FileAlreadyExists("file already exists",
+                                        storage.display(version_path(version)))
+            storage.write_many(files_out)
+            defs_written.update(change.new_defs)
+            for path, node in flushed.files.items():
+                base.nodes.remember(path, node)
+                written[btree.shape(node)] = path
             storage.create_exclusive(version_path(version), root_bytes)
         except FileAlreadyExists:
             losses += 1

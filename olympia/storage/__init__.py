@@ -206,6 +206,11 @@ class Storage:
         except FileNotFound:
             return None
 
+    def known_to_exist(self, path: str) -> bool:
+        """Whether the file exists, where the storage can tell without a request (local
+        disk, memory; no operation is counted); False on object stores."""
+        return self.backend.known_to_exist(self.full(path))
+
     def exists(self, path: str) -> bool:
         self.stats.add(exists=1)
         return self._call("exists", path, lambda: self.backend.exists(self.full(path)))

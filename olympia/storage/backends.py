@@ -40,6 +40,10 @@ class Backend(Protocol):
     def create_exclusive(self, path: str, data: bytes) -> None: ...
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
+
+    def known_to_exist(self, path: str) -> bool:
+        """Whether the file exists, where the store can tell without a request (local
+        disk, memory); False where telling would cost a round trip."""
     def delete(self, path: str) -> None: ...
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
@@ -84,7 +88,7 @@ class LocalBackend:
             raise
 
     def create_exclusive(self, path: str, data: bytes) -> None:
-        if os.path.lexists(path):  # lost already: skip writing and syncing a doomed file
+        if self.known_to_exist(path):  # lost already: skip writing and syncing a doomed file
             raise FileExistsError(errno.EEXIST, "file exists", path)
         tmp = self._temp(path, data)
         try:
@@ -94,6 +98,9 @@ class LocalBackend:
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(path)
+
+    def known_to_exist(self, path: str) -> bool:
+        return os.path.lexists(path)
 
     def list(self, prefix: str) -> list[FileInfo]:
         out: list[FileInfo] = []
@@ -159,6 +166,9 @@ class MemoryBackend:
     def exists(self, path: str) -> bool:
         return path in self.files
 
+    def known_to_exist(self, path: str) -> bool:
+        return path in self.files
+
     def list(self, prefix: str) -> list[FileInfo]:
         items = list(self.files.items())
         return [FileInfo(p, len(d), m) for p, (d, m) in items if p.startswith(prefix)]
@@ -208,6 +218,9 @@ class FsspecBackend:
 
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(path))
+
+    def known_to_exist(self, path: str) -> bool:
+        return False  # a HEAD request costs a round trip
 
     def list(self, prefix: str) -> list[FileInfo]:
         folder, _, partial = prefix.rpartition("/")
