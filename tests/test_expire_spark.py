@@ -3,9 +3,7 @@ is ever lost — not with exports, distributed transactions, crashes or concurre
 
 from __future__ import annotations
 
-import random
 import threading
-import uuid
 from typing import Any
 
 import pytest
@@ -29,8 +27,7 @@ from olympia import Catalog, versions
 from olympia.catalog.keys import version_path
 from olympia.exceptions import ExpiryAbortedError, NotFoundError
 from olympia.expire import expire_local, expire_with_spark, job
-from olympia.expire.reachability import is_candidate
-from olympia.expire.spark import SparkEngine, candidate_column
+from olympia.expire.spark import SparkEngine
 from olympia.tree import btree
 
 pytestmark = pytest.mark.spark
@@ -209,48 +206,16 @@ def test_crash_between_deletes_then_rerun(spark: Any, shared_location: Location)
     assert leftover.files_candidates == 0
 
 
-def test_candidate_column_agrees_with_the_rule(spark: Any) -> None:
-    """The classification's Spark expression and is_candidate decide every path alike:
-    format names, near misses, strangers, glob and control characters, and file times on
-    both sides of the grace cutoff."""
-    rng = random.Random(16)
-    cutoff_ms, new_oldest = 1_700_000_000_000, 37
-    names = [version_path(v) for v in (0, 1, 36, 37, 38, 2**31, 2**32 - 1)]
-    names += [f"node/{uuid.UUID(int=rng.getrandbits(128))}.arrow" for _ in range(20)]
-    names += [f"def/{kind}/{uuid.UUID(int=rng.getrandbits(128))}{tail}.binpb"
-              for kind in ("catalog", "namespace", "table", "view", "tables")
-              for tail in ("", "-v2", "-ü", "/x", "*", "[1]", "\n", "\x7f")]
-    names += ["dtxn/abc.binpb", "dtxn/a?.binpb", "dtxn/.binpb", "dtxn/a/b.binpb", "vn/latest",
-              "vn/oldest", "vn/" + "0" * 31, "vn/" + "2" * 32, version_path(1) + "\n",
-              version_path(1) + "0", "x" + version_path(1), *STRANGERS]
-    chars = "vnodefdtx/.-0123456789abcdefABCDEF*?[]\n\x00ü"
-    for name in list(names):  # near misses: one character changed, dropped or added
-        for _ in range(6):
-            i = rng.randrange(len(name))
-            change = rng.choice([name[:i] + rng.choice(chars) + name[i + 1:],
-                                 name[:i] + name[i + 1:], name[:i] + rng.choice(chars) + name[i:]])
-            names.append(change)
-    times = [(cutoff_ms - 1) / 1000, cutoff_ms / 1000, (cutoff_ms + 1) / 1000, 0.0, 1e10]
-    rows = [(name, t) for name in sorted(set(names)) for t in times]
-    df = spark.createDataFrame(rows, "path string, modified double")
-    got = {(r[0], r[1]): r[2] for r in df.select(
-        "path", "modified", candidate_column(new_oldest, cutoff_ms)).collect()}
-    want = {(p, t): is_candidate(p, t, new_oldest, cutoff_ms) for p, t in rows}
-    assert got == want
-    assert sum(want.values()) > 100 and len(want) - sum(want.values()) > 100
-
-
 def test_spark_jobs_per_run(spark: Any, tmp_path: Any) -> None:
     """A run's fixed cost is its Spark jobs: a small catalog's trees and transaction records
-    are read on the driver and every other step is one job (no job per shuffle stage); the
-    caller's job group and session settings are put back afterwards."""
+    are read on the driver and every other step is one job (the sample comes with the
+    classification); the caller's job group is put back and nothing stays cached."""
     location = Location(str(tmp_path / "c"), {}, "local")
     catalog, before = build(location, order=3)
     catalog.storage.write(ORPHAN, b"orphan")
     now = mark_old(catalog)
-    sc, conf = spark.sparkContext, spark.conf
-    settings = {key: conf.get(key) for key in ("spark.sql.adaptive.enabled",
-                                               "spark.sql.shuffle.partitions")}
+    sc = spark.sparkContext
+    cached = sc._jsc.getPersistentRDDs().size()
     sc.setJobGroup("caller", "the caller's own jobs")
     try:
         engine = SparkEngine(spark, catalog.uri, {})
@@ -260,9 +225,9 @@ def test_spark_jobs_per_run(spark: Any, tmp_path: Any) -> None:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert result.files_deleted > 0 and result.files_failed == 0 and result.walk_levels > 2
     assert {what: jobs for what, (jobs, _) in engine.jobs.items()} == {
-        "listing": 1, "finding unreferenced files": 1, "sampling candidates": 1,
-        "deleting": 2, "verifying deletes": 1}
-    assert {key: conf.get(key) for key in settings} == settings
+        "listing": 1, "finding unreferenced files": 1, "deleting": 2,
+        "verifying deletes": 1}
+    assert sc._jsc.getPersistentRDDs().size() == cached
     assert ORPHAN not in files(catalog)
     check_kept(location, before, result.new_oldest_version)
 
@@ -280,4 +245,4 @@ def test_spark_walk_on_executors_matches_the_local_engine(spark: Any,
     jobs = {what: n for what, (n, _) in engine.jobs.items()}
     assert jobs == {"listing": 1, "reading distributed transactions": 1, "reading roots": 1,
                     "walking the trees": dry.walk_levels - 1,
-                    "finding unreferenced files": 1, "sampling candidates": 1}
+                    "finding unreferenced files": 1}

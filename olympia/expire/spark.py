@@ -1,42 +1,39 @@
-"""Expiry as a PySpark job: listing, reading the trees, the anti-join and the deletes run
+"""Expiry as a PySpark job: listing, reading the trees, classification and the deletes run
 on executors; the driver decides the versions, moves ``vn/oldest``, reads a handful of roots
 and catalog definitions, and keeps the walk's node paths for de-duplication.
 
-A Spark job has a fixed cost (scheduling, Python workers, planning) that the single-process
-engine does not pay, so a run uses few: one per step below, none for reads that fit in one
-task (``SparkEngine.jobs`` counts them per step).
+Each executor task runs the single-process engine (:class:`~olympia.expire.local.
+LocalEngine`) on its share of the catalog, so per-file work is the same code in both
+engines. The share is fixed by the listing: task ``i`` of ``n`` lists every ``n``-th key
+prefix from the ``i``-th (``vn/``, ``dtxn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``),
+and every later step works on the partition that task produced:
 
-- listing: one job without a shuffle, one task per core, each listing its share of the key
-  prefixes (``vn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``) with the storage's bounded
-  concurrency, as the single-process engine lists them all, into the cache; the tasks count
-  the files, which sizes the run's shuffle partitions; the driver lists the few ``dtxn/``
-  records itself (it reads them next, also itself unless there are many);
-- walk: one tree level across every kept root at once: a level of at most one read batch
-  (``driver_reads``) is read on the driver, a larger one by executors in one job (in
+- listing: one job without a shuffle, one task per core; each task's listing (a dict, as
+  the single-process engine holds it) stays cached on its executor as Python objects;
+  the tasks report their count and transaction records, which the driver reads (itself
+  unless there are many);
+- walk: one tree level across every kept root at once: a level of at most
+  ``driver_reads`` files is read on the driver, a larger one by executors in one job (in
   batches of 256, with the storage's concurrency), keeping their definitions; the driver
   de-duplicates the next level's node paths against every node already reached
-  (copy-on-write versions share most nodes); driver and executors read with the same
-  functions as the single-process engine;
-- classification: one job: a left join of the listing with the reachable set and the shared
-  candidate rule as a column expression (no Python round trip per file);
-- deletes: each partition of candidates deleted by an executor in batches of up to 1000,
-  roots first; verification lists again in one job.
+  (copy-on-write versions share most nodes);
+- classification and sample: one job: the reached paths are sent to the listing task that
+  lists their prefix (a shuffle of the reachable set only; the listing does not move), and
+  each task classifies its listing as the single-process engine does and reports counts,
+  its first candidates and the probes it holds;
+- deletes: each task deletes its candidates, roots first (one job each); verification: each
+  task lists its prefixes again and counts its candidates still there (one job).
 
-Adaptive query execution is off during a run (it would make every shuffle stage a job of its
-own and re-plan after each); it and the shuffle partitions are put back afterwards.
 Executors open their own :class:`~olympia.storage.Storage` from the catalog URI and storage
 options (one per Python worker). Every intermediate result the later steps depend on is
 persisted and materialised before the next step.
-
-Over 400 lines: the driver's plan and the executor functions it ships must be read together to
-check that both engines apply the same rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import math
 import os
 import re
 import sys
@@ -44,48 +41,50 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import version_path
 from olympia.catalog.transaction import now_millis
 from olympia.exceptions import ExpiryAbortedError, InvalidArgumentError, OlympiaError
-from olympia.expire.job import DEFAULT_SETTLE_MS, ExpireResult, FolderStats, StepHook, Walk, run
+from olympia.expire.job import (
+    DEFAULT_SETTLE_MS,
+    SAMPLE_SIZE,
+    ExpireResult,
+    FolderStats,
+    StepHook,
+    Walk,
+    run,
+)
+from olympia.expire.local import LocalEngine
 from olympia.expire.policy import ExpirePolicy
 from olympia.expire.reachability import (
     CDEF,
-    DEF_RE,
-    DTXN_RE,
     FILE,
     MISSING,
     NODE,
-    NODE_RE,
     READ_BATCH,
-    ROOT_RE,
     Clock,
     Decision,
     DeleteReport,
     TxnRoots,
-    delete_paths,
     expand_nodes,
     expand_roots,
     read_transactions,
 )
-from olympia.storage import Storage
+from olympia.storage import FileInfo, Storage
 
-if TYPE_CHECKING:
-    from pyspark import Accumulator
-
-FILES_SCHEMA = "path string, size long, modified double"
-EDGES_SCHEMA = "kind string, path string"
-FILES_PER_PARTITION = 50_000  # listed files per partition of the joins and the deletes
+DRIVER_READS = 4 * READ_BATCH  # walk levels up to this many files are read on the driver
 ROOTS_PER_TASK = 500
 DTXN = "dtxn/"
 _GROUP_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 _STORAGES: OrderedDict[tuple[str, str], Storage] = OrderedDict()
 _STORAGES_LOCK = threading.Lock()
+
+Listing = dict[str, FileInfo]  # one task's listing, path -> file
+Classified = tuple[dict[str, FolderStats], list[FileInfo], set[str]]  # LocalEngine.classify
 
 
 def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
@@ -102,24 +101,51 @@ def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
         return storage
 
 
+def _local(uri: str, options: Mapping[str, Any]) -> LocalEngine:
+    return LocalEngine(_storage(uri, options))
+
+
+def _share(prefixes: list[str], tasks: int, index: int) -> list[str]:
+    """The prefixes listing task ``index`` of ``tasks`` lists."""
+    return prefixes[index::tasks]
+
+
+@functools.lru_cache(maxsize=8)
+def _owners(prefixes: tuple[str, ...], tasks: int) -> tuple[dict[str, int], list[int]]:
+    return ({prefix: i % tasks for i, prefix in enumerate(prefixes)},
+            sorted({len(prefix) for prefix in prefixes}, reverse=True))
+
+
+def owner(prefixes: list[str], tasks: int, path: str) -> int:
+    """The listing task whose prefixes hold ``path`` (prefixes do not nest); -1 if none.
+
+    Args:
+        prefixes: the listing's prefixes.
+        tasks: the number of listing tasks.
+        path: a catalog-relative path.
+
+    Returns:
+        The task's index.
+    """
+    owners, lengths = _owners(tuple(prefixes), tasks)
+    for length in lengths:
+        task = owners.get(path[:length])
+        if task is not None:
+            return task
+    return -1
+
+
 # --- executor-side functions (module level: pickled by reference) -------------------------
 
 
 def _list_task(uri: str, options: Mapping[str, Any], prefixes: list[str], tasks: int,
-               counter: Accumulator[int] | None, ids: Iterator[int],
-               ) -> Iterator[tuple[str, int, float]]:
-    """Task ``i`` lists every ``tasks``-th prefix from the ``i``-th, with the storage's
-    bounded concurrency (as the single-process engine lists them all), and adds the number
-    of files to ``counter``."""
-    storage = _storage(uri, options)
-    mine = [p for i in ids for p in prefixes[i::tasks]]
-    listed = 0
-    for files in storage.map(storage.list, mine):
-        listed += len(files)
-        for f in files:
-            yield f.path, f.size, f.modified
-    if counter is not None:
-        counter.add(listed)
+               index: int, _: Iterator[int]) -> Iterator[Listing]:
+    """Task ``index``'s listing, as the single-process engine lists, as one element."""
+    yield _local(uri, options).list_files(_share(prefixes, tasks, index))
+
+
+def _listing_summary(listing: Listing) -> tuple[int, list[str]]:
+    return len(listing), [path for path in listing if path.startswith(DTXN)]
 
 
 def _txn_task(uri: str, options: Mapping[str, Any], paths: Iterator[str],
@@ -137,38 +163,63 @@ def _nodes_task(uri: str, options: Mapping[str, Any], order: int, paths: Iterato
     yield from expand_nodes(_storage(uri, options), order, list(paths))
 
 
-def _delete_task(uri: str, options: Mapping[str, Any], rows: Iterator[Any],
-                 ) -> Iterator[DeleteReport]:
-    yield delete_paths(_storage(uri, options), [r[0] for r in rows])
+def _reached_paths(edges: Iterable[tuple[str, str]]) -> Iterator[str]:
+    """The reached files among a walk level's edges (definitions, roots, catalog defs)."""
+    return (path for kind, path in edges if kind in (FILE, CDEF))
 
 
-def _fullmatch(pattern: re.Pattern[str]) -> Any:
-    """Whether ``path`` matches ``pattern`` as a whole, like ``pattern.fullmatch`` (the
-    patterns use only syntax Python and Java regular expressions read alike)."""
-    from pyspark.sql import functions as F
-
-    return F.col("path").rlike(rf"\A(?:{pattern.pattern})\z")
+def _other_edges(edges: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """A level's edges the driver needs (children, catalog definitions, missing roots)."""
+    return iter({edge for edge in edges if edge[0] != FILE})
 
 
-def candidate_column(new_oldest: int, cutoff_ms: int) -> Any:
-    """:func:`~olympia.expire.reachability.is_candidate` of the columns ``path`` and
-    ``modified`` as a Spark expression, from the same name patterns, so classification
-    needs no Python round trip per listed file (tests check the two agree).
+def _keyed(prefixes: list[str], tasks: int, path: str) -> tuple[int, str]:
+    return owner(prefixes, tasks, path), path
 
-    Args:
-        new_oldest: versions below this expire.
-        cutoff_ms: the grace cutoff, epoch milliseconds.
 
-    Returns:
-        A boolean Column.
-    """
-    from pyspark.sql import functions as F
+def _task_key(key: int) -> int:
+    return key
 
-    path = F.col("path")
-    version = F.conv(F.reverse(F.substring(path, 4, 32)), 2, 10).cast("long")
-    other = _fullmatch(NODE_RE) | _fullmatch(DEF_RE) | _fullmatch(DTXN_RE)
-    return (F.when(_fullmatch(ROOT_RE), version < F.lit(new_oldest))
-            .otherwise(other & (F.col("modified") * 1000 < F.lit(cutoff_ms))))
+
+def _as_set(pairs: Iterable[tuple[int, str]]) -> Iterator[set[str]]:
+    """A partition's reached paths as one set (one element per partition, for zip)."""
+    yield {path for _, path in pairs}
+
+
+def _reached_walk(reached: set[str]) -> Walk:
+    """A task's share of the reachable set, as the single-process engine's walk holds it."""
+    return Walk(reached, set(), [], 0, 0)
+
+
+def _classify_task(uri: str, options: Mapping[str, Any], keep: set[str], decision: Decision,
+                   probe: list[str], pair: tuple[Listing, set[str]]) -> Classified:
+    listing, reached = pair
+    return _local(uri, options).classify(listing, _reached_walk(reached), keep, decision,
+                                         probe)
+
+
+def _classified_summary(size: int, classified: Classified,
+                        ) -> tuple[dict[str, FolderStats], list[str], set[str]]:
+    stats, candidates, found = classified
+    return stats, [f.path for f in candidates[:size]], found
+
+
+def _delete_task(uri: str, options: Mapping[str, Any], roots: bool,
+                 classified: Classified) -> DeleteReport:
+    return _local(uri, options).delete(classified[1], roots)
+
+
+def _remaining_task(uri: str, options: Mapping[str, Any], prefixes: list[str], tasks: int,
+                    index: int, classified: Iterator[Classified],
+                    ) -> Iterator[dict[str, tuple[int, int]]]:
+    for _, candidates, _ in classified:
+        yield _local(uri, options).remaining(candidates, _share(prefixes, tasks, index))
+
+
+def _reached_task(uri: str, options: Mapping[str, Any], size: int,
+                  pair: tuple[Classified, set[str]]) -> list[str]:
+    classified, reached = pair
+    return _local(uri, options).reached(classified[1], _reached_walk(reached), size)
 
 
 _OLYMPIA_ERROR = re.compile(r"olympia\.exceptions\.\w+: (.+)")
@@ -185,49 +236,49 @@ def _message(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Reached:
-    """A Spark walk's reachable set: every reached path, on the executors, and the reached
-    node paths on the driver (they de-duplicate the walk, one per ``order / 2`` objects or
-    fewer, as the single-process engine holds them)."""
+    """A Spark walk's reachable set: RDDs of reached paths, on the executors, and the
+    reached node paths on the driver (they de-duplicate the walk, one per ``order / 2``
+    objects or fewer, as the single-process engine holds them)."""
 
-    files: Any
+    files: list[Any]
     nodes: set[str]
 
 
 class SparkEngine:
-    """The run's data movement on a SparkSession (any master)."""
+    """The run's data movement on a SparkContext (any master)."""
 
     name = "spark"
 
     def __init__(self, spark: Any, uri: str, options: Mapping[str, Any], *,
-                 driver_reads: int = READ_BATCH) -> None:
+                 driver_reads: int = DRIVER_READS) -> None:
         """``driver_reads``: a walk level or a set of transaction records of at most this
-        many files is read on the driver (one read batch: on executors it would be one task
-        plus a job's fixed cost)."""
+        many files is read on the driver (reading them takes less than a job's fixed
+        cost)."""
         from pyspark import StorageLevel
-        from pyspark.sql import functions
 
         self.spark = spark
         self.sc = spark.sparkContext
         self.uri = uri
         self.options = dict(options)
-        self.F = functions
         self.level = StorageLevel.MEMORY_AND_DISK
         self.parallelism = max(2, int(self.sc.defaultParallelism))
         self.driver_reads = driver_reads
         self._cached: list[Any] = []
+        self._prefixes: list[str] = []  # the listing's prefixes and tasks: who lists what
+        self._tasks = 1
         self._counts: dict[str, int] = {}  # candidates per folder, from classify()
+        self._sample: list[str] = []  # the first SAMPLE_SIZE candidates, from classify()
         self._dtxn: list[str] = []  # transaction records seen by the last listing
-        self._saved: dict[str, str | None] = {}  # session settings to put back
         self._id = uuid.uuid4().hex[:12]
         self._groups: list[str] = []
         self.jobs: dict[str, tuple[int, float]] = {}  # Spark jobs and seconds per action
 
     # helpers
 
-    def _persist(self, df: Any) -> Any:
-        df = df.persist(self.level)
-        self._cached.append(df)
-        return df
+    def _persist(self, rdd: Any) -> Any:
+        rdd = rdd.persist(self.level)
+        self._cached.append(rdd)
+        return rdd
 
     def _do(self, what: str, action: Any) -> Any:
         """Run a Spark action as a job group of its own, counting its jobs into
@@ -251,57 +302,33 @@ class SparkEngine:
             for key, value in caller.items():
                 sc.setLocalProperty(key, value)  # None unsets
 
-    def _folder(self) -> Any:
-        return self.F.substring_index(self.F.col("path"), "/", 1)
+    def _reached_sets(self, reached: Reached) -> Any:
+        """The reachable set as one set per listing task, each holding the paths that
+        task lists (the listing stays where it is; only the reached paths move)."""
+        paths = self.sc.union(reached.files).map(
+            functools.partial(_keyed, self._prefixes, self._tasks))
+        return self._one_each(paths.partitionBy(self._tasks, _task_key).mapPartitions(_as_set))
 
-    def _df(self, rdd: Any, schema: str) -> Any:
-        """Rows an executor function made, as a DataFrame (they are built to ``schema``)."""
-        return self.spark.createDataFrame(rdd, schema, verifySchema=False)
+    @staticmethod
+    def _one_each(rdd: Any) -> Any:
+        """``rdd`` (one element per partition) pickled one element a batch, as ``zip``
+        needs: ``zip`` would otherwise pickle both sides again to match their batches."""
+        from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
-    def _paths(self, paths: list[str]) -> Any:
-        """A few driver-side paths as a DataFrame."""
-        return self.spark.createDataFrame([(p,) for p in paths], "path string")
-
-    def _setting(self, key: str, value: str) -> None:
-        """Set a session setting for this run; :meth:`release` puts the old value back."""
-        conf = self.spark.conf
-        if key not in self._saved:
-            self._saved[key] = conf.get(key, None)
-        conf.set(key, value)
-
-    def _tune(self, files: int) -> None:
-        """Session settings for this run: shuffle partitions sized to the listing (the
-        session default, 200, is pure overhead for 100k paths on two cores) and no adaptive
-        execution, which runs every shuffle stage as a job of its own and re-plans after
-        it (each query's joins and shuffles are few and sized here)."""
-        self._setting("spark.sql.adaptive.enabled", "false")
-        partitions = max(self.parallelism, math.ceil(files / FILES_PER_PARTITION))
-        self._setting("spark.sql.shuffle.partitions", str(partitions))
+        one = BatchedSerializer(CPickleSerializer(), 1)  # type: ignore[no-untyped-call]
+        return rdd._reserialize(one)
 
     # steps
 
-    def _listing(self, prefixes: list[str], counter: Accumulator[int] | None = None) -> Any:
-        tasks = max(1, min(len(prefixes), self.parallelism))
-        return self._df(self.sc.range(0, tasks, numSlices=tasks).mapPartitions(
-            functools.partial(_list_task, self.uri, self.options, prefixes, tasks, counter)),
-            FILES_SCHEMA)
-
     def list_files(self, prefixes: list[str]) -> Any:
-        counter = self.sc.accumulator(0)
-        self._tune(0)
-        # one job without a shuffle lists every other prefix into the cache; the driver
-        # lists the few transaction records itself (it reads them next)
-        listing = self._persist(self._listing([p for p in prefixes if p != DTXN],
-                                              counter))
-        self._do("listing", listing.write.format("noop").mode("overwrite").save)
-        storage = _storage(self.uri, self.options)
-        txns = storage.list(DTXN) if DTXN in prefixes else []
-        self._dtxn = sorted(f.path for f in txns)
-        self._tune(counter.value + len(txns))
-        if not txns:
-            return listing
-        return listing.union(self._df([(f.path, f.size, f.modified) for f in txns],
-                                      FILES_SCHEMA))
+        tasks = max(1, min(len(prefixes), self.parallelism))
+        self._prefixes, self._tasks = list(prefixes), tasks
+        listing = self._persist(self._one_each(
+            self.sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(functools.partial(
+                _list_task, self.uri, self.options, self._prefixes, tasks))))
+        summary = self._do("listing", listing.map(_listing_summary).collect)
+        self._dtxn = sorted(path for _, paths in summary for path in paths)
+        return listing
 
     def transactions(self, listing: Any) -> list[TxnRoots]:
         if len(self._dtxn) <= self.driver_reads:
@@ -315,7 +342,7 @@ class SparkEngine:
         """Read one level of the walk with the shared :func:`expand_roots` (``roots``) or
         :func:`expand_nodes`: ``level`` is a list of paths, read here (a few: see
         ``driver_reads``), or an RDD of them, read by executors in one job. Reached files go
-        to ``files`` (read here) or to ``frames`` (a persisted DataFrame on the executors);
+        to ``files`` (read here) or to ``frames`` (a persisted RDD on the executors);
         returns the other edges (children, catalog definitions, missing roots),
         de-duplicated."""
         if isinstance(level, list):
@@ -327,17 +354,15 @@ class SparkEngine:
                 if kind != FILE:
                     edges.add((kind, path))
             return edges
-        F = self.F
         task = _roots_task if roots else _nodes_task
-        found = self._persist(self._df(level.mapPartitions(functools.partial(
-            task, self.uri, self.options, order)), EDGES_SCHEMA))
-        frames.append(found.filter(F.col("kind").isin(FILE, CDEF)).select("path"))
-        rows = self._do(what, found.filter(F.col("kind") != FILE).distinct().collect)
-        return {(r[0], r[1]) for r in rows}
+        found = self._persist(level.mapPartitions(functools.partial(
+            task, self.uri, self.options, order)))
+        frames.append(found.mapPartitions(_reached_paths))
+        return set(self._do(what, found.mapPartitions(_other_edges).collect))
 
     def walk(self, versions: range, roots: list[str], order: int, prior: Walk | None) -> Walk:
         sc = self.sc
-        before = prior.handle if prior else Reached(self._paths([]), set())
+        before = prior.handle if prior else Reached([], set())
         if not len(versions) and not roots:
             return Walk(before, set(prior.cdefs) if prior else set(), [],
                         prior.nodes if prior else 0, prior.levels if prior else 0)
@@ -353,7 +378,7 @@ class SparkEngine:
             level = sc.union(parts)
         known = set(before.nodes)
         files: list[str] = []  # reached files read on the driver
-        frames = [before.files]  # and those executors read
+        frames = list(before.files)  # and those executors read
         # the driver passes new roots only; a root reached before is read again at worst,
         # and its children are de-duplicated below
         edges = self._expand("reading roots", True, order, level, files, frames)
@@ -369,82 +394,74 @@ class SparkEngine:
             if len(frontier) <= self.driver_reads:
                 level = frontier
             else:
-                tasks = min(self.parallelism, math.ceil(len(frontier) / READ_BATCH))
+                tasks = min(self.parallelism, -(-len(frontier) // READ_BATCH))
                 level = sc.parallelize(frontier, tasks)
             edges = self._expand("walking the trees", False, order, level, files, frames)
             frontier = sorted({path for _, path in edges} - known)  # children only
-        frames.append(self._paths(sorted(known - before.nodes) + files))
-        reached = self._persist(functools.reduce(lambda a, b: a.union(b), frames).distinct())
+        here = sorted(known - before.nodes) + files
+        frames.append(sc.parallelize(here, max(1, min(self.parallelism,
+                                                      len(here) // READ_BATCH + 1))))
         cdefs |= prior.cdefs if prior else set()
-        return Walk(Reached(reached, known), cdefs, missing, nodes, max(levels, depth))
+        return Walk(Reached(frames, known), cdefs, missing, nodes, max(levels, depth))
 
     def classify(self, listing: Any, walk: Walk, keep: set[str], decision: Decision,
                  probe: list[str]) -> tuple[dict[str, FolderStats], Any, set[str]]:
-        F = self.F
-        # the reachable set is distinct already; the few kept paths (hints, live
-        # transaction records) are matched by name instead of a second distinct
-        reach = walk.handle.files.withColumn("reached", F.lit(True))
-        reached = F.coalesce("reached", F.lit(False)) | F.col("path").isin(sorted(keep))
-        flagged = self._persist(listing.join(reach, "path", "left").select(
-            "path", "size", self._folder().alias("folder"), reached.alias("reached"),
-            (~reached & candidate_column(decision.new_oldest, decision.cutoff_ms))
-            .alias("candidate"), F.col("path").isin(probe).alias("probe")))
-        rows = flagged.groupBy("folder").agg(
-            F.count("*").alias("listed"), F.sum("size").alias("bytes"),
-            F.sum(F.col("reached").cast("long")).alias("reachable"),
-            F.sum(F.col("candidate").cast("long")).alias("candidates"),
-            F.sum(F.when(F.col("candidate"), F.col("size")).otherwise(0)).alias("cbytes"),
-            F.collect_set(F.when(F.col("probe"), F.col("path"))).alias("found"))
+        classified = self._persist(self._one_each(
+            listing.zip(self._reached_sets(walk.handle)).map(functools.partial(
+                _classify_task, self.uri, self.options, keep, decision, probe))))
         stats: dict[str, FolderStats] = {}
         found: set[str] = set()
-        for row in self._do("finding unreferenced files", rows.collect):
-            stats[row["folder"]] = FolderStats(
-                row["listed"], row["bytes"] or 0, row["reachable"] or 0,
-                row["candidates"] or 0, row["cbytes"] or 0)
-            found.update(row["found"])
+        first: list[str] = []
+        summaries = classified.map(functools.partial(_classified_summary, SAMPLE_SIZE))
+        for part, paths, probes in self._do("finding unreferenced files", summaries.collect):
+            for folder, entry in part.items():
+                total = stats.setdefault(folder, FolderStats())
+                for field in dataclasses.fields(FolderStats):
+                    setattr(total, field.name,
+                            getattr(total, field.name) + getattr(entry, field.name))
+            first.extend(paths)
+            found |= probes
         self._counts = {folder: entry.candidates for folder, entry in stats.items()}
-        return stats, flagged.filter(F.col("candidate")).select("path", "size"), found
+        self._sample = sorted(first)[:SAMPLE_SIZE]
+        return stats, classified, found
 
     def sample(self, candidates: Any, size: int) -> list[str]:
-        rows = candidates.select("path").orderBy("path").limit(size)
-        return [r[0] for r in self._do("sampling candidates", rows.collect)]
+        if size > SAMPLE_SIZE:
+            raise InvalidArgumentError(f"a sample holds at most {SAMPLE_SIZE} paths")
+        return self._sample[:size]  # classify() kept the first ones
 
     def delete(self, candidates: Any, roots: bool) -> DeleteReport:
-        is_root = self._folder() == "vn"
-        phase = candidates.filter(is_root if roots else ~is_root).select("path")
         total = DeleteReport()
         if not sum(n for folder, n in self._counts.items() if (folder == "vn") == roots):
             return total
-        reports = phase.rdd.mapPartitions(functools.partial(_delete_task, self.uri,
-                                                            self.options))
+        reports = candidates.map(functools.partial(_delete_task, self.uri, self.options,
+                                                   roots))
         for report in self._do("deleting", reports.collect):
             total.merge(report)
         return total
 
     def remaining(self, candidates: Any, prefixes: list[str]) -> dict[str, tuple[int, int]]:
-        F = self.F
-        now = self._listing(prefixes).select("path")
-        left = candidates.join(now, "path", "left_semi").groupBy(
-            self._folder().alias("folder")).agg(F.count("*").alias("n"),
-                                                F.sum("size").alias("bytes"))
-        return {r["folder"]: (r["n"], r["bytes"] or 0)
-                for r in self._do("verifying deletes", left.collect)}
+        if prefixes != self._prefixes:
+            raise ValueError("verification must list the prefixes the listing listed")
+        left = candidates.mapPartitionsWithIndex(functools.partial(
+            _remaining_task, self.uri, self.options, self._prefixes, self._tasks))
+        out: dict[str, tuple[int, int]] = {}
+        for part in self._do("verifying deletes", left.collect):
+            for folder, (count, size) in part.items():
+                have = out.get(folder, (0, 0))
+                out[folder] = (have[0] + count, have[1] + size)
+        return out
 
     def reached(self, candidates: Any, walk: Walk, size: int) -> list[str]:
-        rows = candidates.join(walk.handle.files, "path", "left_semi").select("path")
-        return [r[0] for r in self._do("checking new versions",
-                                       rows.orderBy("path").limit(size).collect)]
+        found = candidates.zip(self._reached_sets(walk.handle)).map(
+            functools.partial(_reached_task, self.uri, self.options, size))
+        parts = self._do("checking new versions", found.collect)
+        return sorted(path for part in parts for path in part)[:size]
 
     def release(self) -> None:
-        for df in self._cached:
-            df.unpersist()
+        for rdd in self._cached:
+            rdd.unpersist()
         self._cached.clear()
-        for key, value in self._saved.items():
-            if value is None:
-                self.spark.conf.unset(key)
-            else:
-                self.spark.conf.set(key, value)
-        self._saved.clear()
 
 
 def expire_with_spark(spark: Any, catalog_uri: str, storage_options: Mapping[str, Any] | None,
