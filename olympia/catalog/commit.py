@@ -2,7 +2,9 @@
 distributed transactions.
 
 1. Write the new definition files and the changed non-root nodes (concurrently).
-2. Create the root ``vn/<v+1>`` exclusively; then write ``vn/latest`` best-effort.
+2. Create the root ``vn/<v+1>`` exclusively; then write ``vn/latest`` best-effort. Where
+   the storage can tell without a request that ``vn/<v+1>`` exists (local disk, memory),
+   the attempt is lost before it encodes or writes anything.
 3. On losing that race the winning root exists, so it is read directly (no discovery from
    the hints), together with the root after it (:data:`READ_AHEAD` roots at a time,
    concurrently, until one is missing): a loser rebases on the newest version, not on one
@@ -328,24 +330,24 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
     attempts = losses = 0
     while members:
         attempts += 1
-        change = _merged(members)
-        order = base.catalog_def.order
-        created = max(now_millis(), base.created_at_millis + 1)
-        tree = change.tree_from.node if change.tree_from else base.root.node
-        flushed = apply_changes(base, tree, change.pending, created, written)
-        cdef_path, cdef = change.catalog_def or (base.root.node.catalog_def, base.catalog_def)
-        root = Node(flushed.keys, flushed.values, flushed.children, created,
-                    catalog_def=cdef_path, previous_root=base.root.path,
-                    rollback_from_root=change.rollback_from, actions=change.rows)
-        files_out = {p: d for p, d in change.new_defs.items() if p not in defs_written}
-        files_out.update(btree.encode_files(flushed.files, order))
-        root_bytes = encode_node(root, order)
-        _check_size(cdef, {**files_out, "root": root_bytes})
         version = base.version + 1
         try:
-            if storage.known_to_exist(version_path(version)):  # lost already: write nothing
-                raise FileAlreadyExists("file already exists",
-                                        storage.display(version_path(version)))
+            _lost_already(files, version)
+            change = _merged(members)
+            order = base.catalog_def.order
+            created = max(now_millis(), base.created_at_millis + 1)
+            tree = change.tree_from.node if change.tree_from else base.root.node
+            flushed = apply_changes(base, tree, change.pending, created, written)
+            cdef_path, cdef = change.catalog_def or (base.root.node.catalog_def,
+                                                     base.catalog_def)
+            root = Node(flushed.keys, flushed.values, flushed.children, created,
+                        catalog_def=cdef_path, previous_root=base.root.path,
+                        rollback_from_root=change.rollback_from, actions=change.rows)
+            files_out = {p: d for p, d in change.new_defs.items() if p not in defs_written}
+            files_out.update(btree.encode_files(flushed.files, order))
+            root_bytes = encode_node(root, order)
+            _check_size(cdef, {**files_out, "root": root_bytes})
+            _lost_already(files, version)
             storage.write_many(files_out)
             defs_written.update(change.new_defs)
             for path, node in flushed.files.items():
@@ -378,6 +380,15 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
         if members and bound:
             options.sleep(options.jitter(bound))
     return base
+
+
+def _lost_already(files: CatalogFiles, version: int) -> None:
+    """Raise FileAlreadyExists when the storage can tell without a request (local disk,
+    memory) that ``version`` is taken: an attempt checks before encoding and again before
+    writing, so a lost one costs neither."""
+    path = version_path(version)
+    if files.storage.known_to_exist(path):
+        raise FileAlreadyExists("file already exists", files.storage.display(path))
 
 
 def _newest(files: CatalogFiles, won: int) -> list[Root]:
