@@ -116,17 +116,9 @@ def _owners(prefixes: tuple[str, ...], tasks: int) -> tuple[dict[str, int], list
             sorted({len(prefix) for prefix in prefixes}, reverse=True))
 
 
-def owner(prefixes: list[str], tasks: int, path: str) -> int:
-    """The listing task whose prefixes hold ``path`` (prefixes do not nest); -1 if none.
-
-    Args:
-        prefixes: the listing's prefixes.
-        tasks: the number of listing tasks.
-        path: a catalog-relative path.
-
-    Returns:
-        The task's index.
-    """
+def _owner(prefixes: list[str], tasks: int, path: str) -> int:
+    """The listing task whose prefixes hold ``path`` (the longest prefix that does); -1 if
+    none (such a path is never listed, so where it goes does not matter)."""
     owners, lengths = _owners(tuple(prefixes), tasks)
     for length in lengths:
         task = owners.get(path[:length])
@@ -174,7 +166,7 @@ def _other_edges(edges: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
 
 
 def _keyed(prefixes: list[str], tasks: int, path: str) -> tuple[int, str]:
-    return owner(prefixes, tasks, path), path
+    return _owner(prefixes, tasks, path), path
 
 
 def _task_key(key: int) -> int:
