@@ -132,6 +132,7 @@ class _RecordingBackend:
 
     def __init__(self, inner: Backend, root: str, log: OpLog) -> None:
         self.inner, self.root, self.log = inner, root, log
+        self.remote = inner.remote
 
     def _note(self, op: str, path: str) -> None:
         self.log.note(op, path.removeprefix(self.root))
@@ -151,9 +152,6 @@ class _RecordingBackend:
     def exists(self, path: str) -> bool:
         self._note("exists", path)
         return self.inner.exists(path)
-
-    def known_to_exist(self, path: str) -> bool:
-        return self.inner.known_to_exist(path)  # no request: not an operation
 
     def list(self, prefix: str) -> list[FileInfo]:
         self._note("list", prefix)

@@ -23,12 +23,14 @@ COLUMNS = [{"name": "id", "type": "int8"}]
 
 
 class _Gate:
-    """Forwards every call to the real backend; the first look at a root (a creation, or
-    the check that the version is free) waits until ``ready()`` (every caller has submitted
-    its commit), so the batches are known."""
+    """Forwards every call to the real backend; the first look at a root once a commit has
+    started (``started()``: a creation, or the check that the version is free) waits until
+    ``ready()`` (every caller has submitted its commit), so the batches are known."""
 
-    def __init__(self, inner: Backend, root: str, ready: Callable[[], bool]) -> None:
-        self.inner, self.root, self.ready = inner, root, ready
+    def __init__(self, inner: Backend, root: str, started: Callable[[], bool],
+                 ready: Callable[[], bool]) -> None:
+        self.inner, self.root, self.started, self.ready = inner, root, started, ready
+        self.remote = inner.remote
         self.roots_created = 0
         self._opened = False
 
@@ -56,11 +58,9 @@ class _Gate:
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.inner.write(path, data, durable)
 
-    def known_to_exist(self, path: str) -> bool:
-        self._hold(path)
-        return bool(self.inner.known_to_exist(path))
-
     def exists(self, path: str) -> bool:
+        if self.started():
+            self._hold(path)
         return self.inner.exists(path)
 
     def list(self, prefix: str) -> list[FileInfo]:
@@ -81,7 +81,7 @@ def _gated_catalog(location: Location, callers: int) -> tuple[Catalog, _Gate]:
     catalog = Catalog.open(location.uri, location.storage_options, coalesce_commits=True)
     group = commit_group(catalog.files)
     gate = _Gate(catalog.storage.backend, catalog.storage.root,
-                 lambda: group.submitted == callers)
+                 lambda: group.submitted > 0, lambda: group.submitted == callers)
     catalog.storage.backend = gate
     return catalog, gate
 

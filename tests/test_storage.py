@@ -53,6 +53,7 @@ class _Refusing:
 
     def __init__(self, inner: Any, path: str, error: Exception | None = None) -> None:
         self.inner, self.path = inner, path
+        self.remote = inner.remote
         self.error = error or PermissionError(f"access denied: {path}")
 
     def read(self, path: str) -> bytes:
@@ -66,9 +67,6 @@ class _Refusing:
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.inner.create_exclusive(path, data)
-
-    def known_to_exist(self, path: str) -> bool:
-        return bool(self.inner.known_to_exist(path))
 
     def exists(self, path: str) -> bool:
         return bool(self.inner.exists(path))
@@ -541,3 +539,22 @@ def test_local_sync_and_early_loss(tmp_path: Any, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(FileAlreadyExists):
         catalog.storage.create_exclusive(version_path(1), b"other")
     assert synced == [] and sorted(os.listdir(tmp_path / "c" / "vn")) == before
+
+
+def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location) -> None:
+    """A batch of reads runs on the calling thread where reads need no round trip, on the
+    I/O threads (concurrently) on S3; the results keep their order either way."""
+    storage = Storage(location.uri, location.storage_options)
+    storage.write_many({f"f{i}": bytes([i]) for i in range(4)})
+    threads: set[str] = set()
+
+    def read(path: str) -> bytes:
+        threads.add(threading.current_thread().name)
+        return storage.read(path)
+
+    assert storage.map_reads(read, [f"f{i}" for i in (3, 1, 2)]) == [b"\x03", b"\x01", b"\x02"]
+    remote = location.uri.startswith("s3://")
+    assert storage.backend.remote is remote
+    assert (threads == {threading.current_thread().name}) is not remote
+    storage.write("vn/0", b"x")
+    assert storage.known_to_exist("vn/0") is not remote and not storage.known_to_exist("vn/1")

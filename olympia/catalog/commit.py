@@ -411,7 +411,7 @@ def _newest(files: CatalogFiles, won: int) -> list[Root]:
     roots: list[Root] = []
     while True:
         window = range(won + len(roots), won + len(roots) + READ_AHEAD)
-        for root in files.storage.map(read, window):
+        for root in files.storage.map_reads(read, window):
             if root is None:
                 return roots
             roots.append(root)

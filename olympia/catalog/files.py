@@ -122,7 +122,7 @@ class CatalogFiles:
         """Read many definition files, the uncached ones concurrently."""
         with self._lock:
             missing = [p for p in dict.fromkeys(paths) if p not in self._defs]
-        self.storage.map(lambda p: self.read_def(p, cls), missing)
+        self.storage.map_reads(lambda p: self.read_def(p, cls), missing)
         return [self.read_def(p, cls) for p in paths]
 
     def remember_def(self, path: str, message: Message) -> None:
@@ -225,7 +225,7 @@ class CatalogFiles:
             NoSuchCatalogError: there is no root at all.
             CorruptFileError: vn/oldest names a version whose root does not exist.
         """
-        (_, latest), found = self.storage.map(self._read_hint, [LATEST, OLDEST])  # one trip
+        (_, latest), found = self.storage.map_reads(self._read_hint, [LATEST, OLDEST])
         oldest = self._oldest(*found)
         if latest is not None and latest > oldest:
             try:

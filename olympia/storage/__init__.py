@@ -207,9 +207,9 @@ class Storage:
             return None
 
     def known_to_exist(self, path: str) -> bool:
-        """Whether the file exists, where the storage can tell without a request (local
-        disk, memory; no operation is counted); False on object stores."""
-        return self.backend.known_to_exist(self.full(path))
+        """Whether the file exists, where telling costs no request (local disk, memory; no
+        operation is counted); always False on a remote store."""
+        return not self.backend.remote and self.backend.exists(self.full(path))
 
     def exists(self, path: str) -> bool:
         self.stats.add(exists=1)
@@ -257,8 +257,16 @@ class Storage:
                 raise future.exception()  # type: ignore[misc]
         return [future.result() for future in futures]
 
+    def map_reads(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
+        """:meth:`map` for a batch of reads (and what parsing they need): on a store that is
+        not remote, run on the calling thread, where handing each to a thread would cost
+        more than the read."""
+        if self.backend.remote:
+            return self.map(fn, items)
+        return [fn(item) for item in items]
+
     def read_many(self, paths: Iterable[str]) -> builtins.list[bytes]:
-        return self.map(self.read, paths)
+        return self.map_reads(self.read, paths)
 
     def write_many(self, files: Mapping[str, bytes]) -> None:
         self.map(lambda item: self.write(*item), files.items())

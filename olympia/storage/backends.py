@@ -33,7 +33,13 @@ class FileInfo:
 
 
 class Backend(Protocol):
-    """What a storage system must offer; paths here are full backend paths."""
+    """What a storage system must offer; paths here are full backend paths.
+
+    ``remote``: each operation is a request over the network (a round trip). Where it is
+    not, batches of small reads run on the calling thread and existence checks are free.
+    """
+
+    remote: bool
 
     def read(self, path: str) -> bytes: ...
     def write(self, path: str, data: bytes, durable: bool = True) -> None: ...
@@ -41,9 +47,6 @@ class Backend(Protocol):
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
 
-    def known_to_exist(self, path: str) -> bool:
-        """Whether the file exists, where the store can tell without a request (local
-        disk, memory); False where telling would cost a round trip."""
     def delete(self, path: str) -> None: ...
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
@@ -57,6 +60,8 @@ class Backend(Protocol):
 
 class LocalBackend:
     """Local disk. Publishes every file by rename/link of a fully written temp file."""
+
+    remote = False
 
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
@@ -88,7 +93,7 @@ class LocalBackend:
             raise
 
     def create_exclusive(self, path: str, data: bytes) -> None:
-        if self.known_to_exist(path):  # lost already: skip writing and syncing a doomed file
+        if os.path.lexists(path):  # lost already: skip writing and syncing a doomed file
             raise FileExistsError(errno.EEXIST, "file exists", path)
         tmp = self._temp(path, data)
         try:
@@ -98,9 +103,6 @@ class LocalBackend:
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(path)
-
-    def known_to_exist(self, path: str) -> bool:
-        return os.path.lexists(path)
 
     def list(self, prefix: str) -> list[FileInfo]:
         out: list[FileInfo] = []
@@ -139,6 +141,7 @@ class MemoryBackend:
     """An in-process store, shared by every Storage opened on the same ``memory://name``;
     so is the lock that makes exclusive creates exclusive."""
 
+    remote = False
     _stores: dict[str, dict[str, tuple[bytes, float]]] = {}
     _locks: dict[str, threading.Lock] = {}
     _registry_lock = threading.Lock()
@@ -166,9 +169,6 @@ class MemoryBackend:
     def exists(self, path: str) -> bool:
         return path in self.files
 
-    def known_to_exist(self, path: str) -> bool:
-        return path in self.files
-
     def list(self, prefix: str) -> list[FileInfo]:
         items = list(self.files.items())
         return [FileInfo(p, len(d), m) for p, (d, m) in items if p.startswith(prefix)]
@@ -192,6 +192,8 @@ class FsspecBackend:
     ``fork()``: a forked process makes its own on first use (fsspec's instance cache is
     keyed by process id, so it is a new one).
     """
+
+    remote = True
 
     def __init__(self, make_fs: Callable[[], Any]) -> None:
         self._make_fs = make_fs
@@ -218,9 +220,6 @@ class FsspecBackend:
 
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(path))
-
-    def known_to_exist(self, path: str) -> bool:
-        return False  # a HEAD request costs a round trip
 
     def list(self, prefix: str) -> list[FileInfo]:
         folder, _, partial = prefix.rpartition("/")

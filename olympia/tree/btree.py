@@ -73,7 +73,7 @@ class NodeStore:
     def load_many(self, paths: list[str]) -> list[Node]:
         """Load several nodes, fetching the uncached ones concurrently."""
         missing = [p for p in dict.fromkeys(paths) if self._cached(p) is None]
-        self.storage.map(self.load, missing)
+        self.storage.map_reads(self.load, missing)
         return [self.load(p) for p in paths]
 
 
