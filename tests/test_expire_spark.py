@@ -206,10 +206,13 @@ def test_crash_between_deletes_then_rerun(spark: Any, shared_location: Location)
     assert leftover.files_candidates == 0
 
 
-def test_spark_jobs_per_run(spark: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("few", [True, False], ids=["on-driver", "on-executors"])
+def test_spark_jobs_per_run(spark: Any, tmp_path: Any, few: bool) -> None:
     """A run's fixed cost is its Spark jobs: a small catalog's trees and transaction records
-    are read on the driver and every other step is one job (the sample comes with the
-    classification); the caller's job group is put back and nothing stays cached."""
+    are read and its few expired roots deleted on the driver, and every other step is one
+    job (the sample comes with the classification); with nothing done on the driver, one
+    job per tree level and one per delete. The caller's job group is put back and nothing
+    stays cached."""
     location = Location(str(tmp_path / "c"), {}, "local")
     catalog, before = build(location, order=3)
     catalog.storage.write(ORPHAN, b"orphan")
@@ -218,15 +221,19 @@ def test_spark_jobs_per_run(spark: Any, tmp_path: Any) -> None:
     cached = sc._jsc.getPersistentRDDs().size()
     sc.setJobGroup("caller", "the caller's own jobs")
     try:
-        engine = SparkEngine(spark, catalog.uri, {})
+        engine = (SparkEngine(spark, catalog.uri, {}) if few else
+                  SparkEngine(spark, catalog.uri, {}, driver_reads=0, driver_deletes=0))
         result = job.run(engine, catalog, policy(), now_ms=now, settle_ms=0)
         assert sc.getLocalProperty("spark.jobGroup.id") == "caller"
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
-    assert result.files_deleted > 0 and result.files_failed == 0 and result.walk_levels > 2
+    assert result.folders["vn"].deleted > 0 and result.folders["node"].deleted > 0
+    assert result.files_failed == 0 and result.walk_levels > 2
+    on_executors = {} if few else {"reading roots": 1,
+                                   "walking the trees": result.walk_levels - 1}
     assert {what: jobs for what, (jobs, _) in engine.jobs.items()} == {
-        "listing": 1, "finding unreferenced files": 1, "deleting": 2,
-        "verifying deletes": 1}
+        "listing": 1, **on_executors, "finding unreferenced files": 1,
+        "deleting": 1 if few else 2, "verifying deletes": 1}
     assert sc._jsc.getPersistentRDDs().size() == cached
     assert ORPHAN not in files(catalog)
     check_kept(location, before, result.new_oldest_version)

@@ -62,6 +62,7 @@ from olympia.expire.local import LocalEngine
 from olympia.expire.policy import ExpirePolicy
 from olympia.expire.reachability import (
     CDEF,
+    DELETE_BATCH,
     FILE,
     MISSING,
     NODE,
@@ -72,11 +73,13 @@ from olympia.expire.reachability import (
     TxnRoots,
     expand_nodes,
     expand_roots,
+    folder_of,
     read_transactions,
 )
 from olympia.storage import FileInfo, Storage
 
 DRIVER_READS = 4 * READ_BATCH  # walk levels up to this many files are read on the driver
+DRIVER_DELETES = 10 * DELETE_BATCH  # at most this many expired roots are deleted there
 ROOTS_PER_TASK = 500
 DTXN = "dtxn/"
 _GROUP_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
@@ -190,10 +193,15 @@ def _classify_task(uri: str, options: Mapping[str, Any], keep: set[str], decisio
                                          probe)
 
 
-def _classified_summary(size: int, classified: Classified,
-                        ) -> tuple[dict[str, FolderStats], list[str], set[str]]:
+def _classified_summary(size: int, roots: int, classified: Classified,
+                        ) -> tuple[dict[str, FolderStats], list[str], set[str],
+                                   list[FileInfo] | None]:
+    """A task's counts, first ``size`` candidates and probes found, and its expired roots
+    if there are at most ``roots`` of them."""
     stats, candidates, found = classified
-    return stats, [f.path for f in candidates[:size]], found
+    expired = [f for f in candidates if folder_of(f.path) == "vn"]
+    return (stats, [f.path for f in candidates[:size]], found,
+            expired if len(expired) <= roots else None)
 
 
 def _delete_task(uri: str, options: Mapping[str, Any], roots: bool,
@@ -228,11 +236,13 @@ def _message(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Reached:
-    """A Spark walk's reachable set: RDDs of reached paths, on the executors, and the
-    reached node paths on the driver (they de-duplicate the walk, one per ``order / 2``
-    objects or fewer, as the single-process engine holds them)."""
+    """A Spark walk's reachable set: RDDs of the reached paths executors read, the reached
+    paths the driver read (levels of at most ``driver_reads`` nodes), and every reached
+    node path (they de-duplicate the walk, one per ``order / 2`` objects or fewer, as the
+    single-process engine holds them)."""
 
     files: list[Any]
+    paths: list[str]
     nodes: set[str]
 
 
@@ -242,10 +252,11 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, spark: Any, uri: str, options: Mapping[str, Any], *,
-                 driver_reads: int = DRIVER_READS) -> None:
+                 driver_reads: int = DRIVER_READS,
+                 driver_deletes: int = DRIVER_DELETES) -> None:
         """``driver_reads``: a walk level or a set of transaction records of at most this
-        many files is read on the driver (reading them takes less than a job's fixed
-        cost)."""
+        many files is read on the driver; ``driver_deletes``: at most this many expired
+        roots are deleted on the driver (either takes less than a job's fixed cost)."""
         from pyspark import StorageLevel
 
         self.spark = spark
@@ -255,11 +266,13 @@ class SparkEngine:
         self.level = StorageLevel.MEMORY_AND_DISK
         self.parallelism = max(2, int(self.sc.defaultParallelism))
         self.driver_reads = driver_reads
+        self.driver_deletes = driver_deletes
         self._cached: list[Any] = []
         self._prefixes: list[str] = []  # the listing's prefixes and tasks: who lists what
         self._tasks = 1
         self._counts: dict[str, int] = {}  # candidates per folder, from classify()
         self._sample: list[str] = []  # the first SAMPLE_SIZE candidates, from classify()
+        self._roots: list[FileInfo] | None = None  # the expired roots, if few
         self._dtxn: list[str] = []  # transaction records seen by the last listing
         self._id = uuid.uuid4().hex[:12]
         self._groups: list[str] = []
@@ -296,8 +309,16 @@ class SparkEngine:
 
     def _reached_sets(self, reached: Reached) -> Any:
         """The reachable set as one set per listing task, each holding the paths that
-        task lists (the listing stays where it is; only the reached paths move)."""
-        paths = self.sc.union(reached.files).map(
+        task lists (the listing stays where it is; only the reached paths move): split
+        here if the driver read them all, else by a shuffle."""
+        if not reached.files:
+            sets: list[set[str]] = [set() for _ in range(self._tasks)]
+            for path in reached.paths:
+                sets[_owner(self._prefixes, self._tasks, path)].add(path)
+            return self._one_each(self.sc.parallelize(sets, self._tasks))
+        here = self.sc.parallelize(reached.paths, max(1, min(
+            self.parallelism, len(reached.paths) // READ_BATCH + 1)))
+        paths = self.sc.union([*reached.files, here]).map(
             functools.partial(_keyed, self._prefixes, self._tasks))
         return self._one_each(paths.partitionBy(self._tasks, _task_key).mapPartitions(_as_set))
 
@@ -354,7 +375,7 @@ class SparkEngine:
 
     def walk(self, versions: range, roots: list[str], order: int, prior: Walk | None) -> Walk:
         sc = self.sc
-        before = prior.handle if prior else Reached([], set())
+        before = prior.handle if prior else Reached([], [], set())
         if not len(versions) and not roots:
             return Walk(before, set(prior.cdefs) if prior else set(), [],
                         prior.nodes if prior else 0, prior.levels if prior else 0)
@@ -390,11 +411,9 @@ class SparkEngine:
                 level = sc.parallelize(frontier, tasks)
             edges = self._expand("walking the trees", False, order, level, files, frames)
             frontier = sorted({path for _, path in edges} - known)  # children only
-        here = sorted(known - before.nodes) + files
-        frames.append(sc.parallelize(here, max(1, min(self.parallelism,
-                                                      len(here) // READ_BATCH + 1))))
+        paths = before.paths + sorted(known - before.nodes) + files
         cdefs |= prior.cdefs if prior else set()
-        return Walk(Reached(frames, known), cdefs, missing, nodes, max(levels, depth))
+        return Walk(Reached(frames, paths, known), cdefs, missing, nodes, max(levels, depth))
 
     def classify(self, listing: Any, walk: Walk, keep: set[str], decision: Decision,
                  probe: list[str]) -> tuple[dict[str, FolderStats], Any, set[str]]:
@@ -404,8 +423,11 @@ class SparkEngine:
         stats: dict[str, FolderStats] = {}
         found: set[str] = set()
         first: list[str] = []
-        summaries = classified.map(functools.partial(_classified_summary, SAMPLE_SIZE))
-        for part, paths, probes in self._do("finding unreferenced files", summaries.collect):
+        summaries = classified.map(functools.partial(_classified_summary, SAMPLE_SIZE,
+                                                     self.driver_deletes))
+        roots: list[FileInfo] | None = []
+        for part, paths, probes, expired in self._do("finding unreferenced files",
+                                                     summaries.collect):
             for folder, entry in part.items():
                 total = stats.setdefault(folder, FolderStats())
                 for field in dataclasses.fields(FolderStats):
@@ -413,8 +435,10 @@ class SparkEngine:
                             getattr(total, field.name) + getattr(entry, field.name))
             first.extend(paths)
             found |= probes
+            roots = None if roots is None or expired is None else roots + expired
         self._counts = {folder: entry.candidates for folder, entry in stats.items()}
         self._sample = sorted(first)[:SAMPLE_SIZE]
+        self._roots = roots if roots is None or len(roots) <= self.driver_deletes else None
         return stats, classified, found
 
     def sample(self, candidates: Any, size: int) -> list[str]:
@@ -426,6 +450,8 @@ class SparkEngine:
         total = DeleteReport()
         if not sum(n for folder, n in self._counts.items() if (folder == "vn") == roots):
             return total
+        if roots and self._roots is not None:  # a few: here, as the single process does
+            return _local(self.uri, self.options).delete(self._roots, True)
         reports = candidates.map(functools.partial(_delete_task, self.uri, self.options,
                                                    roots))
         for report in self._do("deleting", reports.collect):
