@@ -2,9 +2,9 @@
 on executors; the driver decides the versions, moves ``vn/oldest``, reads a handful of roots
 and catalog definitions, and keeps the walk's node paths for de-duplication.
 
-Each executor task runs the single-process engine (:class:`~olympia.expire.local.
-LocalEngine`) on its share of the catalog, so per-file work is the same code in both
-engines. The share is fixed by the listing: task ``i`` of ``n`` lists every ``n``-th key
+Each executor task runs the single-process engine
+(:class:`~olympia.expire.local.LocalEngine`) on its share of the catalog, so per-file work
+is the same code in both engines. The share is fixed by the listing: task ``i`` of ``n`` lists every ``n``-th key
 prefix from the ``i``-th (``vn/``, ``dtxn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``),
 and every later step works on the partition that task produced:
 
@@ -17,12 +17,15 @@ and every later step works on the partition that task produced:
   batches of 256, with the storage's concurrency), keeping their definitions; the driver
   de-duplicates the next level's node paths against every node already reached
   (copy-on-write versions share most nodes);
-- classification and sample: one job: the reached paths are sent to the listing task that
-  lists their prefix (a shuffle of the reachable set only; the listing does not move), and
-  each task classifies its listing as the single-process engine does and reports counts,
-  its first candidates and the probes it holds;
-- deletes: each task deletes its candidates, roots first (one job each); verification: each
-  task lists its prefixes again and counts its candidates still there (one job).
+- classification and sample: one job: the reached paths go to the listing task that lists
+  their prefix (split on the driver if it read them all, else a shuffle of the reachable
+  set; the listing does not move), and each task classifies its listing as the
+  single-process engine does and reports counts, its first candidates, the probes it holds
+  and its expired roots if there are few;
+- deletes: roots first, on the driver if there are at most ``driver_deletes``, else each
+  task deletes its own (one job); then each task deletes its other candidates (one job);
+  verification: each task lists its prefixes again and counts its candidates still there
+  (one job).
 
 Executors open their own :class:`~olympia.storage.Storage` from the catalog URI and storage
 options (one per Python worker). Every intermediate result the later steps depend on is
