@@ -4,9 +4,9 @@ and catalog definitions, and keeps the walk's node paths for de-duplication.
 
 Each executor task runs the single-process engine
 (:class:`~olympia.expire.local.LocalEngine`) on its share of the catalog, so per-file work
-is the same code in both engines. The share is fixed by the listing: task ``i`` of ``n`` lists every ``n``-th key
-prefix from the ``i``-th (``vn/``, ``dtxn/``, ``node/0``..``f``, ``def/<kind>/0``..``f``),
-and every later step works on the partition that task produced:
+is the same code in both engines. The share is fixed by the listing: task ``i`` of ``n``
+lists every ``n``-th key prefix from the ``i``-th (``vn/``, ``dtxn/``, ``node/0``..``f``,
+``def/<kind>/0``..``f``), and every later step works on the partition that task produced:
 
 - listing: one job without a shuffle, one task per core; each task's listing (a dict, as
   the single-process engine holds it) stays cached on its executor as Python objects;
