@@ -26,10 +26,10 @@ def commit_levels(catalog: Catalog, fn: Callable[[], Any]) -> tuple[list[dict[st
     storage = catalog.storage
     written: dict[str, int] = {}
 
-    def recorder(method: Callable[[str, bytes], None]) -> Callable[[str, bytes], None]:
-        def record(path: str, data: bytes) -> None:
+    def recorder(method: Callable[..., None]) -> Callable[..., None]:
+        def record(path: str, data: bytes, **options: bool) -> None:
             written[path] = len(data)
-            method(path, data)
+            method(path, data, **options)
         return record
 
     storage.write = recorder(storage.write)  # type: ignore[method-assign]

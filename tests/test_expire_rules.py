@@ -302,16 +302,16 @@ def test_overlapping_runs_never_lower_oldest(tmp_path: Any) -> None:
 
     write = lazy.storage.write
 
-    def late_write(path: str, data: bytes) -> None:
+    def late_write(path: str, data: bytes, durable: bool = True) -> None:
         if path == OLDEST and not b_wrote.is_set():  # B has read vn/oldest already
             runner = threading.Thread(target=run_a)
             runner.start()
             assert a_raised.wait(60)
-            write(path, data)
+            write(path, data, durable)
             b_wrote.set()
             runner.join(120)
         else:
-            write(path, data)
+            write(path, data, durable)
 
     lazy.storage.write = late_write  # type: ignore[method-assign]
     results["b"] = expire_local(lazy, policy(keep_last=6), now_ms=now, settle_ms=0)
