@@ -30,6 +30,9 @@ lists every ``n``-th key prefix from the ``i``-th (``vn/``, ``dtxn/``, ``node/0`
 Executors open their own :class:`~olympia.storage.Storage` from the catalog URI and storage
 options (one per Python worker). Every intermediate result the later steps depend on is
 persisted and materialised before the next step.
+
+Over 400 lines: the driver's plan and the executor functions it ships must be read together
+to check that both engines apply the same rules.
 """
 
 from __future__ import annotations
