@@ -119,7 +119,8 @@ class CatalogFiles:
         return cached
 
     def read_defs(self, paths: list[str], cls: type[M]) -> list[M]:
-        """Read many definition files, the uncached ones concurrently."""
+        """Read many definition files, the uncached ones as one batch
+        (:meth:`~olympia.storage.Storage.map_reads`)."""
         with self._lock:
             missing = [p for p in dict.fromkeys(paths) if p not in self._defs]
         self.storage.map_reads(lambda p: self.read_def(p, cls), missing)

@@ -71,7 +71,8 @@ class NodeStore:
         return node
 
     def load_many(self, paths: list[str]) -> list[Node]:
-        """Load several nodes, fetching the uncached ones concurrently."""
+        """Load several nodes, fetching the uncached ones as one batch
+        (:meth:`~olympia.storage.Storage.map_reads`)."""
         missing = [p for p in dict.fromkeys(paths) if self._cached(p) is None]
         self.storage.map_reads(self.load, missing)
         return [self.load(p) for p in paths]
