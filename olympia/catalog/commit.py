@@ -7,8 +7,9 @@ distributed transactions.
    the attempt is lost before it encodes or writes anything.
 3. On losing that race the winning root exists, so it is read directly (no discovery from
    the hints), together with the root after it (:data:`READ_AHEAD` roots at a time,
-   concurrently, until one is missing): a loser rebases on the newest version, not on one
-   another loser has already taken, and learning that costs no extra round trip. Each
+   concurrently on remote storage, until one is missing): a loser rebases on the newest
+   version, not on one another loser has already taken, and learning that costs no extra
+   round trip. Each
    root read has its actions checked against ours
    (:func:`olympia.catalog.actions.find_conflict`); without a conflict the staged changes
    are replayed onto the newest tree and step 2 is tried again at once. A rebase rewrites
@@ -393,9 +394,9 @@ def _lost_already(files: CatalogFiles, version: int) -> None:
 
 def _newest(files: CatalogFiles, won: int) -> list[Root]:
     """The roots from ``won`` (a version another writer created) to the newest, read
-    :data:`READ_AHEAD` at a time, concurrently: the winner's together with the next, so
-    learning that the next is taken too costs no extra round trip, and a rebase lands on
-    the newest version, not on one another loser has already taken.
+    :data:`READ_AHEAD` at a time (concurrently on remote storage): the winner's together
+    with the next, so learning that the next is taken too costs no extra round trip, and a
+    rebase lands on the newest version, not on one another loser has already taken.
 
     Raises:
         NoSuchVersionError: ``won`` cannot be read.
