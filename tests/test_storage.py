@@ -320,8 +320,34 @@ def test_s3_permanent_answers_are_raised_at_once(
         with pytest.raises(StorageError) as raised:
             op()
         assert not isinstance(raised.value, TransientStorageError | FileAlreadyExists)
-        assert proxy.refused < 5  # s3fs may ask twice (HEAD), but no retry_attempts tries
+        assert proxy.refused == 1  # one request, no retry_attempts tries
     assert storage.stats.retries == 0
+
+
+@pytest.mark.s3
+def test_s3_each_operation_is_one_request(proxy: FaultProxy, s3_server: Any) -> None:
+    """A read, a read of a missing file, an existence check either way and a write each
+    cost one request (s3fs on its own adds a HEAD before a GET and a LIST after a 404)."""
+    storage = _through(proxy, s3_server)
+    storage.write("vn/latest", b"7")
+
+    def missing_read() -> None:
+        with pytest.raises(FileNotFound):
+            storage.read("vn/oldest")
+
+    ops = {"read": lambda: storage.read("vn/latest"), "missing read": missing_read,
+           "exists": lambda: storage.exists("vn/latest"),
+           "absent": lambda: storage.exists("vn/00000000000000000000000000000001"),
+           "write": lambda: storage.write("vn/latest", b"8"),
+           "create": lambda: storage.create_exclusive("vn/10000000000000000000000000000000",
+                                                      b"r")}
+    counted = {}
+    for name, op in ops.items():
+        before = proxy.requests
+        op()
+        counted[name] = proxy.requests - before
+    assert counted == dict.fromkeys(ops, 1)
+    assert storage.exists("vn/latest") and not storage.exists("vn/oldest")
 
 
 @pytest.mark.s3

@@ -208,7 +208,9 @@ class FsspecBackend:
         return self._fs
 
     def read(self, path: str) -> bytes:
-        data: bytes = self.fs.cat_file(path)
+        # one GET: with concurrency above 1, s3fs first asks for the size (a HEAD, and a
+        # LIST when the file is missing); catalog files are small, one request reads them
+        data: bytes = self.fs.cat_file(path, max_concurrency=1)
         return data
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
@@ -218,7 +220,14 @@ class FsspecBackend:
         self.fs.pipe_file(path, data, mode="create")
 
     def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(path))
+        """One HEAD (s3fs's ``exists`` follows a missing file with a LIST, to look for a
+        folder of that name; a catalog file is never one)."""
+        bucket, _, key = path.partition("/")
+        try:
+            self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return False
+        return True
 
     def list(self, prefix: str) -> list[FileInfo]:
         folder, _, partial = prefix.rpartition("/")
