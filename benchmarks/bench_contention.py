@@ -12,7 +12,10 @@ reads and writes, definition writes, bytes written), and seconds paused per comm
 (``paused_ms_per_commit``); the load average before and after each run (``loadavg``), since
 the seconds are only as good as the machine was quiet. Then 8 threads of one process
 committing through one catalog object, each commit separate and coalesced
-(``coalesce_commits``): commits/s and versions written.
+(``coalesce_commits``): commits/s and versions written. Last, the S3 series again through a
+relay that delays each request by :data:`LATENCY_S` (``s3_latency``): on this machine the
+S3 server shares the writers' CPU, so CPU, not latency, bounds even one writer; with the
+delay, latency bounds one writer as it does against a real S3 region.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from olympia.exceptions import CommitConflict
 
 WRITERS = (1, 2, 4, 8)
 THREADS = 8
+LATENCY_S = 0.02  # per request in the s3_latency series: a small object's round trip to S3
 COLUMNS = [{"name": "id", "type": "int8"}]
 
 
@@ -187,4 +191,12 @@ def run(quick: bool) -> dict[str, Any]:
             return series
 
     result["s3"] = guarded(on_s3)
+
+    def on_distant_s3() -> dict[str, Any]:
+        with s3_location("contention", latency_s=LATENCY_S) as (uri, options):
+            series = _series(lambda w, n: _run(f"{uri}/w{w}", options, w, n), s3_commits)
+            series["latency_ms"] = LATENCY_S * 1000
+            return series
+
+    result["s3_latency"] = guarded(on_distant_s3)
     return result

@@ -96,13 +96,21 @@ def workdir() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def s3_location(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """A prefix on a real SeaweedFS S3 server started for this benchmark."""
+def s3_location(name: str, latency_s: float = 0.0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A prefix on a real SeaweedFS S3 server started for this benchmark; with
+    ``latency_s``, reached through a relay that delays every request by that much (the
+    round trip to a real S3 region, where the server does not share this machine's CPU)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from s3server import SeaweedS3Server
+    from s3server import FaultProxy, SeaweedS3Server
 
     with SeaweedS3Server() as server:
-        yield f"s3://{server.bucket}/{name}", dict(server.storage_options)
+        uri = f"s3://{server.bucket}/{name}"
+        if not latency_s:
+            yield uri, dict(server.storage_options)
+            return
+        with FaultProxy(server.endpoint_url) as relay:
+            relay.delay_s = latency_s
+            yield uri, relay.storage_options(dict(server.storage_options))
 
 
 def file_kind(path: str) -> str:

@@ -155,7 +155,8 @@ class FaultProxy(ThreadingHTTPServer):
     most ``fault.times`` times (None: every time). With ``fault.after_relay`` the request
     first reaches the server (a write lands) and only the answer is replaced: what a client
     sees when a connection breaks after the server acted. ``refused`` counts the replaced
-    answers, ``requests`` every request.
+    answers, ``requests`` every request. With ``delay_s`` set, every request waits that
+    long before it is relayed: a round trip to a distant server (benchmarks).
     """
 
     daemon_threads = True
@@ -164,6 +165,7 @@ class FaultProxy(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Relay)
         self.upstream = urlsplit(upstream).netloc
         self.fault: Fault | None = None
+        self.delay_s = 0.0
         self.refused = 0
         self.requests = 0
         self._lock = threading.Lock()
@@ -218,6 +220,8 @@ class _Relay(BaseHTTPRequestHandler):
 
     def relay(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.delay_s:
+            time.sleep(self.server.delay_s)
         fault = self.server.take(self.command)
         if fault is None or fault.after_relay:
             upstream = http.client.HTTPConnection(self.server.upstream, timeout=30)
