@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import Location
 from google.protobuf.message import Message
@@ -296,6 +298,47 @@ def test_discovery_ignores_stale_or_missing_hint(location: Location) -> None:
     assert Catalog.open(location.uri, location.storage_options).version == 9
     with pytest.raises(NotFoundError, match="expired"):
         catalog.at_version(4)
+
+
+def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
+        location: Location, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe of the next version goes out with the hint reads; only a catalog that
+    moved (or a hint that does not name the loaded version) needs the rest of discovery."""
+    catalog = new_catalog(location)
+    catalog.create_namespace("s")
+    storage = catalog.storage
+    rounds: list[list[str]] = []
+    batch = [False]
+    real_batch = storage.map_reads
+
+    def map_reads(fn: Any, items: Any) -> Any:
+        rounds.append(list(items))
+        batch[0] = True
+        try:
+            return real_batch(fn, rounds[-1])
+        finally:
+            batch[0] = False
+
+    def alone(real: Any) -> Any:
+        def call(path: str, *args: Any) -> Any:
+            if not batch[0]:
+                rounds.append([path])
+            return real(path, *args)
+        return call
+
+    monkeypatch.setattr(storage, "map_reads", map_reads)
+    for op in ("read", "exists"):
+        monkeypatch.setattr(storage, op, alone(getattr(storage, op)))
+    version = catalog.version
+    assert catalog.refresh() == version
+    assert rounds == [[LATEST, OLDEST, version_path(version + 1)]]
+    other = Catalog.open(location.uri, location.storage_options)
+    other.create_namespace("t")
+    other.create_namespace("u")
+    storage.write(LATEST, str(version).encode())  # a stale hint naming the loaded version
+    rounds.clear()
+    assert catalog.refresh() == version + 2 and len(rounds) > 1
+    assert catalog.refresh() == version + 2  # the hint is stale, the catalog did not move
 
 
 def test_corrupt_node_file_is_named(location: Location) -> None:

@@ -183,7 +183,7 @@ class Catalog(CatalogReader):
 
     def refresh(self) -> int:
         """Load the latest version and return it."""
-        self._advance(self.files.discover_latest())
+        self._advance(self.files.discover_latest(self._snapshot.root))
         return self.version
 
     def _advance(self, root: Root) -> None:

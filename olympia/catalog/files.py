@@ -193,6 +193,12 @@ class CatalogFiles:
             return True, None  # only a hint: an unreadable one is ignored
         return True, int(text)
 
+    def _ask(self, path: str) -> tuple[bool, int | None]:
+        """A hint as :meth:`_read_hint` reads it, or whether a root exists (no number)."""
+        if path in (LATEST, OLDEST):
+            return self._read_hint(path)
+        return self.storage.exists(path), None
+
     def write_hint(self, path: str, version: int) -> None:
         """Write vn/latest or vn/oldest. vn/latest is not synced to disk: discovery probes
         past it and ignores one a crash lost or tore. vn/oldest is: roots below it may be
@@ -212,7 +218,7 @@ class CatalogFiles:
         found = [v for f in self.storage.list("vn/") if (v := path_version(f.path)) is not None]
         return min(found, default=0)
 
-    def discover_latest(self) -> Root:
+    def discover_latest(self, known: Root | None = None) -> Root:
         """The latest root, found as the spec's procedure finds it (ruling 11).
 
         Start at vn/latest when it is above vn/oldest, else at vn/oldest (or 0), and return
@@ -222,12 +228,24 @@ class CatalogFiles:
         number, or names a version that was never committed (neither it nor the one before
         exists), is ignored.
 
+        Args:
+            known: A version this process has seen (a catalog's loaded one). The version
+                after it is probed together with the hints: when vn/latest names ``known``,
+                vn/oldest is not above it and the next version is missing, the procedure
+                would stop at ``known``, so it is returned after one round trip, not two.
+
         Raises:
             NoSuchCatalogError: there is no root at all.
             CorruptFileError: vn/oldest names a version whose root does not exist.
         """
-        (_, latest), found = self.storage.map_reads(self._read_hint, [LATEST, OLDEST])
+        asks = [LATEST, OLDEST]
+        if known is not None and known.version < MAX_VERSION:
+            asks.append(version_path(known.version + 1))
+        (_, latest), found, *probed = self.storage.map_reads(self._ask, asks)
         oldest = self._oldest(*found)
+        if known is not None and probed and not probed[0][0] and (
+                latest == known.version >= oldest):
+            return known
         if latest is not None and latest > oldest:
             try:
                 return self._probe_from(self.read_root(latest))
