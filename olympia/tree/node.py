@@ -17,8 +17,9 @@ without the key (written before the ruling) is read unverified.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -39,34 +40,36 @@ SYSTEM_KEYS = (CREATED_AT, N_KEYS, *ROOT_ONLY_KEYS)
 CHECKSUM_KEY = b"olympia.rows.sha256"
 
 
-def rows_digest(keys: Iterable[str | None], values: Iterable[str | None],
-                pnodes: Iterable[str | None]) -> str:
+def rows_digest(keys: Sequence[str | None], values: Sequence[str | None],
+                pnodes: Sequence[str | None]) -> str:
     """SHA-256 (64 lowercase hex digits) of a node's rows, in row order: each cell of a row
     (key, value, pnode) is ``00`` for NULL, else ``01``, its UTF-8 length as 4 big-endian
     bytes, then its UTF-8 bytes."""
-    get = _CELLS.get
-    cells = [get(cell) or _cell(cell)
-             for row in zip(keys, values, pnodes, strict=True) for cell in row]
+    rows = zip(keys, values, pnodes, strict=True)
+    cells = map(_CELLS.__getitem__, chain.from_iterable(rows))
     return hashlib.sha256(b"".join(cells)).hexdigest()
 
 
-# Encoded cells by text: the same keys, values and paths recur in every node a writer
-# encodes or reads (each attempt of a commit re-encodes its leaf), so most cells are
-# encoded once. Bounded: emptied when full.
-_CELLS: dict[str | None, bytes] = {None: b"\x00"}
+class _Cells(dict[str | None, bytes]):
+    """Encoded cells by text: the same keys, values and paths recur in every node a writer
+    encodes or reads (each attempt of a commit re-encodes its leaf; every writer reads the
+    roots of the others), so most cells are encoded once and looked up without a Python
+    call. Bounded: emptied when full (:data:`_CELLS_MAX`)."""
+
+    def __missing__(self, text: str | None) -> bytes:
+        if text is None:  # only while another thread refills the emptied cache
+            return b"\x00"
+        raw = text.encode("utf-8")
+        encoded = b"\x01" + len(raw).to_bytes(4, "big") + raw
+        if len(self) >= _CELLS_MAX:
+            self.clear()
+            self[None] = b"\x00"
+        self[text] = encoded
+        return encoded
+
+
+_CELLS = _Cells({None: b"\x00"})
 _CELLS_MAX = 32_768
-
-
-def _cell(text: str | None) -> bytes:
-    if text is None:  # only while another thread refills the emptied cache
-        return b"\x00"
-    raw = text.encode("utf-8")
-    encoded = b"\x01" + len(raw).to_bytes(4, "big") + raw
-    if len(_CELLS) >= _CELLS_MAX:
-        _CELLS.clear()
-        _CELLS[None] = b"\x00"
-    _CELLS[text] = encoded
-    return encoded
 
 
 @dataclass(frozen=True)
