@@ -34,14 +34,15 @@ def _node_files(catalog: Catalog) -> set[str]:
     return {f.path for f in catalog.storage.list("node/")}
 
 
-def _wins_before_our_root(ours: Catalog, rival: Callable[[], object]) -> None:
-    """Run ``rival`` (another writer's commit) once, right before ``ours`` first tries to
-    create a root: after its node files are written, so that attempt loses the race."""
+def _wins_before_our_root(ours: Catalog, rival: Callable[[], object], times: int = 1) -> None:
+    """Run ``rival`` (another writer's commit) right before each of the first ``times``
+    times ``ours`` tries to create a root: after its node files are written, so those
+    attempts lose the race."""
     create = ours.storage.create_exclusive
     done: list[bool] = []
 
     def racing(path: str, data: bytes) -> None:
-        if path.startswith("vn/") and not done:
+        if path.startswith("vn/") and len(done) < times:
             done.append(True)
             rival()
         create(path, data)
@@ -141,6 +142,23 @@ def test_pause_grows_after_the_immediate_retries() -> None:
     defaults = CommitOptions()  # a rebase is retried at once; pauses only break lock-step
     assert [defaults.pause(n) for n in (1, 8, 9, 10, 13, 20)] == [
         0.0, 0.0, 0.001, 0.002, 0.016, 0.016]
+    assert defaults.pause(20, remote=True) == 0.0
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_writer_pauses_after_many_losses_only_on_local_storage(remote: bool) -> None:
+    ours, theirs = _two_writers()
+    ours.storage.backend.remote = remote  # what an S3 backend says of itself
+    slept: list[float] = []
+    ours.commit_options = replace(ours.commit_options, sleep=slept.append,
+                                  jitter=lambda bound: bound)
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    rivals = iter(range(12))
+    _wins_before_our_root(
+        ours, lambda: theirs.create_table("s", f"theirs{next(rivals)}", columns=COLUMNS), 12)
+    assert txn.commit() == 14  # after 12 lost races
+    assert slept == ([] if remote else [0.001, 0.002, 0.004, 0.008])
 
 
 def test_commit_timeout_is_set_per_catalog() -> None:
