@@ -106,11 +106,19 @@ _EVERYTHING = ObjectRef(ObjectType.CATALOG, "*")
 _CATALOG = ObjectRef(ObjectType.CATALOG, "")
 
 
+# protobuf enum values read once: an ``A.NAME`` lookup is a Python call, and conflict checks
+# run for every version a commit catches up on
+_INFO = A.TRANSACTION_INFO
+_ROLLBACK = A.CATALOG_ROLLBACK
+_STRUCTURAL = frozenset({A.NAMESPACE_DROP, A.NAMESPACE_RENAME})
+_CHILD_TYPES = (ObjectType.TABLE, ObjectType.VIEW)
+
+
 def written(action: apb.ActionDef) -> set[ObjectRef]:
     """Objects whose definition an action changes (a rollback changes everything)."""
-    if action.type == A.TRANSACTION_INFO:
+    if action.type == _INFO:
         return set()
-    if action.type == A.CATALOG_ROLLBACK:
+    if action.type == _ROLLBACK:
         return {_EVERYTHING}
     ref = ref_of(action)
     if ref is None:
@@ -119,17 +127,33 @@ def written(action: apb.ActionDef) -> set[ObjectRef]:
     return {ref} if new is None else {ref, new}
 
 
-def _structural_namespaces(action: apb.ActionDef) -> set[str]:
-    """Namespaces an action removes or renames (their children depend on them)."""
-    if action.type in (A.NAMESPACE_DROP, A.NAMESPACE_RENAME):
+@dataclass(frozen=True)
+class _Footprint:
+    """What one action changes, as conflict checks compare it (computed once per action)."""
+
+    action: apb.ActionDef
+    writes: frozenset[ObjectRef]
+    structural: frozenset[str]  # namespaces it drops or renames (their children depend on them)
+    children: frozenset[str]  # namespaces whose tables or views it changes
+
+    @classmethod
+    def of(cls, action: apb.ActionDef) -> _Footprint:
+        writes = frozenset(written(action))
         ref = ref_of(action)
-        return {ref.namespace} if ref else set()
-    return set()
+        structural = frozenset(
+            {ref.namespace} if ref is not None and action.type in _STRUCTURAL else ())
+        children = frozenset(r.namespace for r in writes if r.type in _CHILD_TYPES)
+        return cls(action, writes, structural, children)
 
-
-def _child_namespaces(action: apb.ActionDef) -> set[str]:
-    """Namespaces whose children an action creates, changes or removes."""
-    return {r.namespace for r in written(action) if r.type in (ObjectType.TABLE, ObjectType.VIEW)}
+    def clash(self, other: _Footprint) -> str | None:
+        """The object both change, or the namespace one removes under the other, if any."""
+        if _EVERYTHING in self.writes or _EVERYTHING in other.writes:
+            return "the whole catalog (rollback)"
+        common = self.writes & other.writes
+        if common:
+            return str(min(common))
+        namespaces = (other.structural & self.children) or (self.structural & other.children)
+        return f"namespace {min(namespaces)}" if namespaces else None
 
 
 @dataclass
@@ -161,25 +185,17 @@ def find_conflict(
     with everything. SERIALIZABLE (``reads`` given) also fails when they changed anything
     this transaction read or listed.
     """
-    ours = [a for a in ours if a.type != A.TRANSACTION_INFO]
+    mine = [_Footprint.of(a) for a in ours if a.type != _INFO]
     for their in theirs:
-        their_writes = written(their)
-        if not their_writes:
+        other = _Footprint.of(their)
+        if not other.writes:
             continue
-        for our in ours:
-            our_writes = written(our)
-            if _EVERYTHING in our_writes or _EVERYTHING in their_writes:
-                return our, their, "the whole catalog (rollback)"
-            common = our_writes & their_writes
-            if common:
-                return our, their, str(min(common))
-            clash = (_structural_namespaces(their) & _child_namespaces(our)) or (
-                _structural_namespaces(our) & _child_namespaces(their)
-            )
-            if clash:
-                return our, their, f"namespace {min(clash)}"
+        for our in mine:
+            obj = our.clash(other)
+            if obj is not None:
+                return our.action, their, obj
         if reads is not None:
-            hit = reads.touched_by(their_writes)
+            hit = reads.touched_by(other.writes)
             if hit is not None:
                 return None, their, "everything" if hit == _EVERYTHING else str(hit)
     return None
