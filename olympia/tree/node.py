@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -45,31 +44,35 @@ def rows_digest(keys: Sequence[str | None], values: Sequence[str | None],
     """SHA-256 (64 lowercase hex digits) of a node's rows, in row order: each cell of a row
     (key, value, pnode) is ``00`` for NULL, else ``01``, its UTF-8 length as 4 big-endian
     bytes, then its UTF-8 bytes."""
-    rows = zip(keys, values, pnodes, strict=True)
-    cells = map(_CELLS.__getitem__, chain.from_iterable(rows))
-    return hashlib.sha256(b"".join(cells)).hexdigest()
+    rows = map(_ROWS.__getitem__, zip(keys, values, pnodes, strict=True))
+    return hashlib.sha256(b"".join(rows)).hexdigest()
 
 
-class _Cells(dict[str | None, bytes]):
-    """Encoded cells by text: the same keys, values and paths recur in every node a writer
-    encodes or reads (each attempt of a commit re-encodes its leaf; every writer reads the
-    roots of the others), so most cells are encoded once and looked up without a Python
-    call. Bounded: emptied when full (:data:`_CELLS_MAX`)."""
+Row = tuple[str | None, str | None, str | None]
 
-    def __missing__(self, text: str | None) -> bytes:
-        if text is None:  # only while another thread refills the emptied cache
-            return b"\x00"
-        raw = text.encode("utf-8")
-        encoded = b"\x01" + len(raw).to_bytes(4, "big") + raw
-        if len(self) >= _CELLS_MAX:
+
+class _Rows(dict[Row, bytes]):
+    """Encoded rows by content: the same rows recur in every node a writer encodes or reads
+    (the padding rows, and pivot rows a new version did not change: each attempt of a
+    commit re-encodes its leaf, every writer reads the roots of the others), so most rows
+    are encoded once and looked up without a Python call. Bounded: emptied when full
+    (:data:`_ROWS_MAX`)."""
+
+    def __missing__(self, row: Row) -> bytes:
+        encoded = b"".join(
+            b"\x00" if cell is None else _length_prefixed(cell.encode("utf-8")) for cell in row)
+        if len(self) >= _ROWS_MAX:
             self.clear()
-            self[None] = b"\x00"
-        self[text] = encoded
+        self[row] = encoded
         return encoded
 
 
-_CELLS = _Cells({None: b"\x00"})
-_CELLS_MAX = 32_768
+def _length_prefixed(raw: bytes) -> bytes:
+    return b"\x01" + len(raw).to_bytes(4, "big") + raw
+
+
+_ROWS = _Rows()
+_ROWS_MAX = 32_768
 
 
 @dataclass(frozen=True)
