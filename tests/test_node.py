@@ -151,12 +151,12 @@ def _reference_digest(rows: list[tuple[str | None, str | None, str | None]]) -> 
     return digest.hexdigest()
 
 
-def test_digest_is_the_same_whatever_the_cell_cache_holds(
+def test_digest_is_the_same_whatever_the_row_cache_holds(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "_CELLS_MAX", 5)  # emptied many times below
+    monkeypatch.setattr(node_module, "_ROWS_MAX", 5)  # emptied many times below
     rows = [(f"k{i}é", None if i % 3 else f"v{i}", "p" * (i % 4) or None) for i in range(40)]
     for start in range(0, 40, 7):
         part = rows[start:] + rows[:start]
         keys, values, pnodes = (list(c) for c in zip(*part, strict=True))
         assert rows_digest(keys, values, pnodes) == _reference_digest(part)
-        assert len(node_module._CELLS) <= 5
+        assert len(node_module._ROWS) <= 5
