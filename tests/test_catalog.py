@@ -341,6 +341,29 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
     assert catalog.refresh() == version + 2  # the hint is stale, the catalog did not move
 
 
+def test_refresh_past_a_stale_hint_reads_only_the_newest_root_where_probes_are_free(
+        location: Location, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local disk and memory tell for free that a version exists, so discovery does not
+    read the hinted root it moves past; on S3 that root is read with the probes it
+    replaces (a HEAD costs the round trip a GET does)."""
+    catalog = new_catalog(location)
+    catalog.create_namespace("s")
+    version = catalog.version
+    other = Catalog.open(location.uri, location.storage_options)
+    for name in ("t", "u", "v"):
+        other.create_namespace(name)
+    catalog.storage.write(LATEST, str(version + 1).encode())  # lags behind the newest
+    read: list[str] = []
+    real = catalog.storage.read
+    monkeypatch.setattr(catalog.storage, "read",
+                        lambda path: read.append(path) or real(path))
+    assert catalog.refresh() == version + 3
+    roots = [p for p in read if p.startswith("vn/") and p not in (LATEST, OLDEST)]
+    newest = version_path(version + 3)
+    expected = [version_path(version + 1), newest] if location.kind == "s3" else [newest]
+    assert roots == expected
+
+
 def test_corrupt_node_file_is_named(location: Location) -> None:
     catalog = new_catalog(location, order=3)
     catalog.create_namespace("s")

@@ -248,22 +248,30 @@ class CatalogFiles:
             return known
         if latest is not None and latest > oldest:
             try:
-                return self._probe_from(self.read_root(latest))
+                return self._probe_from(latest)
             except NotFoundError:  # the procedure's k - 1, when k is the hint itself
                 with contextlib.suppress(NotFoundError):
                     return self.read_root(latest - 1)
             # vn/latest names a version never committed: only a hint, so it is ignored
         try:
-            return self._probe_from(self.read_root(oldest))
+            return self._probe_from(oldest)
         except NotFoundError:
             if oldest == 0:
                 raise NoSuchCatalogError(f"no Olympia catalog at {self.storage.uri}") from None
             raise CorruptFileError(self.storage.display(OLDEST),
                                    f"names version {oldest}, whose root does not exist") from None
 
-    def _probe_from(self, root: Root) -> Root:
-        """The last version of the contiguous run that starts at ``root``."""
-        low, step = root.version, 1
+    def _probe_from(self, version: int) -> Root:
+        """The root of the last version of the contiguous run that starts at ``version``
+        (NoSuchVersionError when ``version`` does not exist).
+
+        Where the storage tells for free that the next version exists (local disk, memory),
+        the start is not read: the run goes past it, and versions from vn/oldest on are
+        contiguous, so it exists. Refreshing after others committed reads only the newest root.
+        """
+        skip = version < MAX_VERSION and self.storage.known_to_exist(version_path(version + 1))
+        start = None if skip else self.read_root(version)
+        low, step = version, 1
         while low + step <= MAX_VERSION and self.storage.exists(version_path(low + step)):
             low += step
             step *= 2
@@ -274,7 +282,7 @@ class CatalogFiles:
                 low = mid
             else:
                 high = mid
-        return root if low == root.version else self.read_root(low)
+        return start if start is not None and low == version else self.read_root(low)
 
     def codec(self, catalog_def: pb.CatalogDef) -> KeyCodec:
         return KeyCodec(NameLimits(catalog_def.namespace_name_max_size_bytes,
