@@ -501,6 +501,17 @@ def test_an_oldest_hint_naming_a_missing_version_is_named(location: Location) ->
         Catalog.open(location.uri, location.storage_options)
 
 
+def test_an_oldest_hint_naming_a_missing_root_below_existing_ones_is_named(
+        location: Location) -> None:
+    """Discovery may skip reading a root it probes past, but never the one vn/oldest names."""
+    catalog = build(location, tables=3)
+    catalog.storage.write("vn/oldest", b"2")
+    catalog.storage.delete("vn/latest")
+    catalog.storage.delete(version_path(2))  # versions 3 and 4 still exist
+    with pytest.raises(CorruptFileError, match="vn/oldest: names version 2"):
+        Catalog.open(location.uri, location.storage_options)
+
+
 def test_partial_export_depth_is_range_checked(shared_location: Location) -> None:
     catalog = build(shared_location, tables=2)
     target = shared_location.sub("exports/deep")

@@ -265,11 +265,12 @@ class CatalogFiles:
         """The root of the last version of the contiguous run that starts at ``version``
         (NoSuchVersionError when ``version`` does not exist).
 
-        Where the storage tells for free that the next version exists (local disk, memory),
-        the start is not read: the run goes past it, and versions from vn/oldest on are
-        contiguous, so it exists. Refreshing after others committed reads only the newest root.
+        Where the storage tells for free that the start and the next version exist (local
+        disk, memory), the start is not read: the run goes past it. Refreshing after others
+        committed then reads only the newest root.
         """
-        skip = version < MAX_VERSION and self.storage.known_to_exist(version_path(version + 1))
+        skip = version < MAX_VERSION and all(
+            self.storage.known_to_exist(version_path(v)) for v in (version, version + 1))
         start = None if skip else self.read_root(version)
         low, step = version, 1
         while low + step <= MAX_VERSION and self.storage.exists(version_path(low + step)):
