@@ -9,10 +9,14 @@ lost commits (creates that did not land; must be 0) and commits that gave up wit
 CommitConflict (the writer counts them and goes on, so a run never waits for a writer that
 died). Where the time goes, in counts that do not depend on the machine's load: storage
 operations per commit by kind of file (``per_commit``: root reads, reads that found no file, node
-reads and writes, definition writes, bytes written), and seconds paused per commit
-(``paused_ms_per_commit``); the load average before and after each run (``loadavg``), since
-the seconds are only as good as the machine was quiet. Then 8 threads of one process
-committing through one catalog object, each commit separate and coalesced
+reads and writes, definition writes, bytes written), seconds paused per commit
+(``paused_ms_per_commit``) and the writers' CPU per commit (``cpu_ms_per_commit``, user
+and system, all writers); the load average before and after each run (``loadavg``), since
+the seconds are only as good as the machine was quiet. Each round also runs 8 writers
+into catalogs of their own (``8_separate``): what 8 processes reach on these cores with no
+contention, against which the shared catalog's 8 writers are measured
+(``share_of_ceiling``). Then 8 threads of one process committing through one catalog
+object, each commit separate and coalesced
 (``coalesce_commits``): commits/s and versions written. Last, the S3 series again through a
 relay that delays each request by :data:`LATENCY_S` (``s3_latency``): on this machine the
 S3 server shares the writers' CPU, so CPU, not latency, bounds even one writer; with the
@@ -39,6 +43,7 @@ THREADS = 8
 LATENCY_S = 0.02  # per request in the s3_latency series: a small object's round trip to S3
 LOCAL_COMMITS = 300  # per writer: one writer's run lasts about a second (60 lasted 0.15 s)
 LOCAL_ROUNDS = 3
+SEPARATE = "8_separate"  # 8 writers, each into a catalog of its own (see _series)
 COLUMNS = [{"name": "id", "type": "int8"}]
 
 
@@ -61,6 +66,7 @@ def _writer(uri: str, options: dict[str, Any], writer: int, commits: int, start_
         catalog.storage.stats.reset()
         while time.time() < start_at:
             time.sleep(0.001)
+        cpu_before = os.times()
         for i in range(commits):
             begun = time.perf_counter()
             try:
@@ -68,10 +74,13 @@ def _writer(uri: str, options: dict[str, Any], writer: int, commits: int, start_
             except CommitConflict as exc:
                 gave_up.append(str(exc))
             latencies.append(time.perf_counter() - begun)
+        cpu_after = os.times()
     stats = catalog.storage.stats.snapshot()
     out.put({"writer": writer, "latencies": latencies, "finished": time.time(),
              "attempts": log.count("create_exclusive", "root"), "gave_up": gave_up,
-             "paused": sum(paused), "ops": {
+             "paused": sum(paused), "cpu_s": {
+                 "user": cpu_after.user - cpu_before.user,
+                 "system": cpu_after.system - cpu_before.system}, "ops": {
                  "root_reads": log.count("read", "root"), "read_misses": stats["misses"],
                  "node_reads": log.count("read", "node"), "node_writes": log.count("write", "node"),
                  "def_writes": log.count("write", "def"), "hint_reads": log.count("read", "hint"),
@@ -89,14 +98,19 @@ def _loadavg() -> float:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
 
 
-def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[str, Any]:
-    catalog = Catalog.create(uri, options)
-    catalog.create_namespace("bench")
+def _run(uri: str, options: dict[str, Any], writers: int, commits: int,
+         shared: bool = True) -> dict[str, Any]:
+    """``writers`` processes committing into one catalog at ``uri`` or, when not ``shared``,
+    each into a catalog of its own under it (the same work with no contention: what the
+    machine's cores allow ``writers`` processes)."""
+    uris = [uri if shared else f"{uri}/own-{w}" for w in range(writers)]
+    for place in sorted(set(uris)):
+        Catalog.create(place, options).create_namespace("bench")
     load_before = _loadavg()
     ctx = mp.get_context("spawn")  # never share a storage client across fork
     out = ctx.Queue()
     start_at = time.time() + 3.0 + 0.3 * writers  # after every interpreter has started
-    procs = [ctx.Process(target=_writer, args=(uri, options, w, commits, start_at, out))
+    procs = [ctx.Process(target=_writer, args=(uris[w], options, w, commits, start_at, out))
              for w in range(writers)]
     for proc in procs:
         proc.start()
@@ -105,7 +119,8 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[
         proc.join(timeout=60)
     elapsed = max(r["finished"] for r in results) - start_at
     total = writers * commits
-    landed = len(Catalog.open(uri, options).list_tables("bench"))
+    landed = sum(len(Catalog.open(place, options).list_tables("bench"))
+                 for place in set(uris))
     per_writer = [{
         "writer": r["writer"],
         "p50_ms": round(statistics.median(r["latencies"]) * 1000, 2),
@@ -125,6 +140,8 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int) -> dict[
         "per_commit": {name: round(sum(r["ops"][name] for r in results) / total, 2)
                        for name in results[0]["ops"]},
         "paused_ms_per_commit": round(sum(r["paused"] for r in results) * 1000 / total, 2),
+        "cpu_ms_per_commit": {kind: round(sum(r["cpu_s"][kind] for r in results) * 1000 / total, 2)
+                              for kind in ("user", "system")},
         "loadavg": [load_before, _loadavg()],
         "per_writer": per_writer,
     }
@@ -171,20 +188,32 @@ def _series(location: Any, commits: int, rounds: int = 1) -> dict[str, Any]:
     this machine's disk speed drifts over minutes, and a ratio of two runs taken minutes
     apart measures the drift as much as the code. Each writer count reports its median run
     (by commits/s) with every round's commits/s in ``rounds``; ``ratio_8_to_1`` divides the
-    medians and ``ratio_8_to_1_by_round`` each round's pair."""
-    trials: dict[int, list[dict[str, Any]]] = {writers: [] for writers in WRITERS}
+    medians and ``ratio_8_to_1_by_round`` each round's pair.
+
+    Each round also runs 8 writers each committing into a catalog of its own
+    (``8_separate``): the same work without contention, what the machine's cores allow 8
+    processes. ``ceiling_8_to_1`` is that run's rate over one writer's, and
+    ``share_of_ceiling`` the shared catalog's 8 writers over it: the part of the 8:1 ratio
+    the catalog costs, apart from what the machine does."""
+    counts = [*WRITERS, SEPARATE]
+    trials: dict[Any, list[dict[str, Any]]] = {count: [] for count in counts}
     for _ in range(rounds):
-        for writers in WRITERS:
-            trials[writers].append(guarded(lambda w=writers: location(w, commits)))
+        for count in counts:
+            writers, shared = (8, False) if count == SEPARATE else (count, True)
+            trials[count].append(guarded(
+                lambda w=writers, s=shared: location(w, commits, s)))
     out: dict[str, Any] = {}
-    for writers, runs in trials.items():
+    for count, runs in trials.items():
         done = sorted((r for r in runs if "error" not in r), key=lambda r: r["commits_per_s"])
-        out[str(writers)] = done[len(done) // 2] if done else runs[0]
+        out[str(count)] = done[len(done) // 2] if done else runs[0]
         if rounds > 1:
-            out[str(writers)]["rounds"] = [r.get("commits_per_s") for r in runs]
-    single = out["1"].get("commits_per_s")
-    if single:
-        out["ratio_8_to_1"] = round(out["8"].get("commits_per_s", 0) / single, 2)
+            out[str(count)]["rounds"] = [r.get("commits_per_s") for r in runs]
+    rate = {count: out[str(count)].get("commits_per_s", 0) for count in counts}
+    if rate[1]:
+        out["ratio_8_to_1"] = round(rate[8] / rate[1], 2)
+        out["ceiling_8_to_1"] = round(rate[SEPARATE] / rate[1], 2)
+    if rate[SEPARATE]:
+        out["share_of_ceiling"] = round(rate[8] / rate[SEPARATE], 2)
     if rounds > 1:
         out["ratio_8_to_1_by_round"] = [
             round(eight.get("commits_per_s", 0) / one["commits_per_s"], 2)
@@ -199,7 +228,8 @@ def run(quick: bool) -> dict[str, Any]:
     with workdir() as tmp:
         trial = itertools.count()
         result["local"] = _series(
-            lambda w, n: _run(str(tmp / f"w{w}-{next(trial)}"), {}, w, n), local_commits,
+            lambda w, n, shared: _run(str(tmp / f"w{w}-{next(trial)}"), {}, w, n, shared),
+            local_commits,
             rounds=2 if quick else LOCAL_ROUNDS)
         result["threads_local"] = _thread_series(
             lambda on, n: _threads(str(tmp / f"threads-{on}"), {}, THREADS, n, on),
@@ -207,7 +237,9 @@ def run(quick: bool) -> dict[str, Any]:
 
     def on_s3() -> dict[str, Any]:
         with s3_location("contention") as (uri, options):
-            series = _series(lambda w, n: _run(f"{uri}/w{w}", options, w, n), s3_commits)
+            series = _series(
+                lambda w, n, shared: _run(f"{uri}/w{w}-{shared}", options, w, n, shared),
+                s3_commits)
             series["threads"] = _thread_series(
                 lambda on, n: _threads(f"{uri}/threads-{on}", options, THREADS, n, on),
                 s3_commits)
@@ -217,7 +249,9 @@ def run(quick: bool) -> dict[str, Any]:
 
     def on_distant_s3() -> dict[str, Any]:
         with s3_location("contention", latency_s=LATENCY_S) as (uri, options):
-            series = _series(lambda w, n: _run(f"{uri}/w{w}", options, w, n), s3_commits)
+            series = _series(
+                lambda w, n, shared: _run(f"{uri}/w{w}-{shared}", options, w, n, shared),
+                s3_commits)
             series["latency_ms"] = LATENCY_S * 1000
             return series
 
