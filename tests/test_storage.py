@@ -584,3 +584,77 @@ def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location
     assert (threads == {threading.current_thread().name}) is not remote
     storage.write("vn/0", b"x")
     assert storage.known_to_exist("vn/0") is not remote and not storage.known_to_exist("vn/1")
+
+
+def _without_named_temps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every named temp file the local backend stages."""
+    from olympia.storage import LocalBackend
+
+    staged: list[str] = []
+    real = LocalBackend._temp
+
+    def temp(self: LocalBackend, path: str, data: bytes, durable: bool = True) -> str:
+        staged.append(path)
+        return real(self, path, data, durable)
+
+    monkeypatch.setattr(LocalBackend, "_temp", temp)
+    return staged
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
+                    reason="unnamed files need Linux O_TMPFILE and /proc")
+def test_local_new_files_are_linked_from_unnamed_files(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit's new files (definition, nodes, root) are written unnamed and linked into
+    place, so no temp file is ever named in the folder; a file replaced in place (the
+    vn/latest hint) is staged as a named temp file and renamed."""
+    staged = _without_named_temps(monkeypatch)
+    catalog = Catalog.create(str(tmp_path / "c"))
+    catalog.create_namespace("a")
+    assert staged == [str(tmp_path / "c" / "vn" / "latest")]  # a's commit replaces it
+    with pytest.raises(FileAlreadyExists):
+        catalog.storage.create_exclusive(version_path(1), b"other")
+    assert catalog.storage.backend._unnamed  # type: ignore[attr-defined]
+    assert not [f for f in os.listdir(tmp_path / "c" / "vn") if f.startswith(".tmp-")]
+
+
+def test_local_writes_fall_back_to_named_temps_where_unnamed_files_are_refused(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that refuses O_TMPFILE is asked once; from then on files are staged
+    as named temps, and a file that appears between the check and the link is replaced."""
+    storage = Storage(str(tmp_path / "c"))
+    refused: list[int] = []
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & getattr(os, "O_TMPFILE", 0) == getattr(os, "O_TMPFILE", -1):
+            refused.append(flags)
+            raise OSError(errno.EOPNOTSUPP, "not supported", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    asks = 1 if storage.backend._unnamed else 0  # type: ignore[attr-defined]
+    monkeypatch.setattr(os, "open", refusing)
+    staged = _without_named_temps(monkeypatch)
+    storage.write("node/x.arrow", b"one")
+    storage.create_exclusive("vn/1", b"root")
+    storage.write("node/y.arrow", b"two")
+    assert storage.read("node/x.arrow") == b"one" and storage.read("vn/1") == b"root"
+    assert len(staged) == 3 and len(refused) == asks  # asked once, where there is O_TMPFILE
+    with pytest.raises(FileAlreadyExists):
+        storage.create_exclusive("vn/1", b"other")
+    assert storage.read("vn/1") == b"root"
+    assert not [f for f in os.listdir(tmp_path / "c" / "node") if f.startswith(".tmp-")]
+
+
+def test_a_local_file_created_during_a_write_is_replaced(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write() replaces: when the file appears after the writer looked (another writer
+    created it), the write still lands, by rename instead of link."""
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("def/t.binpb", b"first")
+    full = str(tmp_path / "c" / "def" / "t.binpb")
+    real_lexists = os.path.lexists
+    monkeypatch.setattr(os.path, "lexists", lambda p: False if p == full else real_lexists(p))
+    storage.write("def/t.binpb", b"second")
+    assert storage.read("def/t.binpb") == b"second"
+    assert not [f for f in os.listdir(tmp_path / "c" / "def") if f.startswith(".tmp-")]

@@ -58,32 +58,87 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """Local disk. Publishes every file by rename/link of a fully written temp file."""
+    """Local disk. Publishes every file fully written: a new file by linking an unnamed
+    one (Linux ``O_TMPFILE``), else, and to replace a file, by link or rename of a named
+    temp file."""
 
     remote = False
 
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
+        # unnamed files need O_TMPFILE and /proc to link them; a file system without them
+        # turns this off at its first refusal
+        self._unnamed = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
 
-    def _temp(self, path: str, data: bytes, durable: bool = True) -> str:
+    @staticmethod
+    def _folder(path: str) -> str:
         directory = os.path.dirname(path)
         try:
             os.makedirs(directory, exist_ok=True)
         except FileExistsError:  # a parent is a file: no "file already exists" for `path`
             raise NotADirectoryError(errno.ENOTDIR, "a parent folder is a file", path) from None
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if self.fsync and durable:
-                f.flush()
-                os.fsync(f.fileno())
+        return directory
+
+    def _fill(self, fd: int, data: bytes, durable: bool) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if self.fsync and durable:
+            os.fsync(fd)
+
+    def _temp(self, path: str, data: bytes, durable: bool = True) -> str:
+        tmp = os.path.join(self._folder(path), f".tmp-{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            self._fill(fd, data, durable)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        os.close(fd)
         return tmp
 
+    def _link_unnamed(self, path: str, data: bytes, durable: bool = True) -> bool:
+        """Create ``path`` holding ``data`` by writing an unnamed file in its folder and
+        linking it there: readers see all of it or nothing, and a crash leaves no temp
+        file, as the folder gains its one entry last. Returns False where unnamed files
+        are not available (the caller stages a named temp file instead).
+
+        Raises:
+            FileExistsError: ``path`` exists.
+        """
+        if not self._unnamed:
+            return False
+        directory = os.path.dirname(path) or "."
+        try:
+            fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o666)
+        except FileNotFoundError:
+            fd = os.open(self._folder(path) or ".", os.O_TMPFILE | os.O_WRONLY, 0o666)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+            self._unnamed = False
+            return False
+        try:
+            self._fill(fd, data, durable)
+            # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only makes
+            # os.link call linkat (an absolute source ignores the folder it names)
+            os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
+        finally:
+            os.close(fd)
+        return True
+
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        if not os.path.lexists(path):  # a new file (every node and definition file)
+            try:
+                if self._link_unnamed(path, data, durable):
+                    return
+            except FileExistsError:
+                pass  # created meanwhile: replace it as below
         tmp = self._temp(path, data, durable)
         try:
             os.replace(tmp, path)
@@ -94,6 +149,8 @@ class LocalBackend:
     def create_exclusive(self, path: str, data: bytes) -> None:
         if os.path.lexists(path):  # lost already: skip writing and syncing a doomed file
             raise FileExistsError(errno.EEXIST, "file exists", path)
+        if self._link_unnamed(path, data):  # fails with EEXIST if another writer was first
+            return
         tmp = self._temp(path, data)
         try:
             os.link(tmp, path)  # fails with EEXIST if another writer published first
