@@ -1,7 +1,8 @@
-"""Coalesced commits (CommitOptions.coalesce, Catalog.open(..., coalesce_commits=True)):
-commits that threads of one process make at the same time through one catalog object land
-together in one version when disjoint, each caller learning its own outcome. Real threads on
-real storage; counts are asserted, never times."""
+"""Commits that threads of one process make at the same time through one catalog object:
+they take turns, first come first landed, and never race one another; coalesced
+(CommitOptions.coalesce, Catalog.open(..., coalesce_commits=True)), disjoint ones land
+together in one version, each caller learning its own outcome. Real threads on real
+storage; counts are asserted, never times."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from conftest import Location
 
 from olympia import Catalog
-from olympia.catalog.commit import commit_group
+from olympia._proto import actions_pb2 as apb
+from olympia.catalog.commit import Change, CommitOptions, _disjoint, _Member, commit_group
 from olympia.catalog.keys import path_version
 from olympia.exceptions import CommitConflict
 from olympia.storage import Backend, FileInfo
@@ -76,9 +78,10 @@ class _Gate:
         return self.inner.place(root)
 
 
-def _gated_catalog(location: Location, callers: int) -> tuple[Catalog, _Gate]:
+def _gated_catalog(location: Location, callers: int, coalesce: bool = True
+                  ) -> tuple[Catalog, _Gate]:
     Catalog.create(location.uri, location.storage_options).create_namespace("s")
-    catalog = Catalog.open(location.uri, location.storage_options, coalesce_commits=True)
+    catalog = Catalog.open(location.uri, location.storage_options, coalesce_commits=coalesce)
     group = commit_group(catalog.files)
     gate = _Gate(catalog.storage.backend, catalog.storage.root,
                  lambda: group.submitted > 0, lambda: group.submitted == callers)
@@ -131,6 +134,40 @@ def test_disjoint_concurrent_commits_share_versions(location: Location) -> None:
     assert catalog.version == final.version  # the catalog object heard of the commits
     history = final.at_version(final.version).root.node.actions
     assert len(history) == callers - sum(v == final.version - 1 for v in outcomes)
+
+
+def test_separate_commits_from_threads_take_turns(location: Location) -> None:
+    """Not coalesced, each caller gets a version of its own, and no thread loses a race to
+    another thread of its process: every root is created at the first try (before turns,
+    8 threads through one object lost so many races that one commit waited 6 s)."""
+    callers = 6
+    catalog, gate = _gated_catalog(location, callers, coalesce=False)
+    outcomes = _commit_in_threads(catalog, [_create(f"t{i}") for i in range(callers)])
+    assert sorted(outcomes) == list(range(2, 2 + callers))  # type: ignore[type-var]
+    assert gate.roots_created == callers
+    final = Catalog.open(location.uri, location.storage_options)
+    for version in outcomes:
+        assert isinstance(version, int)
+        assert final.at_version(version).list_tables("s") == sorted(
+            f"t{j}" for j, other in enumerate(outcomes) if other <= version)  # type: ignore[operator]
+    assert catalog.version == final.version == 1 + callers
+
+
+def _member(name: str, joins: bool) -> _Member:
+    actions = [apb.ActionDef(type=apb.TABLE_CREATE,
+                             object=apb.ObjectRef(type=apb.TABLE, namespace="s", name=name))]
+    return _Member(None, Change({f"s.{name}": "def"}, actions, (), {}),  # type: ignore[arg-type]
+                   CommitOptions(coalesce=joins), joins=joins)
+
+
+def test_turns_are_taken_in_order_and_only_joining_changes_share_one() -> None:
+    a, b, c = (_member(name, joins=False) for name in "abc")
+    assert _disjoint([a, b, c]) == ([a], [b, c])  # first come, alone
+    x, y, z = (_member(name, joins=True) for name in "xyz")
+    assert _disjoint([x, a, y, z]) == ([x, y, z], [a])  # the joining ones together
+    assert _disjoint([a, x, y]) == ([a], [x, y])  # a change that does not join goes alone
+    x2 = _member("x", joins=True)
+    assert _disjoint([x, x2, y]) == ([x, y], [x2])  # the same object waits for the next
 
 
 def test_conflicting_concurrent_commits_one_wins(location: Location) -> None:

@@ -149,7 +149,8 @@ class Catalog(CatalogReader):
                 setting of this process, not of the catalog).
             coalesce_commits: Commits that threads make at the same time through this
                 object may land together in one version when their changes are disjoint;
-                each caller still gets its own outcome (docs/ARCHITECTURE.md, Commits).
+                each caller still gets its own outcome. Without it they take turns, a
+                version each (docs/ARCHITECTURE.md, Commits).
 
         Raises:
             NoSuchCatalogError: There is no catalog at ``uri``.

@@ -25,12 +25,15 @@ distributed transactions.
    :class:`CommitConflict` when its time budget (:attr:`CommitOptions.timeout_s`, default
    30 s) is spent.
 
-With :attr:`CommitOptions.coalesce`, concurrent commits from threads through one
-:class:`CatalogFiles` are group-committed (:class:`CommitGroup`): disjoint changes share a
-version, each caller gets its own outcome (:class:`_Member`), and a conflict, between two
-callers or with another writer's version, is reported to the caller it concerns.
+Commits that threads make through one :class:`CatalogFiles` (one catalog object) take turns,
+in the order they were submitted (:class:`CommitGroup`): threads of one process never race
+one another for a version, each starts from the newest version the process knows, and none
+waits behind more than the commits submitted before its own. With
+:attr:`CommitOptions.coalesce` a turn is group-committed: disjoint changes share a version,
+each caller gets its own outcome (:class:`_Member`), and a conflict, between two callers or
+with another writer's version, is reported to the caller it concerns.
 
-Over 400 lines for one reason: a group commit and a single commit run the same attempt loop
+Over 400 lines for one reason: a turn and a group commit run the same attempt loop
 (:func:`_land`, members' outcomes set per member), so the group lives beside it.
 """
 
@@ -85,7 +88,8 @@ class CommitOptions:
         sleep: Pauses (injectable for tests).
         jitter: Draws a pause in [0, bound] (injectable for tests).
         coalesce: Commits issued concurrently by threads through one catalog object may
-            land together in one version (see :class:`CommitGroup`).
+            land together in one version (see :class:`CommitGroup`); without it they take
+            turns, a version each.
     """
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
@@ -164,8 +168,9 @@ def apply_changes(base: Snapshot, root: Node, pending: Mapping[str, str | None],
 def commit(files: CatalogFiles, base: Snapshot, change: Change,
            options: CommitOptions = CommitOptions()) -> Root:
     """Commit ``change`` as the version after ``base`` or, after lost races, after the
-    versions that won them. With :attr:`CommitOptions.coalesce`, commits that threads issue
-    concurrently through the same ``files`` may land together in one version.
+    versions that won them. Commits that threads issue concurrently through the same
+    ``files`` take turns; with :attr:`CommitOptions.coalesce` they may land together in one
+    version.
 
     Returns:
         The committed root.
@@ -175,20 +180,20 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         CatalogError: A node file would exceed the catalog's ``node_file_max_size_bytes``.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
-    member = _Member(base, change)
-    if options.coalesce and change.coalescible:
-        commit_group(files).submit(files, member, options)
-    else:
-        _land(files, base, [member], options)
+    member = _Member(base, change, options, joins=options.coalesce and change.coalescible)
+    commit_group(files).submit(files, member)
     return member.outcome()
 
 
 @dataclass(eq=False)
 class _Member:
-    """One caller's change and, once known, its outcome."""
+    """One caller's change, how to commit it (``joins``: it may share a version) and, once
+    known, its outcome."""
 
     base: Snapshot
     change: Change
+    options: CommitOptions
+    joins: bool = False
     root: Root | None = None
     error: BaseException | None = None
 
@@ -204,16 +209,18 @@ class _Member:
 
 
 class CommitGroup:
-    """Coalesces the commits that threads issue concurrently through one
-    :class:`CatalogFiles` (one catalog object): group commit.
+    """The commits that threads issue through one :class:`CatalogFiles` (one catalog
+    object), landed in turns: first come, first landed.
 
-    A caller that finds no commit under way leads: it takes every change waiting, commits
-    them as one version and tells each caller its outcome. Callers arriving meanwhile wait
-    and the next leader takes them all. A leader takes a change only when it conflicts with
-    none already taken (its actions, as :func:`find_conflict` judges them, and its keys);
-    a change left out waits for the next version, where it is checked against the one
-    taken as against any version that won. Each member is checked against every version
-    after its own base, so a conflict is reported to its caller alone.
+    A caller that finds no commit under way leads: it takes the oldest change waiting,
+    commits it (as the version after the newest this process knows, so it does not lose a
+    race to its own process) and tells its caller the outcome; callers arriving meanwhile
+    wait for their turn. Changes that may join (:attr:`CommitOptions.coalesce`) are taken
+    together, as one version (group commit): a leader takes a joining change only when it
+    conflicts with none already taken (its actions, as :func:`find_conflict` judges them,
+    and its keys); a change left out waits for the next version, where it is checked
+    against the one taken as against any version that won. Each member is checked against
+    every version after its own base, so a conflict is reported to its caller alone.
     """
 
     def __init__(self) -> None:
@@ -231,7 +238,7 @@ class CommitGroup:
         with self._cond:
             return len(self._waiting) + sum(not m.finished for m in self._landing)
 
-    def submit(self, files: CatalogFiles, member: _Member, options: CommitOptions) -> None:
+    def submit(self, files: CatalogFiles, member: _Member) -> None:
         """Commit ``member`` (alone or with others); its outcome is set on return."""
         with self._cond:
             self._waiting.append(member)
@@ -245,7 +252,7 @@ class CommitGroup:
                 self._landing, self._waiting = self._waiting, []
             taken, left = _disjoint(self._landing)
             try:
-                self._newest = _land_batch(files, taken, options, self._newest).root
+                self._newest = _land_batch(files, taken, self._newest).root
             except BaseException as exc:
                 failed = exc if isinstance(exc, Exception) else CatalogError(
                     f"the thread committing this change was interrupted ({exc!r}); whether "
@@ -279,12 +286,14 @@ def commit_group(files: CatalogFiles) -> CommitGroup:
 
 
 def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
-    """(the members that conflict with none before them, the others)."""
+    """(the oldest member and, if it joins, the joining members that conflict with none
+    before them; the others, in their order)."""
     taken: list[_Member] = []
     left: list[_Member] = []
     keys: set[str] = set()
     for member in batch:
-        if (keys & member.change.pending.keys()) or any(
+        alone = bool(taken) and not (taken[0].joins and member.joins)
+        if alone or (keys & member.change.pending.keys()) or any(
                 find_conflict(member.change.actions, t.change.actions) for t in taken):
             left.append(member)
         else:
@@ -293,11 +302,12 @@ def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
     return taken, left
 
 
-def _land_batch(files: CatalogFiles, members: list[_Member], options: CommitOptions,
-                newest: Root | None) -> Snapshot:
+def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
+                ) -> Snapshot:
     """Commit disjoint members as one version after the newest of their bases and
     ``newest`` (the newest version the group knows), each first checked against the
-    versions after its own base. Returns the newest version known afterwards."""
+    versions after its own base, with the first member's options. Returns the newest
+    version known afterwards."""
     known = [Snapshot(files, newest)] if newest else []
     base = max([m.base for m in members] + known, key=lambda b: b.version)
     current = []
@@ -309,7 +319,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], options: CommitOpti
                 break
         else:
             current.append(member)
-    return _land(files, base, current, options)
+    return _land(files, base, current, members[0].options)
 
 
 def _merged(members: Sequence[_Member]) -> Change:
