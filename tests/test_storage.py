@@ -618,28 +618,37 @@ def test_local_new_files_are_linked_from_unnamed_files(
     assert not [f for f in os.listdir(tmp_path / "c" / "vn") if f.startswith(".tmp-")]
 
 
+@pytest.mark.parametrize("refused", ["open", "link"])
 def test_local_writes_fall_back_to_named_temps_where_unnamed_files_are_refused(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file system that refuses O_TMPFILE is asked once; from then on files are staged
-    as named temps, and a file that appears between the check and the link is replaced."""
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, refused: str) -> None:
+    """A file system that refuses unnamed files (O_TMPFILE at open, or linking one through
+    /proc) is asked once; from then on files are staged as named temps."""
     storage = Storage(str(tmp_path / "c"))
-    refused: list[int] = []
-    real_open = os.open
+    asked: list[str] = []
+    real_open, real_link = os.open, os.link
+    unnamed = getattr(os, "O_TMPFILE", -1)
 
-    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if flags & getattr(os, "O_TMPFILE", 0) == getattr(os, "O_TMPFILE", -1):
-            refused.append(flags)
+    def opening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & unnamed == unnamed and refused == "open":
+            asked.append(str(path))
             raise OSError(errno.EOPNOTSUPP, "not supported", path)
         return real_open(path, flags, *args, **kwargs)
 
+    def linking(src: str, dst: str, **kwargs: Any) -> None:
+        if src.startswith("/proc/") and refused == "link":
+            asked.append(dst)
+            raise OSError(errno.EXDEV, "cross-device link", src)
+        real_link(src, dst, **kwargs)
+
     asks = 1 if storage.backend._unnamed else 0  # type: ignore[attr-defined]
-    monkeypatch.setattr(os, "open", refusing)
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "link", linking)
     staged = _without_named_temps(monkeypatch)
     storage.write("node/x.arrow", b"one")
     storage.create_exclusive("vn/1", b"root")
     storage.write("node/y.arrow", b"two")
     assert storage.read("node/x.arrow") == b"one" and storage.read("vn/1") == b"root"
-    assert len(staged) == 3 and len(refused) == asks  # asked once, where there is O_TMPFILE
+    assert len(staged) == 3 and len(asked) == asks  # asked once, where there is O_TMPFILE
     with pytest.raises(FileAlreadyExists):
         storage.create_exclusive("vn/1", b"other")
     assert storage.read("vn/1") == b"root"

@@ -106,31 +106,44 @@ class LocalBackend:
         """Create ``path`` holding ``data`` by writing an unnamed file in its folder and
         linking it there: readers see all of it or nothing, and a crash leaves no temp
         file, as the folder gains its one entry last. Returns False where unnamed files
-        are not available (the caller stages a named temp file instead).
+        are not available (the caller stages a named temp file instead, and so does every
+        later write: a file system that refuses once is not asked again).
 
         Raises:
             FileExistsError: ``path`` exists.
         """
-        if not self._unnamed:
+        fd = self._open_unnamed(path) if self._unnamed else None
+        if fd is None:
             return False
-        directory = os.path.dirname(path) or "."
         try:
-            fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o666)
-        except FileNotFoundError:
-            fd = os.open(self._folder(path) or ".", os.O_TMPFILE | os.O_WRONLY, 0o666)
+            self._fill(fd, data, durable)
+            try:  # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only
+                # makes os.link call linkat (an absolute source ignores the folder it names)
+                os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
+            except FileExistsError:
+                raise
+            except OSError:  # no linking through /proc here: a named temp file will do
+                self._unnamed = False
+                return False
+        finally:
+            os.close(fd)
+        return True
+
+    def _open_unnamed(self, path: str) -> int | None:
+        """An unnamed file open for writing in ``path``'s folder (created if missing), or
+        None where the file system does not offer them."""
+        folder, flags = os.path.dirname(path) or ".", os.O_TMPFILE | os.O_WRONLY
+        try:
+            try:
+                return os.open(folder, flags, 0o666)
+            except FileNotFoundError:
+                self._folder(path)
+                return os.open(folder, flags, 0o666)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
             self._unnamed = False
-            return False
-        try:
-            self._fill(fd, data, durable)
-            # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only makes
-            # os.link call linkat (an absolute source ignores the folder it names)
-            os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
-        finally:
-            os.close(fd)
-        return True
+            return None
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         if not os.path.lexists(path):  # a new file (every node and definition file)
