@@ -70,12 +70,30 @@ def leaf_rows(**changes: list) -> bytes:
      "unknown system key"),
     (leaf_rows(pnodes=[None, None, "node/x", None, None, None]), "all set or all NULL"),
     (leaf_rows(keys=["created_at_millis", "n_keys", None, "a", "stray", None]),
-     "beyond n_keys is not NULL"),
+     "pivot row 2 beyond n_keys is not NULL"),
+    (leaf_rows(pnodes=[None, None, None, None, None, "node/x"]),
+     "pivot row 3 beyond n_keys is not NULL"),
+    (leaf_rows(keys=["created_at_millis", "n_keys", None, None, None, None]),
+     r"pivot rows 1\.\.1 need a key and a value"),
+    (leaf_rows(keys=["created_at_millis", "n_keys", None, "b", "a", None],
+               values=["1", "2", None, "def/b", "def/a", None]),
+     "pivot keys out of order at row 2"),
+    (rows([*GOOD_SYSTEM[0], None, "a", None, None, "s.t"],
+          [*GOOD_SYSTEM[1], None, "def/a", None, None, "action"], [None] * 7),
+     "unexpected row 6 after the pivot table"),  # actions belong to a root only
 ])
 def test_malformed_files_are_rejected(data: bytes, reason: str) -> None:
     with pytest.raises(CorruptFileError, match=reason) as err:
         decode_node(data, "s3://bucket/cat/node/x.arrow", ORDER)
     assert "s3://bucket/cat/node/x.arrow" in str(err.value)
+
+
+def test_a_root_action_row_with_a_child_pointer_is_named() -> None:
+    raw = parse_node_file(encode_node(ROOT, ORDER), "f")
+    last = len(raw.keys) - 1
+    pnodes = [*raw.pnodes[:-1], "node/x"]
+    with pytest.raises(CorruptFileError, match=f"unexpected row {last} after the pivot table"):
+        decode_node(rows(raw.keys, raw.values, pnodes), "f", ORDER, root=True)
 
 
 def test_wrong_schema_and_misplaced_rows() -> None:

@@ -17,6 +17,7 @@ without the key (written before the ruling) is read unverified.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -144,25 +145,29 @@ class NodeFile:
         keys = self.keys[start + 1 : start + 1 + n_keys]
         values = self.values[start + 1 : start + 1 + n_keys]
         pnodes = self.pnodes[start : start + 1 + n_keys]
-        if any(k is None for k in keys) or any(v is None for v in values):
+        # each check runs in C over a whole column; a failing one finds its row after
+        if None in keys or None in values:
             raise CorruptFileError(self.path, f"pivot rows 1..{n_keys} need a key and a value")
-        for i in range(1, len(keys)):
-            if keys[i - 1] >= keys[i]:  # type: ignore[operator]
-                raise CorruptFileError(self.path, f"pivot keys out of order at row {i + 1}")
+        if not all(map(operator.lt, keys, keys[1:])):  # type: ignore[arg-type]
+            row = next(i for i in range(1, len(keys)) if keys[i - 1] >= keys[i])  # type: ignore[operator]
+            raise CorruptFileError(self.path, f"pivot keys out of order at row {row + 1}")
         is_leaf = pnodes[0] is None
-        if any((p is None) != is_leaf for p in pnodes):
+        if pnodes.count(None) != (len(pnodes) if is_leaf else 0):
             raise CorruptFileError(self.path, "child pointers must be all set or all NULL")
-        for i in range(start + 1 + n_keys, end):
-            if (self.keys[i], self.values[i], self.pnodes[i]) != (None, None, None):
-                raise CorruptFileError(
-                    self.path, f"pivot row {i - start} beyond n_keys is not NULL"
-                )
-        actions: list[tuple[str, str]] = []
-        for i in range(end, len(self.keys)):
-            row_key, row_value, pnode = self.keys[i], self.values[i], self.pnodes[i]
-            if not root or row_key is None or row_value is None or pnode is not None:
-                raise CorruptFileError(self.path, f"unexpected row {i} after the pivot table")
-            actions.append((row_key, row_value))
+        pad = slice(start + 1 + n_keys, end)
+        padding = end - pad.start
+        if any(column[pad].count(None) != padding
+               for column in (self.keys, self.values, self.pnodes)):
+            row = next(i for i in range(pad.start, end)
+                       if (self.keys[i], self.values[i], self.pnodes[i]) != (None, None, None))
+            raise CorruptFileError(self.path, f"pivot row {row - start} beyond n_keys is not NULL")
+        tail = slice(end, len(self.keys))
+        actions = list(zip(self.keys[tail], self.values[tail], strict=True))
+        if actions and (not root or None in self.keys[tail] or None in self.values[tail]
+                        or self.pnodes[tail].count(None) != len(actions)):
+            row = next(i for i in range(end, len(self.keys)) if not root or None in (
+                self.keys[i], self.values[i]) or self.pnodes[i] is not None)
+            raise CorruptFileError(self.path, f"unexpected row {row} after the pivot table")
         return Node(
             keys=tuple(keys),  # type: ignore[arg-type]
             values=tuple(values),  # type: ignore[arg-type]
@@ -171,7 +176,7 @@ class NodeFile:
             catalog_def=system.get(CATALOG_DEF),
             previous_root=system.get(PREVIOUS_ROOT),
             rollback_from_root=system.get(ROLLBACK_FROM_ROOT),
-            actions=tuple(actions),
+            actions=tuple(actions),  # type: ignore[arg-type]
             source=self.path,
         )
 
