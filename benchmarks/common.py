@@ -16,7 +16,7 @@ from typing import Any
 from olympia import Catalog
 from olympia.catalog.files import LATEST, OLDEST
 from olympia.catalog.keys import path_version
-from olympia.storage import Backend, FileInfo, Storage
+from olympia.storage import Backend, FileInfo, StagedFile, Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [{"name": "id", "type": "int8", "nullable": False}, {"name": "payload", "type": "json"},
@@ -156,6 +156,12 @@ class _RecordingBackend:
     def create_exclusive(self, path: str, data: bytes) -> None:
         self._note("create_exclusive", path)
         self.inner.create_exclusive(path, data)
+
+    def stage(self, path: str) -> StagedFile | None:
+        staged = self.inner.stage(path)
+        if staged is not None:  # content staged to be named: an exclusive create
+            self._note("create_exclusive", path)
+        return staged
 
     def exists(self, path: str) -> bool:
         self._note("exists", path)

@@ -106,14 +106,15 @@ class StalledCommit:
     def __init__(self, location: Location, name: str) -> None:
         catalog = Catalog.open(location.uri, location.storage_options)
         files_written, self._release = threading.Event(), threading.Event()
-        put_root = catalog.storage.create_exclusive
+        publish = catalog.storage.publish
 
-        def slow_root(path: str, data: bytes) -> None:
+        def slow_root(files: dict[str, bytes], path: str, data: bytes) -> None:
+            catalog.storage.write_many(files)
             files_written.set()
             assert self._release.wait(120)
-            put_root(path, data)
+            publish({}, path, data)
 
-        catalog.storage.create_exclusive = slow_root  # type: ignore[method-assign]
+        catalog.storage.publish = slow_root  # type: ignore[method-assign,assignment]
         self._thread = threading.Thread(
             target=lambda: catalog.create_table("s", name, columns=COLS))
         self._thread.start()

@@ -167,14 +167,15 @@ CRASHING_WRITER = textwrap.dedent("""
     from olympia.storage import Storage
 
     uri, options = sys.argv[1], json.loads(sys.argv[2])
-    real = Storage.create_exclusive
+    real = Storage._exclusive
 
-    def crash(self, path, data):
+    def crash(self, path, data, create):
         if path.startswith("vn/"):
-            os._exit(17)  # killed after node and def files, before the root
-        return real(self, path, data)
+            os._exit(17)  # killed after node and def files (and, on local disk, the
+            # root's content, staged unnamed), before the root is named
+        return real(self, path, data, create)
 
-    Storage.create_exclusive = crash
+    Storage._exclusive = crash
     catalog = Catalog.open(uri, options)
     with catalog.transaction() as txn:
         for i in range(50):

@@ -68,6 +68,9 @@ class _Refusing:
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.inner.create_exclusive(path, data)
 
+    def stage(self, path: str) -> None:
+        return None
+
     def exists(self, path: str) -> bool:
         return bool(self.inner.exists(path))
 
@@ -667,3 +670,62 @@ def test_a_local_file_created_during_a_write_is_replaced(
     storage.write("def/t.binpb", b"second")
     assert storage.read("def/t.binpb") == b"second"
     assert not [f for f in os.listdir(tmp_path / "c" / "def") if f.startswith(".tmp-")]
+
+
+def test_publish_names_the_file_after_writing_the_others(location: Location) -> None:
+    """publish() writes the files, then creates the named one exclusively; a lost race is
+    reported after the files were written, and leaves the existing file as it was."""
+    storage = Storage(location.uri, location.storage_options)
+    storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"root")
+    assert [storage.read(p) for p in ("node/a.arrow", "def/b.binpb", "vn/1")] == [
+        b"a", b"b", b"root"]
+    with pytest.raises(FileAlreadyExists):
+        storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other")
+    assert storage.read("node/c.arrow") == b"c" and storage.read("vn/1") == b"root"
+    assert [f.path for f in storage.list("vn/")] == ["vn/1"]
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
+                    reason="unnamed files need Linux O_TMPFILE and /proc")
+def test_local_publish_stages_the_content_and_names_it_last(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On local disk the published file's content is written and synced unnamed, alongside
+    the other files; its name is the last one linked, and no temp file is named."""
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("vn/.keep", b"")  # the folders exist: every link below is a file's
+    staged = _without_named_temps(monkeypatch)
+    linked: list[str] = []
+    real_link = os.link
+
+    def linking(src: str, dst: str, **kwargs: Any) -> None:
+        real_link(src, dst, **kwargs)
+        linked.append(os.path.relpath(dst, tmp_path / "c"))
+
+    monkeypatch.setattr(os, "link", linking)
+    storage.publish({"node/a.arrow": b"a", "node/b.arrow": b"b"}, "vn/1", b"root")
+    assert sorted(linked[:2]) == ["node/a.arrow", "node/b.arrow"] and linked[2:] == ["vn/1"]
+    assert staged == [] and storage.read("vn/1") == b"root"
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
+                    reason="unnamed files need Linux O_TMPFILE and /proc")
+def test_local_publish_creates_the_file_whole_where_naming_staged_content_is_refused(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = Storage(str(tmp_path / "c"))
+    real_link = os.link
+
+    def linking(src: str, dst: str, **kwargs: Any) -> None:
+        if src.startswith("/proc/") and "/vn/" in dst:
+            raise OSError(errno.EXDEV, "cross-device link", src)
+        real_link(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", linking)
+    staged = _without_named_temps(monkeypatch)
+    storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
+    assert storage.read("vn/1") == b"root" and storage.read("node/a.arrow") == b"a"
+    assert staged == [str(tmp_path / "c" / "vn" / "1")]  # created whole, once
+    assert storage.stats.writes == 2
+    with pytest.raises(FileAlreadyExists):
+        storage.publish({"node/b.arrow": b"b"}, "vn/1", b"other")
+    assert storage.read("vn/1") == b"root"
+    assert not [f for f in os.listdir(tmp_path / "c" / "vn") if f.startswith(".tmp-")]

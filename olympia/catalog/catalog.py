@@ -121,12 +121,11 @@ class Catalog(CatalogReader):
         files = CatalogFiles(storage)
         content = catalog_def.SerializeToString(deterministic=True)
         cdef_path = def_path(None, content)
-        storage.write(cdef_path, content)
         codec = files.codec(catalog_def)
         row = actions.encode_row(codec, actions.make(A.CATALOG_CREATE, None, cdef_path))
         root = Node((), (), None, now_millis(), catalog_def=cdef_path, actions=(row,))
         try:
-            storage.create_exclusive(version_path(0), encode_node(root, order))
+            storage.publish({cdef_path: content}, version_path(0), encode_node(root, order))
         except FileAlreadyExists:
             storage.delete(cdef_path)
             raise AlreadyExistsError(f"a catalog already exists at {storage.uri}") from None

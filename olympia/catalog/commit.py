@@ -371,12 +371,13 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
             root_bytes = encode_node(root, order)
             _check_size(cdef, {**files_out, "root": root_bytes})
             _lost_already(files, version)
-            storage.write_many(files_out)
+            # noted first: a failed write ends the commit, and a lost race is reported
+            # only after every file was written
             defs_written.update(change.new_defs)
             for path, node in flushed.files.items():
                 base.nodes.remember(path, node)
                 written[btree.shape(node)] = path
-            storage.create_exclusive(version_path(version), root_bytes)
+            storage.publish(files_out, version_path(version), root_bytes)
         except FileAlreadyExists:
             losses += 1
             for newer in _newest(files, version):

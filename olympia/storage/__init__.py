@@ -37,6 +37,7 @@ from olympia.storage.backends import (
     FsspecBackend,
     LocalBackend,
     MemoryBackend,
+    StagedFile,
 )
 from olympia.storage.retry import (
     DEFAULT_CONCURRENCY,
@@ -47,7 +48,7 @@ from olympia.storage.retry import (
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "SCHEMES", "Backend", "FileInfo", "FsspecBackend", "LocalBackend",
-    "MemoryBackend", "Storage", "StorageSettings", "StorageStats", "classify",
+    "MemoryBackend", "StagedFile", "Storage", "StorageSettings", "StorageStats", "classify",
 ]
 
 T = TypeVar("T")
@@ -178,26 +179,64 @@ class Storage:
         """
         full = self.full(path)
         self.stats.add(writes=1, bytes_written=len(data))
+        self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
+
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
+        """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
+        (as :meth:`create_exclusive`): a reader never finds ``path`` without all of
+        ``files``. Where the backend can stage content ahead of its name (local disk),
+        ``data`` is written and synced together with ``files`` and named last, so its sync
+        overlaps theirs instead of following them.
+
+        Raises:
+            FileAlreadyExists: ``path`` exists; ``files`` were written all the same.
+        """
+        full = self.full(path)
+        staged = self._call("write", path, lambda: self.backend.stage(full)) if files else None
+        if staged is None:
+            self.write_many(files)
+            self.create_exclusive(path, data)
+            return
+        unnamed: StagedFile = staged
+
+        def write(item: tuple[str, bytes] | None) -> None:
+            if item is None:
+                self._call("write", path, lambda: unnamed.fill(data))
+            else:
+                self.write(*item)
+
+        try:
+            self.map(write, [*files.items(), None])
+            self.stats.add(writes=1, bytes_written=len(data))
+            linked = self._exclusive(path, data, unnamed.link)
+        finally:
+            unnamed.close()
+        if linked is False:  # the store refused to name staged content: create it whole
+            self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
+
+    def _exclusive(self, path: str, data: bytes, create: Callable[[], R]) -> R | None:
+        """Run ``create`` (an exclusive create of ``path`` holding ``data``) with retries; a
+        try after a transient failure that finds ``path`` holding ``data`` succeeded (None)."""
         tried = False  # a try after a (transient) failure: our first one may have landed
 
-        def create() -> None:
+        def once() -> R | None:
             nonlocal tried
             try:
-                self.backend.create_exclusive(full, data)
+                return create()
             except Exception as exc:
                 if tried and classify(exc) is FileAlreadyExists and (
                         self._read_or_none(path) == data):
-                    return
+                    return None
                 raise
             finally:
                 tried = True
 
         try:
-            self._call("exclusive create", path, create)
+            return self._call("exclusive create", path, once)
         except TransientStorageError:
             with contextlib.suppress(StorageError):  # the last try may have landed too
                 if self._read_or_none(path) == data:
-                    return
+                    return None
             raise
 
     def _read_or_none(self, path: str) -> bytes | None:

@@ -32,6 +32,21 @@ class FileInfo:
     modified: float
 
 
+class StagedFile(Protocol):
+    """Content written ahead of its name (:meth:`Backend.stage`)."""
+
+    def fill(self, data: bytes) -> None:
+        """Write ``data`` (from the start, replacing what an earlier try wrote) and sync it."""
+
+    def link(self) -> bool:
+        """Name it: create the path only if it does not exist (FileExistsError otherwise).
+        False where the store refused to name it this way (the caller creates the file
+        whole instead)."""
+
+    def close(self) -> None:
+        """Release it; content never named is discarded."""
+
+
 class Backend(Protocol):
     """What a storage system must offer; paths here are full backend paths.
 
@@ -44,6 +59,12 @@ class Backend(Protocol):
     def read(self, path: str) -> bytes: ...
     def write(self, path: str, data: bytes, durable: bool = True) -> None: ...
     def create_exclusive(self, path: str, data: bytes) -> None: ...
+
+    def stage(self, path: str) -> StagedFile | None:
+        """A file to be created at ``path`` later, its content written before it is named
+        (see :meth:`olympia.storage.Storage.publish`); None where this store cannot hold
+        content apart from a name (then the file is created whole)."""
+
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
     def delete(self, path: str) -> None: ...
@@ -112,22 +133,19 @@ class LocalBackend:
         Raises:
             FileExistsError: ``path`` exists.
         """
-        fd = self._open_unnamed(path) if self._unnamed else None
-        if fd is None:
+        unnamed = self.stage(path)
+        if unnamed is None:
             return False
         try:
-            self._fill(fd, data, durable)
-            try:  # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only
-                # makes os.link call linkat (an absolute source ignores the folder it names)
-                os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
-            except FileExistsError:
-                raise
-            except OSError:  # no linking through /proc here: a named temp file will do
-                self._unnamed = False
-                return False
+            unnamed.fill(data, durable)
+            return unnamed.link()
         finally:
-            os.close(fd)
-        return True
+            unnamed.close()
+
+    def stage(self, path: str) -> _UnnamedFile | None:
+        """An unnamed file in ``path``'s folder, None where the file system offers none."""
+        fd = self._open_unnamed(path) if self._unnamed else None
+        return None if fd is None else _UnnamedFile(self, fd, path)
 
     def _open_unnamed(self, path: str) -> int | None:
         """An unnamed file open for writing in ``path``'s folder (created if missing), or
@@ -201,6 +219,33 @@ class LocalBackend:
         return "file", os.path.realpath(root)
 
 
+class _UnnamedFile:
+    """An ``O_TMPFILE`` file of a :class:`LocalBackend`, named by linking it at ``path``."""
+
+    def __init__(self, backend: LocalBackend, fd: int, path: str) -> None:
+        self.backend, self.fd, self.path = backend, fd, path
+
+    def fill(self, data: bytes, durable: bool = True) -> None:
+        os.ftruncate(self.fd, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        self.backend._fill(self.fd, data, durable)
+
+    def link(self) -> bool:
+        try:  # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only makes
+            # os.link call linkat (an absolute source ignores the folder it names)
+            os.link(f"/proc/self/fd/{self.fd}", self.path, src_dir_fd=self.fd,
+                    follow_symlinks=True)
+        except FileExistsError:
+            raise
+        except OSError:  # no linking through /proc here: a named temp file will do
+            self.backend._unnamed = False
+            return False
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -234,6 +279,9 @@ class MemoryBackend:
             if path in self.files:
                 raise FileExistsError(path)
             self.files[path] = (bytes(data), time.time())
+
+    def stage(self, path: str) -> None:
+        return None  # a create costs no I/O here: nothing to overlap
 
     def exists(self, path: str) -> bool:
         return path in self.files
@@ -288,6 +336,9 @@ class FsspecBackend:
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data, mode="create")
+
+    def stage(self, path: str) -> None:
+        return None  # an object is written by one request, content and name together
 
     def exists(self, path: str) -> bool:
         """One HEAD (s3fs's ``exists`` follows a missing file with a LIST, to look for a

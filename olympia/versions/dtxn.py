@@ -66,7 +66,6 @@ def save_transaction(txn: Transaction) -> str:
     storage = txn.files.storage
     files = {**new_defs, **btree.encode_files(flushed.files, order),
              running_path: encode_node(running, order)}
-    storage.write_many(files)
     txn_id = str(uuid.uuid4())
     record = pb.DistributedTransactionDef(
         id=txn_id, isolation_level=txn.isolation,  # type: ignore[arg-type]
@@ -74,7 +73,7 @@ def save_transaction(txn: Transaction) -> str:
         running_root_node_file_path=running_path, began_at_millis=created,
         expire_at_millis=created + base.catalog_def.txn_ttl_millis,
         beginning_version=base.version)
-    storage.create_exclusive(dtxn_path(txn_id), record.SerializeToString(deterministic=True))
+    storage.publish(files, dtxn_path(txn_id), record.SerializeToString(deterministic=True))
     txn.mark_saved()
     return txn_id
 
