@@ -159,8 +159,9 @@ class _RecordingBackend:
 
     def stage(self, path: str) -> StagedFile | None:
         staged = self.inner.stage(path)
-        if staged is not None:  # content staged to be named: an exclusive create
-            self._note("create_exclusive", path)
+        if staged is not None:  # written now, named later: counted as what it becomes
+            root = file_kind(path.removeprefix(self.root)) == "root"
+            self._note("create_exclusive" if root else "write", path)
         return staged
 
     def exists(self, path: str) -> bool:

@@ -689,22 +689,28 @@ def test_publish_names_the_file_after_writing_the_others(location: Location) -> 
                     reason="unnamed files need Linux O_TMPFILE and /proc")
 def test_local_publish_stages_the_content_and_names_it_last(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On local disk the published file's content is written and synced unnamed, alongside
-    the other files; its name is the last one linked, and no temp file is named."""
+    """On local disk every file is written unnamed, then all are synced, then named, the
+    published one last; no temp file is named."""
     storage = Storage(str(tmp_path / "c"))
     storage.write("vn/.keep", b"")  # the folders exist: every link below is a file's
     staged = _without_named_temps(monkeypatch)
-    linked: list[str] = []
-    real_link = os.link
+    steps: list[str] = []
+    real_link, real_fsync = os.link, os.fsync
 
     def linking(src: str, dst: str, **kwargs: Any) -> None:
         real_link(src, dst, **kwargs)
-        linked.append(os.path.relpath(dst, tmp_path / "c"))
+        steps.append(os.path.relpath(dst, tmp_path / "c"))
+
+    def syncing(fd: int) -> None:
+        real_fsync(fd)
+        steps.append("sync")
 
     monkeypatch.setattr(os, "link", linking)
+    monkeypatch.setattr(os, "fsync", syncing)
     storage.publish({"node/a.arrow": b"a", "node/b.arrow": b"b"}, "vn/1", b"root")
-    assert sorted(linked[:2]) == ["node/a.arrow", "node/b.arrow"] and linked[2:] == ["vn/1"]
+    assert steps == ["sync"] * 3 + ["node/a.arrow", "node/b.arrow", "vn/1"]
     assert staged == [] and storage.read("vn/1") == b"root"
+    assert storage.stats.writes == 4  # .keep, and the three published
 
 
 @pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),

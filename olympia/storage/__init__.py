@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -184,35 +185,64 @@ class Storage:
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`): a reader never finds ``path`` without all of
-        ``files``. Where the backend can stage content ahead of its name (local disk),
-        ``data`` is written and synced together with ``files`` and named last, so its sync
-        overlaps theirs instead of following them.
+        ``files``. Where the backend can stage content ahead of its name (local disk), every
+        file is written unnamed, then all are synced, then named, ``path`` last: one thread
+        does it all, and the syncs after the first find little left to flush.
 
         Raises:
             FileAlreadyExists: ``path`` exists; ``files`` were written all the same.
         """
-        full = self.full(path)
-        staged = self._call("write", path, lambda: self.backend.stage(full)) if files else None
+        names = [*files, path]
+        staged = self._stage(names) if files else None
         if staged is None:
             self.write_many(files)
             self.create_exclusive(path, data)
             return
-        unnamed: StagedFile = staged
-
-        def write(item: tuple[str, bytes] | None) -> None:
-            if item is None:
-                self._call("write", path, lambda: unnamed.fill(data))
-            else:
-                self.write(*item)
-
+        contents = [*files.values(), data]
         try:
-            self.map(write, [*files.items(), None])
-            self.stats.add(writes=1, bytes_written=len(data))
-            linked = self._exclusive(path, data, unnamed.link)
+            for name, content, one in zip(names, contents, staged, strict=True):
+                self.stats.add(writes=1, bytes_written=len(content))
+                self._call("write", name, partial(one.fill, content))
+            for name, one in zip(names, staged, strict=True):
+                self._call("write", name, one.sync)
+            for name, content, one in zip(names[:-1], contents, staged, strict=False):
+                if not self._link(name, one):
+                    self._call("write", name,
+                               partial(self.backend.write, self.full(name), content, True))
+            if self._exclusive(path, data, staged[-1].link) is False:
+                # the store refused to name staged content: create the file whole
+                self._exclusive(path, data,
+                                partial(self.backend.create_exclusive, self.full(path), data))
         finally:
-            unnamed.close()
-        if linked is False:  # the store refused to name staged content: create it whole
-            self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
+            for one in staged:
+                one.close()
+
+    def _stage(self, paths: builtins.list[str]) -> builtins.list[StagedFile] | None:
+        """A staged file for each path, or None where the backend stages none."""
+        staged: builtins.list[StagedFile] = []
+        try:
+            for path in paths:
+                one = self._call("write", path, partial(self.backend.stage, self.full(path)))
+                if one is None:
+                    break
+                staged.append(one)
+        except BaseException:
+            for one in staged:
+                one.close()
+            raise
+        if len(staged) == len(paths):
+            return staged
+        for one in staged:
+            one.close()
+        return None
+
+    def _link(self, path: str, staged: StagedFile) -> bool:
+        """Name a staged file that :meth:`write` would replace: False where it exists
+        already or the store refused (the caller writes it whole)."""
+        try:
+            return bool(self._call("write", path, staged.link))
+        except FileAlreadyExists:
+            return False
 
     def _exclusive(self, path: str, data: bytes, create: Callable[[], R]) -> R | None:
         """Run ``create`` (an exclusive create of ``path`` holding ``data``) with retries; a

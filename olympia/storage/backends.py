@@ -36,11 +36,14 @@ class StagedFile(Protocol):
     """Content written ahead of its name (:meth:`Backend.stage`)."""
 
     def fill(self, data: bytes) -> None:
-        """Write ``data`` (from the start, replacing what an earlier try wrote) and sync it."""
+        """Write ``data``, from the start (replacing what an earlier try wrote)."""
+
+    def sync(self) -> None:
+        """Make the content durable (where the backend syncs at all)."""
 
     def link(self) -> bool:
         """Name it: create the path only if it does not exist (FileExistsError otherwise).
-        False where the store refused to name it this way (the caller creates the file
+        False where the store refused to name it this way (the caller writes the file
         whole instead)."""
 
     def close(self) -> None:
@@ -137,7 +140,9 @@ class LocalBackend:
         if unnamed is None:
             return False
         try:
-            unnamed.fill(data, durable)
+            unnamed.fill(data)
+            if durable:
+                unnamed.sync()
             return unnamed.link()
         finally:
             unnamed.close()
@@ -225,10 +230,14 @@ class _UnnamedFile:
     def __init__(self, backend: LocalBackend, fd: int, path: str) -> None:
         self.backend, self.fd, self.path = backend, fd, path
 
-    def fill(self, data: bytes, durable: bool = True) -> None:
+    def fill(self, data: bytes) -> None:
         os.ftruncate(self.fd, 0)
         os.lseek(self.fd, 0, os.SEEK_SET)
-        self.backend._fill(self.fd, data, durable)
+        self.backend._fill(self.fd, data, durable=False)
+
+    def sync(self) -> None:
+        if self.backend.fsync:
+            os.fsync(self.fd)
 
     def link(self) -> bool:
         try:  # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only makes
