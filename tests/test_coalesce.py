@@ -160,7 +160,7 @@ def _member(name: str, joins: bool) -> _Member:
     actions = [apb.ActionDef(type=apb.TABLE_CREATE,
                              object=apb.ObjectRef(type=apb.TABLE, namespace="s", name=name))]
     return _Member(None, Change({f"s.{name}": "def"}, actions, (), {}),  # type: ignore[arg-type]
-                   CommitOptions(coalesce=joins), joins=joins)
+                   CommitOptions(coalesce=joins))
 
 
 def test_turns_are_taken_in_order_and_only_joining_changes_share_one() -> None:

@@ -589,6 +589,11 @@ def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location
     assert storage.known_to_exist("vn/0") is not remote and not storage.known_to_exist("vn/1")
 
 
+needs_unnamed_files = pytest.mark.skipif(
+    not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
+    reason="unnamed files need Linux O_TMPFILE and /proc")
+
+
 def _without_named_temps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every named temp file the local backend stages."""
     from olympia.storage import LocalBackend
@@ -604,8 +609,7 @@ def _without_named_temps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return staged
 
 
-@pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
-                    reason="unnamed files need Linux O_TMPFILE and /proc")
+@needs_unnamed_files
 def test_local_new_files_are_linked_from_unnamed_files(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A commit's new files (definition, nodes, root) are written unnamed and linked into
@@ -685,8 +689,7 @@ def test_publish_names_the_file_after_writing_the_others(location: Location) -> 
     assert [f.path for f in storage.list("vn/")] == ["vn/1"]
 
 
-@pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
-                    reason="unnamed files need Linux O_TMPFILE and /proc")
+@needs_unnamed_files
 def test_local_publish_stages_the_content_and_names_it_last(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """On local disk every file is written unnamed, then all are synced, then named, the
@@ -713,8 +716,7 @@ def test_local_publish_stages_the_content_and_names_it_last(
     assert storage.stats.writes == 4  # .keep, and the three published
 
 
-@pytest.mark.skipif(not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
-                    reason="unnamed files need Linux O_TMPFILE and /proc")
+@needs_unnamed_files
 def test_local_publish_creates_the_file_whole_where_naming_staged_content_is_refused(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = Storage(str(tmp_path / "c"))

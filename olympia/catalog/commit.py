@@ -180,22 +180,25 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         CatalogError: A node file would exceed the catalog's ``node_file_max_size_bytes``.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
-    member = _Member(base, change, options, joins=options.coalesce and change.coalescible)
+    member = _Member(base, change, options)
     commit_group(files).submit(files, member)
     return member.outcome()
 
 
 @dataclass(eq=False)
 class _Member:
-    """One caller's change, how to commit it (``joins``: it may share a version) and, once
-    known, its outcome."""
+    """One caller's change, how to commit it and, once known, its outcome."""
 
     base: Snapshot
     change: Change
     options: CommitOptions
-    joins: bool = False
     root: Root | None = None
     error: BaseException | None = None
+
+    @property
+    def joins(self) -> bool:
+        """Whether the change may share a version with others'."""
+        return self.options.coalesce and self.change.coalescible
 
     @property
     def finished(self) -> bool:

@@ -205,7 +205,7 @@ class Storage:
                 self._call("write", name, partial(one.fill, content))
             for name, one in zip(names, staged, strict=True):
                 self._call("write", name, one.sync)
-            for name, content, one in zip(names[:-1], contents, staged, strict=False):
+            for name, content, one in zip(names[:-1], contents[:-1], staged[:-1], strict=True):
                 if not self._link(name, one):
                     self._call("write", name,
                                partial(self.backend.write, self.full(name), content, True))
