@@ -2,25 +2,26 @@
 one-table creates into one shared namespace (disjoint tables), on local disk and on S3.
 
 The local series runs :data:`LOCAL_ROUNDS` times, interleaved, and reports medians (see
-:func:`_series`). Per run: aggregate commits/s (all writers, from a common start to the
-last commit), every writer's p50/p99 and worst commit latency (the worst writer's shows starvation),
-root-creation attempts per commit (exclusive creates of ``vn/...``: 1.0 means no lost race),
-lost commits (creates that did not land; must be 0) and commits that gave up with
-CommitConflict (the writer counts them and goes on, so a run never waits for a writer that
-died). Where the time goes, in counts that do not depend on the machine's load: storage
-operations per commit by kind of file (``per_commit``: root reads, reads that found no file, node
-reads and writes, definition writes, bytes written), seconds paused per commit
-(``paused_ms_per_commit``) and the writers' CPU per commit (``cpu_ms_per_commit``, user
-and system, all writers); the load average before and after each run (``loadavg``), since
-the seconds are only as good as the machine was quiet. Each round also runs 8 writers
-into catalogs of their own (``8_separate``): what 8 processes reach on these cores with no
-contention, against which the shared catalog's 8 writers are measured
-(``share_of_ceiling``). Then 8 threads of one process committing through one catalog
-object, each commit separate and coalesced
-(``coalesce_commits``): commits/s and versions written. Last, the S3 series again through a
-relay that delays each request by :data:`LATENCY_S` (``s3_latency``): on this machine the
-S3 server shares the writers' CPU, so CPU, not latency, bounds even one writer; with the
-delay, latency bounds one writer as it does against a real S3 region.
+:func:`_series`). Per run: aggregate commits/s (all writers, from a common start to the last
+commit), every writer's p50/p99 and worst commit latency (the worst writer's shows
+starvation), root-creation attempts per commit (exclusive creates of ``vn/...``: 1.0 means
+no lost race), lost commits (creates that did not land; must be 0) and commits that gave up
+with CommitConflict (the writer counts them and goes on, so a run never waits for a writer
+that died). Where the time goes, in counts that do not depend on the machine's load: storage
+operations per commit by kind of file (``per_commit``: root reads, reads that found no file,
+node reads and writes, definition writes, bytes written), seconds paused per commit
+(``paused_ms_per_commit``) and the writers' CPU per commit (``cpu_ms_per_commit``, user and
+system, all writers); the load average before and after each run (``loadavg``), since the
+seconds are only as good as the machine was quiet; every run starts after ``sync``, its
+``dirty_kb_before_sync`` saying how much write-back it was spared. Each round also runs 8
+writers into catalogs of their own (``8_separate``): what 8 processes reach on these cores
+with no contention, against which the shared catalog's 8 writers are measured
+(``share_of_ceiling``). Then 8 threads of one process committing through one catalog object,
+each commit separate and coalesced (``coalesce_commits``): commits/s and versions written.
+Last, the S3 series again through a relay that delays each request by :data:`LATENCY_S`
+(``s3_latency``): on this machine the S3 server shares the writers' CPU, so CPU, not
+latency, bounds even one writer; with the delay, latency bounds one writer as it does
+against a real S3 region.
 """
 
 from __future__ import annotations
@@ -98,6 +99,18 @@ def _loadavg() -> float:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
 
 
+def _dirty_kb() -> int | None:
+    """Data waiting to be written back to disk (``Dirty`` in /proc/meminfo), in kB."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("Dirty:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def _run(uri: str, options: dict[str, Any], writers: int, commits: int,
          shared: bool = True) -> dict[str, Any]:
     """``writers`` processes committing into one catalog at ``uri`` or, when not ``shared``,
@@ -106,6 +119,8 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int,
     uris = [uri if shared else f"{uri}/own-{w}" for w in range(writers)]
     for place in sorted(set(uris)):
         Catalog.create(place, options).create_namespace("bench")
+    dirty = _dirty_kb()
+    os.sync()  # no run pays for the write-back of the runs (or benchmarks) before it
     load_before = _loadavg()
     ctx = mp.get_context("spawn")  # never share a storage client across fork
     out = ctx.Queue()
@@ -143,6 +158,7 @@ def _run(uri: str, options: dict[str, Any], writers: int, commits: int,
         "cpu_ms_per_commit": {kind: round(sum(r["cpu_s"][kind] for r in results) * 1000 / total, 2)
                               for kind in ("user", "system")},
         "loadavg": [load_before, _loadavg()],
+        "dirty_kb_before_sync": dirty,
         "per_writer": per_writer,
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,8 +109,11 @@ class StalledCommit:
         files_written, self._release = threading.Event(), threading.Event()
         publish = catalog.storage.publish
 
-        def slow_root(files: dict[str, bytes], path: str, data: bytes) -> None:
+        def slow_root(files: dict[str, bytes], path: str, data: bytes,
+                      written: Callable[[], None] | None = None) -> None:
             catalog.storage.write_many(files)
+            if written is not None:
+                written()
             files_written.set()
             assert self._release.wait(120)
             publish({}, path, data)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Location
@@ -243,6 +245,36 @@ def test_disjoint_rebase_keeps_the_node_files_already_written() -> None:
     assert set(btree.node_paths(snap.nodes, snap.root.node)) >= new_nodes
     assert btree.validate(snap.nodes, snap.root.node, 4) == 1 + 42
     assert {"t00a", "t39a"} <= set(snap.list_tables("s"))
+
+
+def test_a_local_attempt_that_loses_in_its_turn_writes_no_file(tmp_path: Path) -> None:
+    """On local disk an attempt whose version is taken by the time its turn to sync and
+    name files comes discards them: the rebase writes the commit's files once, and no
+    file is left that no version refers to."""
+    uri = str(tmp_path / "c")
+    Catalog.create(uri).create_namespace("s")
+    ours, theirs = Catalog.open(uri), Catalog.open(uri)
+    backend = ours.storage.backend
+    turn, rivals = backend.turn, []  # type: ignore[attr-defined]
+
+    def late(path: str) -> Any:
+        if path.endswith(version_path(2)) and not rivals:
+            rivals.append(theirs.create_table("s", "theirs", columns=COLUMNS))  # wins v2
+        return turn(path)
+
+    backend.turn = late  # type: ignore[attr-defined]
+    ours.storage.stats.reset()
+    ours.create_table("s", "mine", columns=COLUMNS)
+    assert rivals and ours.version == 3 and ours.list_tables("s") == ["mine", "theirs"]
+    # our definition and root (the tree is one node), then vn/latest: the losing
+    # attempt's files never reached the disk
+    assert ours.storage.stats.snapshot()["writes"] == 3
+    referred = set()
+    for version in range(4):
+        snap = ours.at_version(version)
+        referred |= set(btree.node_paths(snap.nodes, snap.root.node))
+    assert _node_files(ours) == referred
+    assert len(ours.storage.list("def/table/")) == 2
 
 
 def test_rebase_rewrites_the_nodes_the_winner_changed() -> None:

@@ -4,6 +4,7 @@ per-key errors (a SeaweedFS server whose DeleteObjects answers are doctored per 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -589,9 +590,9 @@ def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location
     assert storage.known_to_exist("vn/0") is not remote and not storage.known_to_exist("vn/1")
 
 
+_UNNAMED = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
 needs_unnamed_files = pytest.mark.skipif(
-    not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"),
-    reason="unnamed files need Linux O_TMPFILE and /proc")
+    not _UNNAMED, reason="unnamed files need Linux O_TMPFILE and /proc")
 
 
 def _without_named_temps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -677,16 +678,25 @@ def test_a_local_file_created_during_a_write_is_replaced(
 
 
 def test_publish_names_the_file_after_writing_the_others(location: Location) -> None:
-    """publish() writes the files, then creates the named one exclusively; a lost race is
-    reported after the files were written, and leaves the existing file as it was."""
+    """publish() writes the files, then creates the named one exclusively, and says when
+    the files are in place; a lost race leaves the existing file as it was. On local disk
+    the loss is found in the writer's turn, before any file is written; elsewhere the
+    files are written first."""
     storage = Storage(location.uri, location.storage_options)
-    storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"root")
+    noted: list[str] = []
+    storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"root",
+                    written=lambda: noted.append(str(storage.exists("vn/1"))))
     assert [storage.read(p) for p in ("node/a.arrow", "def/b.binpb", "vn/1")] == [
         b"a", b"b", b"root"]
+    assert noted == ["False"]  # called once, before the root was created
+    noted.clear()
     with pytest.raises(FileAlreadyExists):
-        storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other")
-    assert storage.read("node/c.arrow") == b"c" and storage.read("vn/1") == b"root"
+        storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other",
+                        written=lambda: noted.append("c"))
+    assert storage.read("vn/1") == b"root"
     assert [f.path for f in storage.list("vn/")] == ["vn/1"]
+    assert bool(noted) == storage.exists("node/c.arrow")
+    assert bool(noted) == (location.kind != "local" or not _UNNAMED)
 
 
 @needs_unnamed_files
@@ -737,3 +747,92 @@ def test_local_publish_creates_the_file_whole_where_naming_staged_content_is_ref
         storage.publish({"node/b.arrow": b"b"}, "vn/1", b"other")
     assert storage.read("vn/1") == b"root"
     assert not [f for f in os.listdir(tmp_path / "c" / "vn") if f.startswith(".tmp-")]
+
+
+def _hold_turn(folder: Any) -> int:
+    """Take the local writers' turn on ``folder`` (as another writer would) and keep it."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+@needs_unnamed_files
+def test_local_publish_syncs_and_names_in_its_turn(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files are synced and named while the writer holds the turn on the folder of
+    the file that decides the race: another writer cannot take it meanwhile."""
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("vn/.keep", b"")
+    real_fsync = os.fsync
+    taken: list[bool] = []
+
+    def syncing(fd: int) -> None:
+        real_fsync(fd)
+        try:
+            os.close(_hold_turn(tmp_path / "c" / "vn"))
+            taken.append(True)
+        except BlockingIOError:
+            taken.append(False)
+
+    monkeypatch.setattr(os, "fsync", syncing)
+    storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
+    assert taken == [False, False] and storage.read("vn/1") == b"root"
+
+
+@needs_unnamed_files
+def test_a_local_writer_that_lost_while_waiting_for_its_turn_writes_nothing(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer whose turn is taken looks for the name while it waits: when another
+    writer has created it, it gives up its staged files unsynced and unnamed."""
+    storage = Storage(str(tmp_path / "c"))
+    storage.create_exclusive("vn/1", b"theirs")
+    holder = _hold_turn(tmp_path / "c" / "vn")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    noted: list[str] = []
+    try:
+        with pytest.raises(FileAlreadyExists):
+            storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"ours",
+                            written=lambda: noted.append("written"))
+    finally:
+        os.close(holder)
+    assert synced == [] and noted == [] and storage.read("vn/1") == b"theirs"
+    assert [f.path for f in storage.list("")] == ["vn/1"]
+
+
+@needs_unnamed_files
+def test_a_local_writer_goes_on_without_a_turn_held_too_long(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn only saves work: a writer whose turn is held past the longest wait (its
+    holder stalled) goes on, and the exclusive link alone decides."""
+    from olympia.storage import backends
+
+    monkeypatch.setattr(backends, "TURN_WAIT_S", 0.01)
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("vn/.keep", b"")
+    holder = _hold_turn(tmp_path / "c" / "vn")
+    try:
+        storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
+        with pytest.raises(FileAlreadyExists):
+            storage.publish({"node/b.arrow": b"b"}, "vn/1", b"other")
+    finally:
+        os.close(holder)
+    assert storage.read("vn/1") == b"root" and storage.read("node/a.arrow") == b"a"
+
+
+@needs_unnamed_files
+def test_local_publish_without_advisory_locks(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that refuses advisory locks is asked once; publishing goes on."""
+    asked: list[int] = []
+
+    def refusing(fd: int, operation: int) -> None:
+        asked.append(fd)
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refusing)
+    storage = Storage(str(tmp_path / "c"))
+    storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
+    storage.publish({"node/b.arrow": b"b"}, "vn/2", b"root 2")
+    assert len(asked) == 1 and storage.read("vn/2") == b"root 2"

@@ -2,7 +2,10 @@
 distributed transactions.
 
 1. Write the new definition files and the changed non-root nodes (concurrently).
-2. Create the root ``vn/<v+1>`` exclusively; then write ``vn/latest`` best-effort. Where
+2. Create the root ``vn/<v+1>`` exclusively; then write ``vn/latest`` best-effort. On
+   local disk steps 1 and 2 are one :meth:`olympia.storage.Storage.publish`: the files are
+   written unnamed, then synced and named in the writers' turn, so an attempt that finds
+   its version taken when its turn comes has written nothing. Where
    the storage can tell without a request that ``vn/<v+1>`` exists (local disk, memory),
    an attempt looks before each costly step (replaying, encoding the nodes, encoding the
    root, writing) and a lost one stops at the first it reaches.
@@ -17,7 +20,7 @@ distributed transactions.
    are replayed onto the newest tree and step 2 is tried again at once. A rebase rewrites
    only the nodes whose content changed relative to the new base: a node already written
    by an earlier attempt with the same keys, values and children is referenced again, and
-   definition files are written once (by the first attempt).
+   definition files are written once (by the first attempt that wrote its files).
 4. Every version has a winner, so writers cannot livelock; on local disk and memory a
    writer only pauses (jittered, growing from 1 ms to 16 ms) after
    :attr:`CommitOptions.immediate_retries` losses in a row, to stop colliding in lock-step
@@ -46,6 +49,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -349,8 +353,7 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
     """
     storage = files.storage
     deadline = options.clock() + options.timeout_s
-    written: dict[btree.NodeShape, str] = {}  # nodes written by earlier attempts
-    defs_written: set[str] = set()
+    written = _Written()
     attempts = losses = 0
     while members:
         attempts += 1
@@ -361,26 +364,21 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
             order = base.catalog_def.order
             created = max(now_millis(), base.created_at_millis + 1)
             tree = change.tree_from.node if change.tree_from else base.root.node
-            flushed = apply_changes(base, tree, change.pending, created, written)
+            flushed = apply_changes(base, tree, change.pending, created, written.nodes)
             _lost_already(files, version)
             cdef_path, cdef = change.catalog_def or (base.root.node.catalog_def,
                                                      base.catalog_def)
             root = Node(flushed.keys, flushed.values, flushed.children, created,
                         catalog_def=cdef_path, previous_root=base.root.path,
                         rollback_from_root=change.rollback_from, actions=change.rows)
-            files_out = {p: d for p, d in change.new_defs.items() if p not in defs_written}
+            files_out = {p: d for p, d in change.new_defs.items() if p not in written.defs}
             files_out.update(btree.encode_files(flushed.files, order))
             _lost_already(files, version)
             root_bytes = encode_node(root, order)
             _check_size(cdef, {**files_out, "root": root_bytes})
             _lost_already(files, version)
-            # noted first: a failed write ends the commit, and a lost race is reported
-            # only after every file was written
-            defs_written.update(change.new_defs)
-            for path, node in flushed.files.items():
-                base.nodes.remember(path, node)
-                written[btree.shape(node)] = path
-            storage.publish(files_out, version_path(version), root_bytes)
+            storage.publish(files_out, version_path(version), root_bytes,
+                            partial(written.note, base, change, flushed))
         except FileAlreadyExists:
             losses += 1
             for newer in _newest(files, version):
@@ -407,6 +405,22 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
         if members and bound:
             options.sleep(options.jitter(bound))
     return base
+
+
+@dataclass
+class _Written:
+    """What earlier attempts of one commit wrote, for a rebase to reuse: nodes by shape
+    (their content) -> path, and the definition files."""
+
+    nodes: dict[btree.NodeShape, str] = field(default_factory=dict)
+    defs: set[str] = field(default_factory=set)
+
+    def note(self, base: Snapshot, change: Change, flushed: btree.FlushResult) -> None:
+        """An attempt's files are in place (its root not yet: it may still lose)."""
+        self.defs.update(change.new_defs)
+        for path, node in flushed.files.items():
+            base.nodes.remember(path, node)
+            self.nodes[btree.shape(node)] = path
 
 
 def _lost_already(files: CatalogFiles, version: int) -> None:

@@ -182,37 +182,55 @@ class Storage:
         self.stats.add(writes=1, bytes_written=len(data))
         self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
 
-    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                written: Callable[[], None] | None = None) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`): a reader never finds ``path`` without all of
         ``files``. Where the backend can stage content ahead of its name (local disk), every
-        file is written unnamed, then all are synced, then named, ``path`` last: one thread
-        does it all, and the syncs after the first find little left to flush.
+        file is written unnamed, then, in the writers' turn to name files in ``path``'s
+        folder, all are synced and named, ``path`` last: one thread does it all, and the
+        syncs after the first find little left to flush. A writer whose turn comes after
+        another took ``path`` discards its staged files unsynced.
+
+        Args:
+            files: Relative path -> content of the files ``path`` refers to.
+            path: The file created last, exclusively.
+            data: Its content.
+            written: Called once every file of ``files`` is in place, before ``path`` is
+                created: a race lost before that leaves none of them written.
 
         Raises:
-            FileAlreadyExists: ``path`` exists; ``files`` were written all the same.
+            FileAlreadyExists: ``path`` exists.
         """
         names = [*files, path]
         staged = self._stage(names) if files else None
         if staged is None:
             self.write_many(files)
+            if written is not None:
+                written()
             self.create_exclusive(path, data)
             return
         contents = [*files.values(), data]
         try:
             for name, content, one in zip(names, contents, staged, strict=True):
-                self.stats.add(writes=1, bytes_written=len(content))
                 self._call("write", name, partial(one.fill, content))
-            for name, one in zip(names, staged, strict=True):
-                self._call("write", name, one.sync)
-            for name, content, one in zip(names[:-1], contents[:-1], staged[:-1], strict=True):
-                if not self._link(name, one):
-                    self._call("write", name,
-                               partial(self.backend.write, self.full(name), content, True))
-            if self._exclusive(path, data, staged[-1].link) is False:
-                # the store refused to name staged content: create the file whole
-                self._exclusive(path, data,
-                                partial(self.backend.create_exclusive, self.full(path), data))
+            with staged[-1].turn() as free:
+                if not free:
+                    raise FileAlreadyExists("file already exists", self.display(path))
+                self.stats.add(writes=len(names), bytes_written=sum(map(len, contents)))
+                for name, one in zip(names, staged, strict=True):
+                    self._call("write", name, one.sync)
+                for name, content, one in zip(
+                        names[:-1], contents[:-1], staged[:-1], strict=True):
+                    if not self._link(name, one):
+                        self._call("write", name,
+                                   partial(self.backend.write, self.full(name), content, True))
+                if written is not None:
+                    written()
+                if self._exclusive(path, data, staged[-1].link) is False:
+                    # the store refused to name staged content: create the file whole
+                    self._exclusive(path, data, partial(
+                        self.backend.create_exclusive, self.full(path), data))
         finally:
             for one in staged:
                 one.close()
