@@ -194,8 +194,8 @@ def test_pause_grows_after_the_immediate_retries() -> None:
     options = CommitOptions(immediate_retries=2, backoff_s=0.01, max_backoff_s=0.05)
     assert [options.pause(n) for n in range(1, 7)] == [0.0, 0.0, 0.01, 0.02, 0.04, 0.05]
     defaults = CommitOptions()  # a rebase is retried at once; pauses only break lock-step
-    assert [defaults.pause(n) for n in (1, 8, 9, 10, 13, 20)] == [
-        0.0, 0.0, 0.001, 0.002, 0.016, 0.016]
+    assert [defaults.pause(n) for n in (1, 8, 9, 10, 13, 15, 20)] == [
+        0.0, 0.0, 0.001, 0.002, 0.016, 0.064, 0.064]
     assert defaults.pause(20, remote=True) == 0.0
 
 
