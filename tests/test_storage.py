@@ -836,3 +836,42 @@ def test_local_publish_without_advisory_locks(
     storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
     storage.publish({"node/b.arrow": b"b"}, "vn/2", b"root 2")
     assert len(asked) == 1 and storage.read("vn/2") == b"root 2"
+
+
+HELD_ACROSS_FORK = """
+import fcntl, os, sys
+from olympia.storage import Storage
+
+storage = Storage(sys.argv[1])
+storage.write("vn/.keep", b"")
+read_end, write_end = os.pipe()
+ready_read, ready_write = os.pipe()
+with storage.backend.turn(storage.full("vn/1")):
+    child = os.fork()
+    if child == 0:  # runs (its fork handlers done) until the parent has looked
+        os.write(ready_write, b"r")
+        os.read(read_end, 1)
+        os._exit(0)
+os.read(ready_read, 1)
+other = os.open(storage.full("vn"), os.O_RDONLY | os.O_DIRECTORY)
+try:
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except BlockingIOError:
+    print("held by the child")
+os.write(write_end, b"x")
+os.waitpid(child, 0)
+"""
+
+
+@needs_unnamed_files
+def test_a_turn_ends_with_its_holder_when_the_process_forked_meanwhile(tmp_path: Any) -> None:
+    """A child forked while a thread holds a turn does not keep the lock: the parent's
+    turn ends when the parent is done, however long the child runs."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", HELD_ACROSS_FORK, str(tmp_path / "c")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "free"

@@ -25,6 +25,20 @@ from olympia.storage.retry import StorageSettings
 
 TURN_WAIT_S = 0.1  # the longest a local writer waits for its turn to name files
 TURN_NAPS_S = (0.00005, 0.001)  # its first and its longest nap between looks
+_TURNS_HELD: set[int] = set()  # descriptors of the turns this process's threads hold
+
+
+def _close_inherited_turns() -> None:
+    """In a child forked while a thread held a turn: close the copies of its descriptor,
+    or the lock would outlive the parent's turn for as long as the child runs (closing a
+    copy does not release the parent's lock; unlocking would)."""
+    for fd in list(_TURNS_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _TURNS_HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_turns)
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,7 @@ class LocalBackend:
     Writers that publish files together (:meth:`olympia.storage.Storage.publish`) take
     turns to sync and name them: an advisory lock (``flock``) on the folder of the file
     that decides the race, so the losers learn that they lost before syncing anything (at
-    8 writers, a third of the syncs were of attempts that went on to lose). The lock
+    8 writers, a quarter of the syncs were of attempts that went on to lose). The lock
     only saves work: the exclusive link still decides, so a writer that waits longer than
     :data:`TURN_WAIT_S` (its holder stalled), or a file system without such locks, goes on
     without it.
@@ -196,6 +210,7 @@ class LocalBackend:
             yield not os.path.lexists(path)
         finally:
             if fd is not None:
+                _TURNS_HELD.discard(fd)
                 os.close(fd)  # releases the lock
 
     def _take_turn(self, path: str) -> int | None:
@@ -213,6 +228,7 @@ class LocalBackend:
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    _TURNS_HELD.add(fd)
                     return fd
                 except BlockingIOError:  # another writer's turn: it may be taking `path`
                     if os.path.lexists(path) or time.monotonic() >= deadline:
