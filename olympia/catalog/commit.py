@@ -90,7 +90,7 @@ class CommitOptions:
         max_backoff_s: The largest pause bound. At 8 local writers the one that won a
             version mostly wins the next too (it knows the newest version first), and
             losers that woke every 16 ms took the CPU it needed. A 64 ms bound won 9 of
-            10 alternating runs (median 475 against 400 commits/s), and none of its 15
+            10 alternating runs (median 460 against 405 commits/s), and none of its 15
             runs had a p99 over 70 ms (4 of 10 over 300 ms with 16 ms).
         clock: Monotonic seconds (injectable for tests).
         sleep: Pauses (injectable for tests).
