@@ -164,6 +164,9 @@ class _RecordingBackend:
             self._note("create_exclusive" if root else "write", path)
         return staged
 
+    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        return self.inner.hold_turn(path)
+
     def exists(self, path: str) -> bool:
         self._note("exists", path)
         return self.inner.exists(path)

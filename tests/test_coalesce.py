@@ -57,6 +57,9 @@ class _Gate:
     def stage(self, path: str) -> None:
         return None  # roots are created whole, through create_exclusive, and counted
 
+    def hold_turn(self, path: str) -> Any:
+        return self.inner.hold_turn(path)
+
     def read(self, path: str) -> bytes:
         return self.inner.read(path)
 

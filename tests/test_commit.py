@@ -277,6 +277,51 @@ def test_a_local_attempt_that_loses_in_its_turn_writes_no_file(tmp_path: Path) -
     assert len(ours.storage.list("def/table/")) == 2
 
 
+def test_an_overdue_local_commit_holds_the_turn_catches_up_and_lands(tmp_path: Path) -> None:
+    """A local commit still losing after ``priority_after_s`` holds the writers' turn for
+    its next attempt: it catches up inside it on a version landed while it waited for the
+    turn, and lands while no other writer can name a file."""
+    import fcntl
+    import os
+
+    uri = str(tmp_path / "c")
+    Catalog.create(uri).create_namespace("s")
+    ours, theirs = Catalog.open(uri), Catalog.open(uri)
+    now = [0.0]
+    ours.commit_options = replace(ours.commit_options, clock=lambda: now[0])
+    storage, backend = ours.storage, ours.storage.backend
+    turn, hold_turn = backend.turn, storage.hold_turn  # type: ignore[attr-defined]
+    others_could_name: list[bool] = []
+
+    def racing(path: str) -> Any:
+        if path.endswith(version_path(2)):  # our first attempt loses v2, and time passes
+            theirs.create_table("s", "a", columns=COLUMNS)
+            now[0] += ours.commit_options.priority_after_s
+        else:
+            fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                others_could_name.append(True)
+            except BlockingIOError:
+                others_could_name.append(False)
+            finally:
+                os.close(fd)
+        return turn(path)
+
+    held: list[str] = []
+
+    def holding(path: str) -> Any:
+        held.append(path)
+        theirs.create_table("s", "b", columns=COLUMNS)  # v3, while we wait for the turn
+        return hold_turn(path)
+
+    backend.turn = racing  # type: ignore[attr-defined]
+    storage.hold_turn = holding  # type: ignore[method-assign]
+    ours.create_table("s", "mine", columns=COLUMNS)
+    assert held == [version_path(3)] and others_could_name == [False]
+    assert ours.version == 4 and ours.list_tables("s") == ["a", "b", "mine"]
+
+
 def test_rebase_rewrites_the_nodes_the_winner_changed() -> None:
     ours, theirs = _two_writers(order=4, tables=40)
     txn = ours.transaction()

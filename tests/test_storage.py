@@ -72,6 +72,9 @@ class _Refusing:
     def stage(self, path: str) -> None:
         return None
 
+    def hold_turn(self, path: str) -> Any:
+        return self.inner.hold_turn(path)
+
     def exists(self, path: str) -> bool:
         return bool(self.inner.exists(path))
 
@@ -838,6 +841,46 @@ def test_local_publish_without_advisory_locks(
     assert len(asked) == 1 and storage.read("vn/2") == b"root 2"
 
 
+@needs_unnamed_files
+def test_a_held_turn_keeps_other_writers_out_and_serves_its_own_publishes(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a thread holds the turn (``hold_turn``), no other writer can take it, whether
+    or not the file appears meanwhile; that thread's own publishes name their files in it
+    without waiting for it; it ends with the block."""
+    from olympia.storage.backends import LocalBackend
+
+    storage = Storage(str(tmp_path / "c"))
+    storage.write("vn/.keep", b"")
+    real_take = LocalBackend._take_turn
+    taken: list[bool] = []
+    monkeypatch.setattr(LocalBackend, "_take_turn",
+                        lambda self, *a, **k: taken.append(True) or real_take(self, *a, **k))
+
+    def others_can_take_it() -> bool:
+        try:
+            os.close(_hold_turn(tmp_path / "c" / "vn"))
+            return True
+        except BlockingIOError:
+            return False
+
+    with storage.hold_turn("vn/1") as held:
+        assert held and not others_can_take_it()
+        storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
+        with storage.hold_turn("vn/2") as again:  # the same folder: already held
+            assert again
+        assert not others_can_take_it() and taken == [True]
+    assert others_can_take_it() and storage.read("vn/1") == b"root"
+
+
+def test_a_turn_is_held_only_on_local_disk(location: Location) -> None:
+    """Memory and S3 have no turns: holding one yields False and changes nothing."""
+    storage = Storage(location.uri, location.storage_options)
+    storage.write("vn/0", b"root 0")  # a catalog's folder of roots
+    with storage.hold_turn("vn/1") as held:
+        storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
+    assert held == (location.kind == "local") and storage.read("vn/1") == b"root"
+
+
 HELD_ACROSS_FORK = """
 import fcntl, os, sys
 from olympia.storage import Storage
@@ -846,17 +889,19 @@ storage = Storage(sys.argv[1])
 storage.write("vn/.keep", b"")
 read_end, write_end = os.pipe()
 ready_read, ready_write = os.pipe()
-with storage.backend.turn(storage.full("vn/1")):
+turn = storage.hold_turn("vn/1") if sys.argv[2] == "hold" else storage.backend.turn(
+    storage.full("vn/1"))
+with turn:
     child = os.fork()
     if child == 0:  # runs (its fork handlers done) until the parent has looked
-        os.write(ready_write, b"r")
+        os.write(ready_write, b"h" if storage.backend._holding(storage.full("vn/1")) else b"r")
         os.read(read_end, 1)
         os._exit(0)
-os.read(ready_read, 1)
+child_holds = os.read(ready_read, 1) == b"h"
 other = os.open(storage.full("vn"), os.O_RDONLY | os.O_DIRECTORY)
 try:
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    print("free")
+    print("believed held by the child" if child_holds else "free")
 except BlockingIOError:
     print("held by the child")
 os.write(write_end, b"x")
@@ -865,13 +910,16 @@ os.waitpid(child, 0)
 
 
 @needs_unnamed_files
-def test_a_turn_ends_with_its_holder_when_the_process_forked_meanwhile(tmp_path: Any) -> None:
-    """A child forked while a thread holds a turn does not keep the lock: the parent's
-    turn ends when the parent is done, however long the child runs."""
+@pytest.mark.parametrize("kind", ["turn", "hold"])
+def test_a_turn_ends_with_its_holder_when_the_process_forked_meanwhile(
+        tmp_path: Any, kind: str) -> None:
+    """A child forked while a thread holds a turn (to name files, or held for a whole
+    attempt) neither keeps the lock nor believes it holds it: the parent's turn ends when
+    the parent is done, however long the child runs."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", HELD_ACROSS_FORK, str(tmp_path / "c")],
+    done = subprocess.run([sys.executable, "-c", HELD_ACROSS_FORK, str(tmp_path / "c"), kind],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "free"

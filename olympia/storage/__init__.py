@@ -235,6 +235,13 @@ class Storage:
             for one in staged:
                 one.close()
 
+    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        """Hold the writers' turn to name files in ``path``'s folder for the whole block
+        (local disk): other writers' :meth:`publish` there waits for it, while this thread's
+        publishes use it. Yields whether it is held (False on storage without turns, or when
+        the wait for a stalled holder ran out: the exclusive create still decides races)."""
+        return self.backend.hold_turn(self.full(path))
+
     def _stage(self, paths: builtins.list[str]) -> builtins.list[StagedFile] | None:
         """A staged file for each path, or None where the backend stages none."""
         staged: builtins.list[StagedFile] = []

@@ -26,6 +26,7 @@ from olympia.storage.retry import StorageSettings
 TURN_WAIT_S = 0.1  # the longest a local writer waits for its turn to name files
 TURN_NAPS_S = (0.00005, 0.001)  # its first and its longest nap between looks
 _TURNS_HELD: set[int] = set()  # descriptors of the turns this process's threads hold
+_HELD = threading.local()  # .turns: folder -> descriptor of a turn this thread holds
 
 
 def _close_inherited_turns() -> None:
@@ -36,9 +37,16 @@ def _close_inherited_turns() -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     _TURNS_HELD.clear()
+    _HELD.__dict__.clear()  # the forking thread's held turns, now closed
 
 
 os.register_at_fork(after_in_child=_close_inherited_turns)
+
+
+def _release_turn(fd: int | None) -> None:
+    if fd is not None:
+        _TURNS_HELD.discard(fd)
+        os.close(fd)  # releases the lock
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,12 @@ class Backend(Protocol):
         (see :meth:`olympia.storage.Storage.publish`); None where this store cannot hold
         content apart from a name (then the file is created whole)."""
 
+    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        """Wait for the writers' turn to name files in ``path``'s folder and hold it for
+        the whole block, whether or not ``path`` appears meanwhile; files this thread names
+        there inside the block are named in it. Yields whether the turn is held (False
+        where the store has no turns, or the wait ran out)."""
+
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
     def delete(self, path: str) -> None: ...
@@ -112,10 +126,11 @@ class LocalBackend:
     Writers that publish files together (:meth:`olympia.storage.Storage.publish`) take
     turns to sync and name them: an advisory lock (``flock``) on the folder of the file
     that decides the race, so the losers learn that they lost before syncing anything (at
-    8 writers, a quarter of the syncs were of attempts that went on to lose). The lock
-    only saves work: the exclusive link still decides, so a writer that waits longer than
-    :data:`TURN_WAIT_S` (its holder stalled), or a file system without such locks, goes on
-    without it.
+    8 writers, a quarter of the syncs were of attempts that went on to lose). A writer may
+    also hold the turn for longer (:meth:`hold_turn`: a commit that has waited too long
+    catches up and lands in it). The lock only saves work and bounds waits: the exclusive
+    link still decides, so a writer that waits longer than :data:`TURN_WAIT_S` (its holder
+    stalled), or a file system without such locks, goes on without it.
     """
 
     remote = False
@@ -203,19 +218,37 @@ class LocalBackend:
 
     @contextlib.contextmanager
     def turn(self, path: str) -> Iterator[bool]:
-        """Hold the turn to name files in ``path``'s folder (see the class); yields whether
-        ``path`` is still free."""
-        fd = self._take_turn(path)
+        """Hold the turn to name files in ``path``'s folder (see the class), unless this
+        thread holds it already (:meth:`hold_turn`); yields whether ``path`` is still free."""
+        fd = None if self._holding(path) else self._take_turn(path, until_taken=True)
         try:
             yield not os.path.lexists(path)
         finally:
-            if fd is not None:
-                _TURNS_HELD.discard(fd)
-                os.close(fd)  # releases the lock
+            _release_turn(fd)
 
-    def _take_turn(self, path: str) -> int | None:
+    @contextlib.contextmanager
+    def hold_turn(self, path: str) -> Iterator[bool]:
+        folder = os.path.dirname(path) or "."
+        turns: dict[str, int] = _HELD.__dict__.setdefault("turns", {})
+        fd = None if folder in turns else self._take_turn(path, until_taken=False)
+        if fd is not None:
+            turns[folder] = fd
+        try:
+            yield folder in turns
+        finally:
+            if fd is not None:
+                turns.pop(folder, None)
+                _release_turn(fd)
+
+    @staticmethod
+    def _holding(path: str) -> bool:
+        """Whether this thread holds the turn of ``path``'s folder (:meth:`hold_turn`)."""
+        return (os.path.dirname(path) or ".") in getattr(_HELD, "turns", {})
+
+    def _take_turn(self, path: str, until_taken: bool) -> int | None:
         """The folder's descriptor, locked; None where the wait ended without the lock:
-        ``path`` appeared, the wait reached :data:`TURN_WAIT_S`, or there are no locks."""
+        ``path`` appeared (when ``until_taken``), the wait reached :data:`TURN_WAIT_S`, or
+        there are no locks."""
         if not self._turns:
             return None
         try:
@@ -231,7 +264,7 @@ class LocalBackend:
                     _TURNS_HELD.add(fd)
                     return fd
                 except BlockingIOError:  # another writer's turn: it may be taking `path`
-                    if os.path.lexists(path) or time.monotonic() >= deadline:
+                    if (until_taken and os.path.lexists(path)) or time.monotonic() >= deadline:
                         break
                     time.sleep(nap)
                     nap = min(2 * nap, longest)
@@ -367,6 +400,9 @@ class MemoryBackend:
     def stage(self, path: str) -> None:
         return None  # a create costs no I/O here: nothing to overlap
 
+    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        return contextlib.nullcontext(False)  # no turns here
+
     def exists(self, path: str) -> bool:
         return path in self.files
 
@@ -423,6 +459,9 @@ class FsspecBackend:
 
     def stage(self, path: str) -> None:
         return None  # an object is written by one request, content and name together
+
+    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        return contextlib.nullcontext(False)  # no turns here
 
     def exists(self, path: str) -> bool:
         """One HEAD (s3fs's ``exists`` follows a missing file with a LIST, to look for a
