@@ -18,10 +18,12 @@ writers into catalogs of their own (``8_separate``): what 8 processes reach on t
 with no contention, against which the shared catalog's 8 writers are measured
 (``share_of_ceiling``). Then 8 threads of one process committing through one catalog object,
 each commit separate and coalesced (``coalesce_commits``): commits/s and versions written.
-Last, the S3 series again through a relay that delays each request by :data:`LATENCY_S`
-(``s3_latency``): on this machine the S3 server shares the writers' CPU, so CPU, not
-latency, bounds even one writer; with the delay, latency bounds one writer as it does
-against a real S3 region.
+``local_sustained``: one writer and 8 writers making :data:`SUSTAINED_COMMITS` commits
+each, once: whether a writer starves while others keep committing (the worst commit's wait,
+commits that gave up). Last, the S3 series again through a relay that delays each
+request by :data:`LATENCY_S` (``s3_latency``): on this machine the S3 server shares the
+writers' CPU, so CPU, not latency, bounds even one writer; with the delay, latency bounds
+one writer as it does against a real S3 region.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ THREADS = 8
 LATENCY_S = 0.02  # per request in the s3_latency series: a small object's round trip to S3
 LOCAL_COMMITS = 300  # per writer: one writer's run lasts about a second (60 lasted 0.15 s)
 LOCAL_ROUNDS = 5  # one writer ranged 405-615 commits/s within one 3-round run
+SUSTAINED_COMMITS = 2000  # per writer in local_sustained: writers keep committing for seconds
 SEPARATE = "8_separate"  # 8 writers, each into a catalog of its own (see _series)
 COLUMNS = [{"name": "id", "type": "int8"}]
 
@@ -238,6 +241,17 @@ def _series(location: Any, commits: int, rounds: int = 1) -> dict[str, Any]:
     return out
 
 
+def _sustained(location: Any, commits: int) -> dict[str, Any]:
+    """One writer, then 8, each making ``commits`` commits: the writers keep committing for
+    many seconds, where a writer that keeps losing would wait for the others to finish (in
+    the short runs each writer's whole run is under a second). ``worst_max_ms`` is the
+    longest any commit waited; ``gave_up`` counts the commits that spent their time budget."""
+    out = {str(w): guarded(lambda w=w: location(w, commits)) for w in (1, 8)}
+    if out["1"].get("commits_per_s") and out["8"].get("commits_per_s"):
+        out["ratio_8_to_1"] = round(out["8"]["commits_per_s"] / out["1"]["commits_per_s"], 2)
+    return out
+
+
 def run(quick: bool) -> dict[str, Any]:
     local_commits, s3_commits = (10, 4) if quick else (LOCAL_COMMITS, 15)
     result: dict[str, Any] = {}
@@ -247,6 +261,9 @@ def run(quick: bool) -> dict[str, Any]:
             lambda w, n, shared: _run(str(tmp / f"w{w}-{next(trial)}"), {}, w, n, shared),
             local_commits,
             rounds=2 if quick else LOCAL_ROUNDS)
+        result["local_sustained"] = _sustained(
+            lambda w, n: _run(str(tmp / f"sustained-w{w}"), {}, w, n),
+            20 if quick else SUSTAINED_COMMITS)
         result["threads_local"] = _thread_series(
             lambda on, n: _threads(str(tmp / f"threads-{on}"), {}, THREADS, n, on),
             local_commits)
