@@ -388,9 +388,7 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
                 version, root, cdef = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
             losses += 1
-            for newer in _newest(files, base.version + 1):
-                base = Snapshot(files, newer)
-                members = _without_conflicts(base, members)
+            base, members = _rebased(files, base.version + 1, members)
         else:
             committed = Root(version, version_path(version), root, cdef)
             files.remember_root(committed)
@@ -445,14 +443,22 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     return version, root, cdef
 
 
+def _rebased(files: CatalogFiles, won: int, members: list[_Member],
+             ) -> tuple[Snapshot, list[_Member]]:
+    """The newest version from ``won`` (a version another writer created) on, and the
+    members the versions from ``won`` to it leave possible (see :func:`_newest`)."""
+    for newer in _newest(files, won):
+        base = Snapshot(files, newer)
+        members = _without_conflicts(base, members)
+    return base, members
+
+
 def _caught_up(files: CatalogFiles, base: Snapshot, members: list[_Member],
                ) -> tuple[Snapshot, list[_Member]]:
     """The newest version after ``base`` that the storage can tell exists without a request
     (local disk, memory; ``base`` elsewhere), and the members its versions leave possible."""
     if files.storage.known_to_exist(version_path(base.version + 1)):
-        for newer in _newest(files, base.version + 1):
-            base = Snapshot(files, newer)
-            members = _without_conflicts(base, members)
+        return _rebased(files, base.version + 1, members)
     return base, members
 
 

@@ -43,6 +43,12 @@ def _close_inherited_turns() -> None:
 os.register_at_fork(after_in_child=_close_inherited_turns)
 
 
+def _held_turns() -> dict[str, int]:
+    """Folder -> descriptor of the turns this thread holds (:meth:`LocalBackend.hold_turn`)."""
+    turns: dict[str, int] = _HELD.__dict__.setdefault("turns", {})
+    return turns
+
+
 def _release_turn(fd: int | None) -> None:
     if fd is not None:
         _TURNS_HELD.discard(fd)
@@ -228,8 +234,7 @@ class LocalBackend:
 
     @contextlib.contextmanager
     def hold_turn(self, path: str) -> Iterator[bool]:
-        folder = os.path.dirname(path) or "."
-        turns: dict[str, int] = _HELD.__dict__.setdefault("turns", {})
+        folder, turns = os.path.dirname(path) or ".", _held_turns()
         fd = None if folder in turns else self._take_turn(path, until_taken=False)
         if fd is not None:
             turns[folder] = fd
@@ -243,7 +248,7 @@ class LocalBackend:
     @staticmethod
     def _holding(path: str) -> bool:
         """Whether this thread holds the turn of ``path``'s folder (:meth:`hold_turn`)."""
-        return (os.path.dirname(path) or ".") in getattr(_HELD, "turns", {})
+        return (os.path.dirname(path) or ".") in _held_turns()
 
     def _take_turn(self, path: str, until_taken: bool) -> int | None:
         """The folder's descriptor, locked; None where the wait ended without the lock:
