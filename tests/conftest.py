@@ -34,6 +34,15 @@ class Location:
     def sub(self, name: str) -> Location:
         return Location(f"{self.uri}/{name}", self.storage_options, self.kind)
 
+    def elsewhere(self) -> Location:
+        """This location as a writer on another host reaches it (on S3: with a folder for
+        host turns of its own, so it shares no turn and no copies with this host's)."""
+        if self.kind != "s3":
+            return self
+        return Location(self.uri, {**self.storage_options,
+                                   "host_dir": self.storage_options["host_dir"] + "-elsewhere"},
+                        self.kind)
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[Any]:
@@ -50,7 +59,9 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Loca
     if kind == "local":
         return Location(str(tmp_path / "warehouse"), {}, kind)
     server = request.getfixturevalue("s3_server")
-    return Location(f"s3://{server.bucket}/{unique}", dict(server.storage_options), kind)
+    # this test's own folder for host turns: the same "host" for its writers, no other test's
+    options = {**server.storage_options, "host_dir": str(tmp_path / "host")}
+    return Location(f"s3://{server.bucket}/{unique}", options, kind)
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])

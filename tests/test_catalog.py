@@ -345,11 +345,12 @@ def test_refresh_past_a_stale_hint_reads_only_the_newest_root_where_probes_are_f
         location: Location, monkeypatch: pytest.MonkeyPatch) -> None:
     """Local disk and memory tell for free that a version exists, so discovery does not
     read the hinted root it moves past; on S3 that root is read with the probes it
-    replaces (a HEAD costs the round trip a GET does)."""
+    replaces (a HEAD costs the round trip a GET does), when another host's writer
+    committed those versions."""
     catalog = new_catalog(location)
     catalog.create_namespace("s")
     version = catalog.version
-    other = Catalog.open(location.uri, location.storage_options)
+    other = Catalog.open(location.uri, location.elsewhere().storage_options)
     for name in ("t", "u", "v"):
         other.create_namespace(name)
     catalog.storage.write(LATEST, str(version + 1).encode())  # lags behind the newest

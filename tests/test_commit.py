@@ -126,10 +126,11 @@ def test_loser_reads_absent_roots_only_where_asking_costs_a_request(
         location: Location) -> None:
     """After a lost race the winner's root is read with the next (read ahead, so that
     learning the newest costs no extra round trip on S3). Where the storage tells for free
-    that a version is absent (local disk, memory), that next root is not read."""
+    that a version is absent (local disk, memory), that next root is not read. (On S3 the
+    winner writes from another host: this host has no copy of its root.)"""
     ours = Catalog.create(location.uri, location.storage_options)
     ours.create_namespace("s")
-    theirs = Catalog.open(location.uri, location.storage_options)
+    theirs = Catalog.open(location.uri, location.elsewhere().storage_options)
     txn = ours.transaction()
     txn.create_table("s", "mine", columns=COLUMNS)
     theirs.create_table("s", "theirs", columns=COLUMNS)  # wins version 2
@@ -310,10 +311,10 @@ def test_an_overdue_local_commit_holds_the_turn_catches_up_and_lands(tmp_path: P
 
     held: list[str] = []
 
-    def holding(path: str) -> Any:
+    def holding(path: str, scope: str = "") -> Any:
         held.append(path)
         theirs.create_table("s", "b", columns=COLUMNS)  # v3, while we wait for the turn
-        return hold_turn(path)
+        return hold_turn(path, scope)
 
     backend.turn = racing  # type: ignore[attr-defined]
     storage.hold_turn = holding  # type: ignore[method-assign]
@@ -350,3 +351,68 @@ def test_transaction_on_a_given_snapshot() -> None:
     assert ours.version == 3 and ours.list_tables("s") == ["later", "mine"]
     with pytest.raises(InvalidArgumentError, match="snapshot of this catalog"):
         ours.transaction(base=theirs.snapshot)
+
+
+@pytest.mark.s3
+def test_writers_on_one_host_take_turns_and_catch_up_from_its_copies(
+        s3_server: Any, tmp_path: Path) -> None:
+    """On S3, writers of one catalog on one host take turns: a writer whose base is old
+    learns the versions its neighbours landed, and reads their roots, from this host's
+    copies, then lands at its first try: no lost race, no root read from the store. The
+    refresh that finds them asks the store only about the version after them."""
+    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    options = {**s3_server.storage_options, "host_dir": str(tmp_path / "host")}
+    ours = Catalog.create(uri, options)
+    ours.create_namespace("s")
+    theirs = Catalog.open(uri, options)
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    for name in ("a", "b"):
+        theirs.create_table("s", name, columns=COLUMNS)  # versions 2 and 3
+    ours.storage.stats.reset()
+    attempts = _root_attempts(ours)
+    assert txn.commit() == 4 and attempts == [version_path(4)]
+    stats = ours.storage.stats.snapshot()
+    assert stats["reads"] == 0 and stats["host_reads"] == 2  # the roots of 2 and 3
+    theirs.create_table("s", "c", columns=COLUMNS)  # version 5
+    ours.storage.stats.reset()
+    assert ours.refresh() == 5
+    stats = ours.storage.stats.snapshot()
+    assert stats["exists"] == 1 and stats["reads"] == 2  # the hints; version 6 asked
+    assert ours.list_tables("s") == ["a", "b", "c", "mine"]
+
+
+@pytest.mark.s3
+def test_a_catalog_created_again_at_one_place_never_meets_the_copies_before(
+        s3_server: Any, tmp_path: Path) -> None:
+    """Host copies belong to one catalog (its id): after a catalog is deleted and another
+    created at the same place, versions its writers land follow on from its own, not from
+    what the copies of the first knew."""
+    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    options = {**s3_server.storage_options, "host_dir": str(tmp_path / "host")}
+    first = Catalog.create(uri, options)
+    first.create_namespace("s")
+    for name in ("a", "b", "c"):
+        first.create_table("s", name, columns=COLUMNS)
+    first.storage.delete_many([f.path for f in first.storage.list("")])
+    again = Catalog.create(uri, options)
+    again.create_namespace("t")
+    writer = Catalog.open(uri, options)
+    writer.create_table("t", "x", columns=COLUMNS)
+    fresh = Catalog.open(uri, s3_server.storage_options)
+    assert fresh.version == writer.version == 2 and fresh.list_tables("t") == ["x"]
+    assert [n for n in fresh.list_namespaces()] == ["t"]
+
+
+def _root_attempts(catalog: Catalog) -> list[str]:
+    """The roots ``catalog`` tries to create from now on (each a request on S3)."""
+    tried: list[str] = []
+    create = catalog.storage.create_exclusive
+
+    def recording(path: str, data: bytes) -> None:
+        if path.startswith("vn/"):
+            tried.append(path)
+        create(path, data)
+
+    catalog.storage.create_exclusive = recording  # type: ignore[method-assign]
+    return tried

@@ -872,13 +872,134 @@ def test_a_held_turn_keeps_other_writers_out_and_serves_its_own_publishes(
     assert others_can_take_it() and storage.read("vn/1") == b"root"
 
 
-def test_a_turn_is_held_only_on_local_disk(location: Location) -> None:
-    """Memory and S3 have no turns: holding one yields False and changes nothing."""
+def test_a_turn_is_held_on_local_disk_and_on_this_host_for_s3(location: Location) -> None:
+    """Local disk has turns on the folder; S3 has host turns (this host's writers); memory
+    has none: holding one yields False and changes nothing."""
     storage = Storage(location.uri, location.storage_options)
     storage.write("vn/0", b"root 0")  # a catalog's folder of roots
-    with storage.hold_turn("vn/1") as held:
+    with storage.hold_turn("vn/1", "catalog-id") as held:
         storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-    assert held == (location.kind == "local") and storage.read("vn/1") == b"root"
+    assert held == (location.kind != "memory") and storage.read("vn/1") == b"root"
+    assert storage.host_turns == (location.kind == "s3")
+
+
+@pytest.mark.s3
+def test_a_host_turns_holder_copies_what_it_published_for_this_hosts_writers(
+        s3_server: Any, tmp_path: Any) -> None:
+    """What a host turn's holder published is known to exist and read from this host's
+    copies by the writers of the catalog here (no request), not by another host's, nor
+    for another catalog (scope) at the same place."""
+    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+
+    def opened(host: str) -> Storage:
+        return Storage(uri, {**s3_server.storage_options, "host_dir": str(tmp_path / host)})
+
+    holder, neighbour, elsewhere = opened("a"), opened("a"), opened("b")
+    with holder.hold_turn("vn/1", "catalog-1") as held:
+        holder.publish({"node/a.arrow": b"node"}, "vn/1", b"root 1")
+    assert held
+    with neighbour.hold_turn("vn/2", "catalog-1"):  # this process has met the catalog
+        pass
+    neighbour.stats.reset()
+    assert neighbour.known_to_exist("vn/1") and neighbour.known_to_exist("node/a.arrow")
+    assert neighbour.read("vn/1") == b"root 1" and neighbour.probe("vn/1")
+    assert neighbour.stats.snapshot()["reads"] == 0
+    assert neighbour.stats.snapshot()["exists"] == 0
+    assert neighbour.stats.snapshot()["host_reads"] == 1
+    assert not neighbour.known_to_exist("vn/2")  # never published here: not known
+    with elsewhere.hold_turn("vn/2", "catalog-1"):
+        assert not elsewhere.known_to_exist("vn/1")
+    other_catalog = opened("a")
+    with other_catalog.hold_turn("vn/2", "catalog-2"):
+        assert not other_catalog.known_to_exist("vn/1")
+    assert elsewhere.read("vn/1") == b"root 1" and elsewhere.stats.snapshot()["reads"] == 1
+
+
+@pytest.mark.s3
+def test_a_torn_host_copy_is_read_from_the_store(s3_server: Any, tmp_path: Any) -> None:
+    """A copy whose digest does not match (a crash tore it) is removed and the store read."""
+    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    storage = Storage(uri, {**s3_server.storage_options, "host_dir": str(tmp_path)})
+    with storage.hold_turn("vn/1", "c"):
+        storage.publish({}, "vn/1", b"root 1")
+    copies = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "turn"]
+    assert len(copies) == 1
+    copies[0].write_bytes(copies[0].read_bytes()[:-1] + b"?")
+    storage.stats.reset()
+    assert storage.read("vn/1") == b"root 1" and storage.stats.snapshot()["reads"] == 1
+    assert not copies[0].exists()
+
+
+def test_host_turns_exclude_one_another_and_end_with_the_block(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One holder per catalog on a host; another catalog's turn is its own; a writer whose
+    wait runs out goes on without the turn; a thread holding it holds it on."""
+    from olympia.storage import host
+
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.01)
+    first, second = host.HostTurns(str(tmp_path), "c1"), host.HostTurns(str(tmp_path), "c1")
+    other = host.HostTurns(str(tmp_path), "c2")
+    outcome: list[bool] = []
+
+    def try_second() -> None:
+        with second.hold() as held:
+            outcome.append(held)
+
+    with first.hold() as held:
+        assert held and first.held()
+        with first.hold() as again:
+            assert again
+        waiter = threading.Thread(target=try_second)
+        waiter.start()
+        waiter.join()
+        with other.hold() as others:
+            assert others
+    assert outcome == [False] and not first.held()
+    with second.hold() as held:
+        assert held
+
+
+def test_host_copies_are_bounded_and_kept_only_in_a_folder_of_ones_own(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies beyond COPIES_KEPT are pruned, oldest first; catalogs' folders beyond
+    CATALOGS_KEPT go, least recently used first; a base folder others may write is never
+    used."""
+    from olympia.storage import host
+
+    monkeypatch.setattr(host, "COPIES_KEPT", 4)
+    monkeypatch.setattr(host, "CATALOGS_KEPT", 2)
+    turns = host.HostTurns(str(tmp_path / "base"), "c1")
+    for i in range(5):
+        turns.put({f"node/{i}.arrow": b"x"})
+        os.utime(turns._copy(f"node/{i}.arrow"), ns=(i, i))  # distinct ages
+    assert [turns.has(f"node/{i}.arrow") for i in range(5)] == [False] * 3 + [True] * 2
+    for key in ("c2", "c3"):
+        host.HostTurns(str(tmp_path / "base"), key).put({"vn/1": b"r"})
+    assert len(list((tmp_path / "base").iterdir())) == 2  # c1's folder, the oldest, went
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    loose = host.HostTurns(str(shared), "c1")
+    loose.put({"vn/1": b"r"})
+    with loose.hold() as held:
+        assert not held and not loose.has("vn/1")
+    assert list(shared.iterdir()) == []
+
+
+@pytest.mark.parametrize("options", [{"host_turns": "sometimes"}, {"host_dir": "relative"},
+                                     {"host_dir": 7}])
+def test_host_turn_options_are_checked(options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError, match="host_"):
+        Storage("memory://x", options)
+
+
+@pytest.mark.s3
+def test_host_turns_can_be_turned_off(s3_server: Any) -> None:
+    storage = Storage(f"s3://{s3_server.bucket}/off", {**s3_server.storage_options,
+                                                        "host_turns": "false"})
+    assert not storage.host_turns
+    with storage.hold_turn("vn/1", "c") as held:
+        assert not held
 
 
 HELD_ACROSS_FORK = """
@@ -889,16 +1010,23 @@ storage = Storage(sys.argv[1])
 storage.write("vn/.keep", b"")
 read_end, write_end = os.pipe()
 ready_read, ready_write = os.pipe()
-turn = storage.hold_turn("vn/1") if sys.argv[2] == "hold" else storage.backend.turn(
-    storage.full("vn/1"))
+if sys.argv[2] == "host":
+    from olympia.storage.host import HostTurns
+    host = HostTurns(sys.argv[1] + "-host", "catalog")
+    turn, holding, locked = host.hold(), host.held, os.path.join(host.folder, "turn")
+else:
+    turn = storage.hold_turn("vn/1") if sys.argv[2] == "hold" else storage.backend.turn(
+        storage.full("vn/1"))
+    holding = lambda: storage.backend._holding(storage.full("vn/1"))
+    locked = storage.full("vn")
 with turn:
     child = os.fork()
     if child == 0:  # runs (its fork handlers done) until the parent has looked
-        os.write(ready_write, b"h" if storage.backend._holding(storage.full("vn/1")) else b"r")
+        os.write(ready_write, b"h" if holding() else b"r")
         os.read(read_end, 1)
         os._exit(0)
 child_holds = os.read(ready_read, 1) == b"h"
-other = os.open(storage.full("vn"), os.O_RDONLY | os.O_DIRECTORY)
+other = os.open(locked, os.O_RDONLY)
 try:
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     print("believed held by the child" if child_holds else "free")
@@ -910,12 +1038,12 @@ os.waitpid(child, 0)
 
 
 @needs_unnamed_files
-@pytest.mark.parametrize("kind", ["turn", "hold"])
+@pytest.mark.parametrize("kind", ["turn", "hold", "host"])
 def test_a_turn_ends_with_its_holder_when_the_process_forked_meanwhile(
         tmp_path: Any, kind: str) -> None:
-    """A child forked while a thread holds a turn (to name files, or held for a whole
-    attempt) neither keeps the lock nor believes it holds it: the parent's turn ends when
-    the parent is done, however long the child runs."""
+    """A child forked while a thread holds a turn (to name files, held for a whole
+    attempt, or a host turn) neither keeps the lock nor believes it holds it: the parent's
+    turn ends when the parent is done, however long the child runs."""
     import subprocess
     import sys
 

@@ -27,9 +27,12 @@ distributed transactions.
    with the same rivals; on remote storage it never pauses. Pauses let the writer that
    won a version win the next ones too, so on local disk a commit still losing after
    :attr:`CommitOptions.priority_after_s` holds the writers' turn for its next attempt
-   (catching up and landing in it): no writer on one host starves. A commit gives up with
-   :class:`CommitConflict` when its time budget (:attr:`CommitOptions.timeout_s`, default
-   30 s) is spent.
+   (catching up and landing in it): no writer on one host starves. On remote storage the
+   writers of one catalog on one host take the host turn for every attempt
+   (:mod:`olympia.storage.host`): each catches up on its neighbours' versions from this
+   host's copies, without a request, and does not lose the race to them. A commit gives up
+   with :class:`CommitConflict` when its time budget (:attr:`CommitOptions.timeout_s`,
+   default 30 s) is spent.
 
 Commits that threads make through one :class:`CatalogFiles` (one catalog object) take turns,
 in the order they were submitted (:class:`CommitGroup`): threads of one process never race
@@ -371,15 +374,20 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
     started = options.clock()
     deadline = started + options.timeout_s
     written = _Written()
+    every = storage.host_turns  # remote: this host's writers take turns for every attempt
+    if every:  # definition files do not depend on the base: written before the wait
+        defs = {path: data for m in members for path, data in m.change.new_defs.items()}
+        storage.write_many(defs)
+        written.defs.update(defs)
     attempts = losses = 0
     while members:
         attempts += 1
         overdue = losses > 0 and options.clock() - started >= options.priority_after_s
         try:
-            if overdue:  # caught up before the wait, the turn is held briefly
+            if overdue and not every:  # caught up before the wait, the turn is held briefly
                 base, members = _caught_up(files, base, members)
-            turn = (storage.hold_turn(version_path(base.version + 1)) if overdue and members
-                    else contextlib.nullcontext(False))
+            turn = (storage.hold_turn(version_path(base.version + 1), base.catalog_def.id)
+                    if (overdue or every) and members else contextlib.nullcontext(False))
             with turn as held:
                 if held:
                     base, members = _caught_up(files, base, members)
@@ -388,7 +396,7 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
                 version, root, cdef = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
             losses += 1
-            base, members = _rebased(files, base.version + 1, members)
+            base, members = _rebased(files, base, _newest(files, base.version + 1), members)
         else:
             committed = Root(version, version_path(version), root, cdef)
             files.remember_root(committed)
@@ -443,11 +451,11 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     return version, root, cdef
 
 
-def _rebased(files: CatalogFiles, won: int, members: list[_Member],
+def _rebased(files: CatalogFiles, base: Snapshot, roots: list[Root], members: list[_Member],
              ) -> tuple[Snapshot, list[_Member]]:
-    """The newest version from ``won`` (a version another writer created) on, and the
-    members the versions from ``won`` to it leave possible (see :func:`_newest`)."""
-    for newer in _newest(files, won):
+    """The last of ``roots`` (the versions after ``base``, in order; ``base`` if none), and
+    the members those versions leave possible."""
+    for newer in roots:
         base = Snapshot(files, newer)
         members = _without_conflicts(base, members)
     return base, members
@@ -456,10 +464,12 @@ def _rebased(files: CatalogFiles, won: int, members: list[_Member],
 def _caught_up(files: CatalogFiles, base: Snapshot, members: list[_Member],
                ) -> tuple[Snapshot, list[_Member]]:
     """The newest version after ``base`` that the storage can tell exists without a request
-    (local disk, memory; ``base`` elsewhere), and the members its versions leave possible."""
-    if files.storage.known_to_exist(version_path(base.version + 1)):
-        return _rebased(files, base.version + 1, members)
-    return base, members
+    (local disk, memory, a held host turn's copies; ``base`` if none), and the members its
+    versions leave possible."""
+    roots: list[Root] = []
+    while files.storage.known_to_exist(version_path(base.version + len(roots) + 1)):
+        roots.append(files.read_root(base.version + len(roots) + 1))
+    return _rebased(files, base, roots, members)
 
 
 @dataclass

@@ -197,7 +197,7 @@ class CatalogFiles:
         """A hint as :meth:`_read_hint` reads it, or whether a root exists (no number)."""
         if path in (LATEST, OLDEST):
             return self._read_hint(path)
-        return self.storage.exists(path), None
+        return self.storage.probe(path), None
 
     def write_hint(self, path: str, version: int) -> None:
         """Write vn/latest or vn/oldest. vn/latest is not synced to disk: discovery probes
@@ -266,20 +266,25 @@ class CatalogFiles:
         (NoSuchVersionError when ``version`` does not exist).
 
         Where the storage tells for free that the start and the next version exist (local
-        disk, memory), the start is not read: the run goes past it. Refreshing after others
-        committed then reads only the newest root.
+        disk, memory, this host's copies on remote storage), the start is not read: the run
+        goes past it. Refreshing after others committed then reads only the newest root. On
+        remote storage the versions this host's writers landed are stepped over one by one
+        (free), so the store is asked only about the versions after them.
         """
         skip = version < MAX_VERSION and all(
             self.storage.known_to_exist(version_path(v)) for v in (version, version + 1))
         start = None if skip else self.read_root(version)
         low, step = version, 1
-        while low + step <= MAX_VERSION and self.storage.exists(version_path(low + step)):
+        while self.storage.backend.remote and low < MAX_VERSION and (
+                self.storage.known_to_exist(version_path(low + 1))):
+            low += 1  # a version this host's writers landed (free): no doubling past it
+        while low + step <= MAX_VERSION and self.storage.probe(version_path(low + step)):
             low += step
             step *= 2
         high = min(low + step, MAX_VERSION + 1)
         while high - low > 1:
             mid = (low + high) // 2
-            if self.storage.exists(version_path(mid)):
+            if self.storage.probe(version_path(mid)):
                 low = mid
             else:
                 high = mid

@@ -40,6 +40,7 @@ from olympia.storage.backends import (
     MemoryBackend,
     StagedFile,
 )
+from olympia.storage.host import HostTurns, default_base
 from olympia.storage.retry import (
     DEFAULT_CONCURRENCY,
     StorageSettings,
@@ -63,7 +64,8 @@ class StorageStats:
     Every operation issued counts, whatever its outcome: a read of an absent file is a
     round trip too. ``misses`` counts the reads that found no file, ``failures`` the
     operations that ended in any other error (after retries), ``retries`` the tries made
-    again after a transient failure.
+    again after a transient failure, ``host_reads`` the reads answered by this host's
+    copies (:meth:`Storage.hold_turn`), which are no round trip and not in ``reads``.
     """
 
     reads: int = 0
@@ -76,6 +78,7 @@ class StorageStats:
     misses: int = 0
     failures: int = 0
     retries: int = 0
+    host_reads: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -115,6 +118,9 @@ class Storage:
         self.uri = canonical or self.uri
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
+        self._hosts: dict[str, HostTurns] = {}  # catalog id -> its turn on this host
+        self._host_base = (self.settings.host_dir or default_base()) if (
+            self.backend.remote and self.settings.host_turns) else None
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r})"
@@ -161,6 +167,12 @@ class Storage:
         raise AssertionError("unreachable")
 
     def read(self, path: str) -> bytes:
+        host = self._copies()
+        if host is not None:
+            data = host.get(path)
+            if data is not None:
+                self.stats.add(host_reads=1)
+                return data
         self.stats.add(reads=1)
         data = self._call("read", path, lambda: self.backend.read(self.full(path)))
         self.stats.add(bytes_read=len(data))
@@ -209,6 +221,9 @@ class Storage:
             if written is not None:
                 written()
             self.create_exclusive(path, data)
+            host = self._held_host()
+            if host is not None:
+                host.put({**files, path: data})
             return
         contents = [*files.values(), data]
         try:
@@ -235,12 +250,43 @@ class Storage:
             for one in staged:
                 one.close()
 
-    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
-        """Hold the writers' turn to name files in ``path``'s folder for the whole block
-        (local disk): other writers' :meth:`publish` there waits for it, while this thread's
-        publishes use it. Yields whether it is held (False on storage without turns, or when
-        the wait for a stalled holder ran out: the exclusive create still decides races)."""
-        return self.backend.hold_turn(self.full(path))
+    def hold_turn(self, path: str, scope: str = "") -> contextlib.AbstractContextManager[bool]:
+        """Hold the writers' turn to name files in ``path``'s folder for the whole block.
+
+        On local disk other writers' :meth:`publish` there waits for it, while this
+        thread's publishes use it. On remote storage (with the ``host_turns`` setting) it
+        is the host turn of ``scope`` (a catalog's id; see :mod:`olympia.storage.host`):
+        the writers of this host take turns, and while this thread holds it, what it
+        publishes is copied to this host, and what holders published before is read from
+        there (:meth:`read`, :meth:`known_to_exist`) without a request. Yields whether it
+        is held (False on storage without turns, or when the wait for a stalled holder ran
+        out: the exclusive create still decides races)."""
+        if self._host_base is None:
+            return self.backend.hold_turn(self.full(path))
+        host = self._hosts.get(scope)
+        if host is None:
+            key = repr((self.backend.place(self.root), scope))
+            host = self._hosts.setdefault(scope, HostTurns(self._host_base, key))
+        return host.hold()
+
+    @property
+    def host_turns(self) -> bool:
+        """Whether writers take host turns here (remote storage, ``host_turns`` on)."""
+        return self._host_base is not None
+
+    def _held_host(self) -> HostTurns | None:
+        """The host turn a thread of this process holds on this storage, if any."""
+        for host in list(self._hosts.values()):
+            if host.held():
+                return host
+        return None
+
+    def _copies(self) -> HostTurns | None:
+        """Where this host keeps copies of the catalog's landed files (once this process
+        took its host turn; a catalog's files are immutable once created, so a copy reads
+        as the store would, like a cached file: readers look at vn/oldest before reading an
+        old version)."""
+        return self._held_host() or next(iter(list(self._hosts.values())), None)
 
     def _stage(self, paths: builtins.list[str]) -> builtins.list[StagedFile] | None:
         """A staged file for each path, or None where the backend stages none."""
@@ -302,8 +348,17 @@ class Storage:
 
     def known_to_exist(self, path: str) -> bool:
         """Whether the file exists, where telling costs no request (local disk, memory; no
-        operation is counted); always False on a remote store."""
-        return not self.backend.remote and self.backend.exists(self.full(path))
+        operation is counted). On a remote store only a file that holders of the host turn
+        published is known (:meth:`hold_turn`); False otherwise."""
+        if self.backend.remote:
+            host = self._copies()
+            return host is not None and host.has(path)
+        return self.backend.exists(self.full(path))
+
+    def probe(self, path: str) -> bool:
+        """Whether the file exists: :meth:`known_to_exist` where that says so on a remote
+        store, else :meth:`exists` (one request there)."""
+        return (self.backend.remote and self.known_to_exist(path)) or self.exists(path)
 
     def exists(self, path: str) -> bool:
         self.stats.add(exists=1)

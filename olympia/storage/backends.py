@@ -43,16 +43,41 @@ def _close_inherited_turns() -> None:
 os.register_at_fork(after_in_child=_close_inherited_turns)
 
 
-def _held_turns() -> dict[str, int]:
+def held_turns() -> dict[str, int]:
     """Folder -> descriptor of the turns this thread holds (:meth:`LocalBackend.hold_turn`)."""
     turns: dict[str, int] = _HELD.__dict__.setdefault("turns", {})
     return turns
 
 
-def _release_turn(fd: int | None) -> None:
+def release_turn(fd: int | None) -> None:
     if fd is not None:
         _TURNS_HELD.discard(fd)
         os.close(fd)  # releases the lock
+
+
+def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
+              gone: Callable[[], bool] = lambda: False) -> bool:
+    """Lock ``fd`` (``flock``, exclusive) for a turn, polling with naps growing from
+    ``naps[0]`` to ``naps[1]``; False when ``wait_s`` passed, or ``gone()`` said there is
+    nothing left to wait for, first. The caller releases it with :func:`release_turn`
+    (a child forked meanwhile closes its copy).
+
+    Raises:
+        OSError: The file system offers no such locks.
+    """
+    nap, longest = naps
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another writer's turn
+            if gone() or time.monotonic() >= deadline:
+                return False
+            time.sleep(nap)
+            nap = min(2 * nap, longest)
+        else:
+            _TURNS_HELD.add(fd)
+            return True
 
 
 @dataclass(frozen=True)
@@ -230,11 +255,11 @@ class LocalBackend:
         try:
             yield not os.path.lexists(path)
         finally:
-            _release_turn(fd)
+            release_turn(fd)
 
     @contextlib.contextmanager
     def hold_turn(self, path: str) -> Iterator[bool]:
-        folder, turns = os.path.dirname(path) or ".", _held_turns()
+        folder, turns = os.path.dirname(path) or ".", held_turns()
         fd = None if folder in turns else self._take_turn(path, until_taken=False)
         if fd is not None:
             turns[folder] = fd
@@ -243,12 +268,12 @@ class LocalBackend:
         finally:
             if fd is not None:
                 turns.pop(folder, None)
-                _release_turn(fd)
+                release_turn(fd)
 
     @staticmethod
     def _holding(path: str) -> bool:
         """Whether this thread holds the turn of ``path``'s folder (:meth:`hold_turn`)."""
-        return (os.path.dirname(path) or ".") in _held_turns()
+        return (os.path.dirname(path) or ".") in held_turns()
 
     def _take_turn(self, path: str, until_taken: bool) -> int | None:
         """The folder's descriptor, locked; None where the wait ended without the lock:
@@ -260,19 +285,10 @@ class LocalBackend:
             fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
         except OSError:  # the turn only saves work: go on without it
             return None
-        nap, longest = TURN_NAPS_S
-        deadline = time.monotonic() + TURN_WAIT_S
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    _TURNS_HELD.add(fd)
-                    return fd
-                except BlockingIOError:  # another writer's turn: it may be taking `path`
-                    if (until_taken and os.path.lexists(path)) or time.monotonic() >= deadline:
-                        break
-                    time.sleep(nap)
-                    nap = min(2 * nap, longest)
+            if take_lock(fd, TURN_WAIT_S, TURN_NAPS_S,
+                         lambda: until_taken and os.path.lexists(path)):
+                return fd
         except OSError:  # no advisory locks here (some network file systems)
             self._turns = False
         os.close(fd)

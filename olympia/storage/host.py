@@ -1,0 +1,185 @@
+"""Host turns: the writers of one catalog on remote storage that run on one host take
+turns to commit, and each reads what the writers before it landed from a copy on this
+host, not from the store.
+
+On S3 a writer that loses the root race has spent its requests for nothing, and learns
+what won with more (a root read each). Writers on one host (an Airflow worker's tasks,
+a Spark driver's jobs) can avoid racing one another: :meth:`HostTurns.hold` is an advisory
+lock (``flock``) on a file in a folder of this host kept for the catalog, and a writer that
+holds it and lands a version copies the files it created there (:meth:`HostTurns.put`).
+The next holder tells that those versions exist and reads their roots and nodes from the
+copies (:meth:`HostTurns.has`, :meth:`HostTurns.get`), so it catches up without a request
+and lands at its first try, unless a writer on another host took the version.
+
+Nothing here decides a race: the store's exclusive create does, so a writer that cannot
+take the turn (its wait ran out, the folder is unusable) goes on without it. A copy is
+only made of a file already created on the store, so a name found here is a file that
+exists (or existed) there; every copy carries a SHA-256 of its content and one that does
+not match is ignored and removed, so a torn copy costs a request, never a wrong read. The
+folder is keyed by the store's place and the catalog's id, so a catalog created again at
+the same place never meets the copies of the one before. It holds at most
+:data:`COPIES_KEPT` copies, and the base folder at most :data:`CATALOGS_KEPT` catalogs'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+
+from olympia.storage.backends import held_turns, release_turn, take_lock
+
+HOST_TURN_WAIT_S = 2.0  # the longest a writer waits for its host turn (holders take ms)
+HOST_TURN_NAPS_S = (0.00005, 0.002)  # its first and longest nap between looks
+COPIES_KEPT = 512  # copies of landed files kept per catalog (pruned to half beyond it)
+CATALOGS_KEPT = 64  # catalogs' folders kept in the base folder (the least used go first)
+_DIGEST = hashlib.sha256().digest_size
+
+
+def default_base() -> str:
+    """This user's folder for host turns under the system's temporary folder."""
+    return os.path.join(tempfile.gettempdir(), f"olympia-{os.getuid()}")
+
+
+class HostTurns:
+    """The turn and the copies of one catalog's landed files on this host.
+
+    Args:
+        base: The folder holding every catalog's (created, mode 0700; a folder that is
+            not this user's own, or that others may write, is not used).
+        key: What identifies the catalog: its store's place and its id.
+    """
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base = base
+        self.folder = os.path.join(base, hashlib.sha256(key.encode()).hexdigest()[:32])
+        self._usable: bool | None = None  # known once the folder was made
+        self._holder: int | None = None  # the process whose thread holds the turn
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[bool]:
+        """Wait for the turn (at most :data:`HOST_TURN_WAIT_S`) and hold it for the block;
+        yields whether it is held (a thread already holding it holds it on)."""
+        turns = held_turns()
+        fd = None if self.folder in turns else self._take()
+        if fd is not None:
+            turns[self.folder] = fd
+            self._holder = os.getpid()
+        try:
+            yield self.folder in turns
+        finally:
+            if fd is not None:
+                self._holder = None
+                turns.pop(self.folder, None)
+                release_turn(fd)
+
+    def held(self) -> bool:
+        """Whether a thread of this process holds the turn (the holder's reads may run on
+        other threads: :meth:`olympia.storage.Storage.map_reads`)."""
+        return self._holder == os.getpid()
+
+    def has(self, path: str) -> bool:
+        """Whether a holder copied ``path`` here: it exists on the store (or did)."""
+        return os.path.isfile(self._copy(path))
+
+    def get(self, path: str) -> bytes | None:
+        """The copy of ``path``, or None (none, or one whose digest does not match: it is
+        removed)."""
+        copy = self._copy(path)
+        try:
+            with open(copy, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        body, digest = data[:-_DIGEST], data[-_DIGEST:]
+        if len(data) >= _DIGEST and hashlib.sha256(body).digest() == digest:
+            return body
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+        return None
+
+    def put(self, files: Mapping[str, bytes]) -> None:
+        """Copy ``files``, each created on the store already, here (by the turn's holder;
+        not synced: a copy a crash tears is ignored). Copies beyond :data:`COPIES_KEPT`
+        are pruned, oldest first, to half of it."""
+        if not self._ready():
+            return
+        try:
+            for path, data in files.items():
+                copy = self._copy(path)
+                tmp = f"{copy}.{uuid.uuid4().hex}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.write(hashlib.sha256(data).digest())
+                os.replace(tmp, copy)
+            self._prune()
+        except OSError:
+            pass  # the copies only save requests
+
+    def _copy(self, path: str) -> str:
+        return os.path.join(self.folder, hashlib.sha256(path.encode()).hexdigest()[:40])
+
+    def _take(self) -> int | None:
+        """The turn file's descriptor, locked; None if not taken (see :meth:`hold`)."""
+        if not self._ready():
+            return None
+        try:
+            fd = os.open(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT, 0o600)
+        except OSError:
+            return None
+        try:
+            if take_lock(fd, HOST_TURN_WAIT_S, HOST_TURN_NAPS_S):
+                return fd
+        except OSError:  # no advisory locks on this file system
+            self._usable = False
+        os.close(fd)
+        return None
+
+    def _ready(self) -> bool:
+        """Whether the folder is there and safe to use (made on first use)."""
+        if self._usable is None:
+            self._usable = _own_folder(self.base) and _own_folder(self.folder)
+            if self._usable:
+                _forget_unused(self.base, keep=self.folder)
+        return self._usable
+
+    def _prune(self) -> None:
+        entries = [e for e in os.scandir(self.folder) if e.name != "turn"]
+        if len(entries) <= COPIES_KEPT:
+            return
+        entries.sort(key=lambda e: e.stat().st_mtime_ns)
+        for entry in entries[: len(entries) - COPIES_KEPT // 2]:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def _own_folder(path: str) -> bool:
+    """Make ``path`` (mode 0700) if missing; whether it is a folder of this user's that
+    nobody else may write (not a link)."""
+    with contextlib.suppress(FileExistsError, OSError):
+        os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _forget_unused(base: str, keep: str) -> None:
+    """Remove the least recently used catalogs' folders beyond :data:`CATALOGS_KEPT`."""
+    try:
+        folders = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)
+                   and e.path != keep]
+        if len(folders) < CATALOGS_KEPT:
+            return
+        folders.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
+        for entry in folders[: len(folders) - CATALOGS_KEPT + 1]:
+            shutil.rmtree(entry.path, ignore_errors=True)
+    except OSError:
+        pass
