@@ -1,29 +1,29 @@
 """Commit throughput under concurrent writers: 1, 2, 4, 8 processes, each committing
 one-table creates into one shared namespace (disjoint tables), on local disk and on S3.
 
-The local series runs :data:`LOCAL_ROUNDS` times, interleaved, and reports medians (see
-:func:`_series`). Per run: aggregate commits/s (all writers, from a common start to the last
-commit), every writer's p50/p99 and worst commit latency (the worst writer's shows
-starvation), root-creation attempts per commit (exclusive creates of ``vn/...``: 1.0 means
-no lost race), lost commits (creates that did not land; must be 0) and commits that gave up
-with CommitConflict (the writer counts them and goes on, so a run never waits for a writer
-that died). Where the time goes, in counts that do not depend on the machine's load: storage
-operations per commit by kind of file (``per_commit``: root reads, reads that found no file,
-node reads and writes, definition writes, bytes written), seconds paused per commit
-(``paused_ms_per_commit``) and the writers' CPU per commit (``cpu_ms_per_commit``, user and
-system, all writers); the load average before and after each run (``loadavg``), since the
-seconds are only as good as the machine was quiet; every run starts after ``sync``, its
-``dirty_kb_before_sync`` saying how much write-back it was spared. Each round also runs 8
-writers into catalogs of their own (``8_separate``): what 8 processes reach on these cores
-with no contention, against which the shared catalog's 8 writers are measured
-(``share_of_ceiling``). Then 8 threads of one process committing through one catalog object,
-each commit separate and coalesced (``coalesce_commits``): commits/s and versions written.
-``local_sustained``: one writer and 8 writers making :data:`SUSTAINED_COMMITS` commits
-each, once: whether a writer starves while others keep committing (the worst commit's wait,
-commits that gave up). Last, the S3 series again through a relay that delays each
-request by :data:`LATENCY_S` (``s3_latency``): on this machine the S3 server shares the
-writers' CPU, so CPU, not latency, bounds even one writer; with the delay, latency bounds
-one writer as it does against a real S3 region.
+The local series runs :data:`LOCAL_ROUNDS` times, the S3 series :data:`S3_ROUNDS` times,
+interleaved, and reports medians (see :func:`_series`). Per run: aggregate commits/s (all
+writers, from a common start to the last commit), every writer's p50/p99 and worst commit
+latency (the worst writer's shows starvation), root-creation attempts per commit (exclusive
+creates of ``vn/...``: 1.0 means no lost race), lost commits (creates that did not land;
+must be 0) and commits that gave up with CommitConflict (the writer counts them and goes on,
+so a run never waits for a writer that died). Where the time goes, in counts that do not
+depend on the machine's load: storage operations per commit by kind of file (``per_commit``:
+root reads, reads that found no file, node reads and writes, definition writes, bytes
+written), seconds paused per commit (``paused_ms_per_commit``) and the writers' CPU per
+commit (``cpu_ms_per_commit``, user and system, all writers); the load average before and
+after each run (``loadavg``), since the seconds are only as good as the machine was quiet;
+every run starts after ``sync``, its ``dirty_kb_before_sync`` saying how much write-back it
+was spared. Each round also runs 8 writers into catalogs of their own (``8_separate``): what
+8 processes reach on these cores with no contention, against which the shared catalog's 8
+writers are measured (``share_of_ceiling``). Then 8 threads of one process committing
+through one catalog object, each commit separate and coalesced (``coalesce_commits``):
+commits/s and versions written. ``local_sustained``: one writer and 8 writers making
+:data:`SUSTAINED_COMMITS` commits each, once: whether a writer starves while others keep
+committing (the worst commit's wait, commits that gave up). Last, the S3 series again
+through a relay that delays each request by :data:`LATENCY_S` (``s3_latency``): on this
+machine the S3 server shares the writers' CPU, so CPU, not latency, bounds even one writer;
+with the delay, latency bounds one writer as it does against a real S3 region.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ THREADS = 8
 LATENCY_S = 0.02  # per request in the s3_latency series: a small object's round trip to S3
 LOCAL_COMMITS = 300  # per writer: one writer's run lasts about a second (60 lasted 0.15 s)
 LOCAL_ROUNDS = 5  # one writer ranged 405-615 commits/s within one 3-round run
+S3_COMMITS = 30  # per writer on S3 (15 made one writer's run a quarter of a second)
+S3_ROUNDS = 3  # paired rounds on S3 too: one writer ranged 52-76 commits/s in 8 runs
 SUSTAINED_COMMITS = 2000  # per writer in local_sustained: writers keep committing for seconds
 SEPARATE = "8_separate"  # 8 writers, each into a catalog of its own (see _series)
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -88,7 +90,8 @@ def _writer(uri: str, options: dict[str, Any], writer: int, commits: int, start_
                  "root_reads": log.count("read", "root"), "read_misses": stats["misses"],
                  "node_reads": log.count("read", "node"), "node_writes": log.count("write", "node"),
                  "def_writes": log.count("write", "def"), "hint_reads": log.count("read", "hint"),
-                 "exists": log.count("exists"), "bytes_written": stats["bytes_written"],
+                 "exists": log.count("exists"), "host_reads": stats["host_reads"],
+                 "bytes_written": stats["bytes_written"],
                  "bytes_read": stats["bytes_read"]}})
 
 
@@ -258,7 +261,8 @@ def _sustained(location: Any, commits: int) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    local_commits, s3_commits = (10, 4) if quick else (LOCAL_COMMITS, 15)
+    local_commits, s3_commits = (10, 4) if quick else (LOCAL_COMMITS, S3_COMMITS)
+    s3_rounds = 1 if quick else S3_ROUNDS
     result: dict[str, Any] = {}
     with workdir() as tmp:
         trial = itertools.count()
@@ -275,9 +279,11 @@ def run(quick: bool) -> dict[str, Any]:
 
     def on_s3() -> dict[str, Any]:
         with s3_location("contention") as (uri, options):
+            trial = itertools.count()
             series = _series(
-                lambda w, n, shared: _run(f"{uri}/w{w}-{shared}", options, w, n, shared),
-                s3_commits)
+                lambda w, n, shared: _run(f"{uri}/w{w}-{shared}-{next(trial)}", options, w, n,
+                                          shared),
+                s3_commits, rounds=s3_rounds)
             series["threads"] = _thread_series(
                 lambda on, n: _threads(f"{uri}/threads-{on}", options, THREADS, n, on),
                 s3_commits)
@@ -287,9 +293,11 @@ def run(quick: bool) -> dict[str, Any]:
 
     def on_distant_s3() -> dict[str, Any]:
         with s3_location("contention", latency_s=LATENCY_S) as (uri, options):
+            trial = itertools.count()
             series = _series(
-                lambda w, n, shared: _run(f"{uri}/w{w}-{shared}", options, w, n, shared),
-                s3_commits)
+                lambda w, n, shared: _run(f"{uri}/w{w}-{shared}-{next(trial)}", options, w, n,
+                                          shared),
+                s3_commits, rounds=s3_rounds)
             series["latency_ms"] = LATENCY_S * 1000
             return series
 

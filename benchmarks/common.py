@@ -99,18 +99,20 @@ def workdir() -> Iterator[Path]:
 def s3_location(name: str, latency_s: float = 0.0) -> Iterator[tuple[str, dict[str, Any]]]:
     """A prefix on a real SeaweedFS S3 server started for this benchmark; with
     ``latency_s``, reached through a relay that delays every request by that much (the
-    round trip to a real S3 region, where the server does not share this machine's CPU)."""
+    round trip to a real S3 region, where the server does not share this machine's CPU).
+    The writers' host turns (one host: this machine) are kept in a folder of the run's own."""
     sys.path.insert(0, str(ROOT / "tests"))
     from s3server import FaultProxy, SeaweedS3Server
 
-    with SeaweedS3Server() as server:
+    with SeaweedS3Server() as server, tempfile.TemporaryDirectory() as host:
         uri = f"s3://{server.bucket}/{name}"
+        options = {**server.storage_options, "host_dir": host}
         if not latency_s:
-            yield uri, dict(server.storage_options)
+            yield uri, options
             return
         with FaultProxy(server.endpoint_url) as relay:
             relay.delay_s = latency_s
-            yield uri, relay.storage_options(dict(server.storage_options))
+            yield uri, relay.storage_options(options)
 
 
 def file_kind(path: str) -> str:

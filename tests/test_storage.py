@@ -961,18 +961,21 @@ def test_host_turns_exclude_one_another_and_end_with_the_block(
 
 def test_host_copies_are_bounded_and_kept_only_in_a_folder_of_ones_own(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Copies beyond COPIES_KEPT are pruned, oldest first; catalogs' folders beyond
-    CATALOGS_KEPT go, least recently used first; a base folder others may write is never
-    used."""
+    """Copies beyond COPIES_KEPT are pruned, oldest first, when a process looks (every
+    PRUNE_EVERY puts); catalogs' folders beyond CATALOGS_KEPT go, least recently used
+    first; a base folder others may write is never used."""
     from olympia.storage import host
 
     monkeypatch.setattr(host, "COPIES_KEPT", 4)
+    monkeypatch.setattr(host, "PRUNE_EVERY", 3)
     monkeypatch.setattr(host, "CATALOGS_KEPT", 2)
     turns = host.HostTurns(str(tmp_path / "base"), "c1")
     for i in range(5):
         turns.put({f"node/{i}.arrow": b"x"})
         os.utime(turns._copy(f"node/{i}.arrow"), ns=(i, i))  # distinct ages
-    assert [turns.has(f"node/{i}.arrow") for i in range(5)] == [False] * 3 + [True] * 2
+    assert all(turns.has(f"node/{i}.arrow") for i in range(5))  # not looked since the 3rd
+    turns.put({"node/5.arrow": b"x"})  # the 6th put looks: 6 copies, the 4 oldest go
+    assert [turns.has(f"node/{i}.arrow") for i in range(6)] == [False] * 4 + [True] * 2
     for key in ("c2", "c3"):
         host.HostTurns(str(tmp_path / "base"), key).put({"vn/1": b"r"})
     assert len(list((tmp_path / "base").iterdir())) == 2  # c1's folder, the oldest, went
@@ -1051,3 +1054,22 @@ def test_a_turn_ends_with_its_holder_when_the_process_forked_meanwhile(
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "free"
+
+
+def test_a_host_turns_folder_removed_meanwhile_is_made_again(tmp_path: Any) -> None:
+    """Another process may prune a catalog's folder (CATALOGS_KEPT) while this one uses it:
+    the turn then goes on without it once, and the next is taken in a new folder."""
+    import shutil
+
+    from olympia.storage import host
+
+    turns = host.HostTurns(str(tmp_path), "c1")
+    with turns.hold() as held:
+        assert held
+    shutil.rmtree(turns.folder)
+    with turns.hold() as held:
+        assert not held
+    with turns.hold() as held:
+        assert held
+    turns.put({"vn/1": b"r"})
+    assert turns.get("vn/1") == b"r"

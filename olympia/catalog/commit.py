@@ -384,7 +384,7 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
         attempts += 1
         overdue = losses > 0 and options.clock() - started >= options.priority_after_s
         try:
-            if overdue and not every:  # caught up before the wait, the turn is held briefly
+            if overdue or every:  # caught up before the wait, the turn is held briefly
                 base, members = _caught_up(files, base, members)
             turn = (storage.hold_turn(version_path(base.version + 1), base.catalog_def.id)
                     if (overdue or every) and members else contextlib.nullcontext(False))

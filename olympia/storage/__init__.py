@@ -119,6 +119,7 @@ class Storage:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
         self._hosts: dict[str, HostTurns] = {}  # catalog id -> its turn on this host
+        self._scope = ""  # the catalog id of the host turn taken last
         self._host_base = (self.settings.host_dir or default_base()) if (
             self.backend.remote and self.settings.host_turns) else None
 
@@ -267,6 +268,7 @@ class Storage:
         if host is None:
             key = repr((self.backend.place(self.root), scope))
             host = self._hosts.setdefault(scope, HostTurns(self._host_base, key))
+        self._scope = scope
         return host.hold()
 
     @property
@@ -286,7 +288,7 @@ class Storage:
         took its host turn; a catalog's files are immutable once created, so a copy reads
         as the store would, like a cached file: readers look at vn/oldest before reading an
         old version)."""
-        return self._held_host() or next(iter(list(self._hosts.values())), None)
+        return self._held_host() or self._hosts.get(self._scope)
 
     def _stage(self, paths: builtins.list[str]) -> builtins.list[StagedFile] | None:
         """A staged file for each path, or None where the backend stages none."""

@@ -17,8 +17,9 @@ only made of a file already created on the store, so a name found here is a file
 exists (or existed) there; every copy carries a SHA-256 of its content and one that does
 not match is ignored and removed, so a torn copy costs a request, never a wrong read. The
 folder is keyed by the store's place and the catalog's id, so a catalog created again at
-the same place never meets the copies of the one before. It holds at most
-:data:`COPIES_KEPT` copies, and the base folder at most :data:`CATALOGS_KEPT` catalogs'.
+the same place never meets the copies of the one before. It holds about
+:data:`COPIES_KEPT` copies (each process looks every :data:`PRUNE_EVERY` puts), and the base
+folder at most :data:`CATALOGS_KEPT` catalogs'.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from collections.abc import Iterator, Mapping
 from olympia.storage.backends import held_turns, release_turn, take_lock
 
 HOST_TURN_WAIT_S = 2.0  # the longest a writer waits for its host turn (holders take ms)
-HOST_TURN_NAPS_S = (0.00005, 0.002)  # its first and longest nap between looks
+HOST_TURN_NAPS_S = (0.00005, 0.002)  # its first and longest nap between looks (looking
+# more often cost the writers CPU: the longest waiters looking every 50 µs halved throughput)
 COPIES_KEPT = 512  # copies of landed files kept per catalog (pruned to half beyond it)
+PRUNE_EVERY = 32  # a process looks whether to prune after this many of its puts
 CATALOGS_KEPT = 64  # catalogs' folders kept in the base folder (the least used go first)
 _DIGEST = hashlib.sha256().digest_size
 
@@ -60,6 +63,7 @@ class HostTurns:
         self.folder = os.path.join(base, hashlib.sha256(key.encode()).hexdigest()[:32])
         self._usable: bool | None = None  # known once the folder was made
         self._holder: int | None = None  # the process whose thread holds the turn
+        self._puts = 0
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[bool]:
@@ -85,13 +89,15 @@ class HostTurns:
 
     def has(self, path: str) -> bool:
         """Whether a holder copied ``path`` here: it exists on the store (or did)."""
-        return os.path.isfile(self._copy(path))
+        return self._ready() and os.path.isfile(self._copy(path))
 
     def get(self, path: str) -> bytes | None:
         """The copy of ``path``, or None (none, or one whose digest does not match: it is
         removed)."""
         copy = self._copy(path)
         try:
+            if not self._ready():
+                return None
             with open(copy, "rb") as f:
                 data = f.read()
         except OSError:
@@ -106,7 +112,7 @@ class HostTurns:
     def put(self, files: Mapping[str, bytes]) -> None:
         """Copy ``files``, each created on the store already, here (by the turn's holder;
         not synced: a copy a crash tears is ignored). Copies beyond :data:`COPIES_KEPT`
-        are pruned, oldest first, to half of it."""
+        are pruned, oldest first, to half of it (looked at every :data:`PRUNE_EVERY` puts)."""
         if not self._ready():
             return
         try:
@@ -131,6 +137,7 @@ class HostTurns:
         try:
             fd = os.open(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT, 0o600)
         except OSError:
+            self._usable = None  # the folder went (pruned by another process): made again
             return None
         try:
             if take_lock(fd, HOST_TURN_WAIT_S, HOST_TURN_NAPS_S):
@@ -149,6 +156,9 @@ class HostTurns:
         return self._usable
 
     def _prune(self) -> None:
+        self._puts += 1
+        if self._puts % PRUNE_EVERY:
+            return  # listing the folder at every put took a tenth of the turn
         entries = [e for e in os.scandir(self.folder) if e.name != "turn"]
         if len(entries) <= COPIES_KEPT:
             return
