@@ -105,7 +105,8 @@ class CommitOptions:
             to name their files, then lose and rebase. With pauses, the writer that won a
             version mostly wins the next, so without this a writer could lose for as long
             as others kept committing: at 8 writers of 2,000 commits each, one gave up
-            after 30 s and others waited 10-29 s for a commit. Remote storage has no turns.
+            after 30 s and others waited 10-29 s for a commit. (On remote storage every
+            attempt holds the host turn.)
         clock: Monotonic seconds (injectable for tests).
         sleep: Pauses (injectable for tests).
         jitter: Draws a pause in [0, bound] (injectable for tests).

@@ -482,7 +482,7 @@ class FsspecBackend:
         return None  # an object is written by one request, content and name together
 
     def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
-        return contextlib.nullcontext(False)  # no turns here
+        return contextlib.nullcontext(False)  # none of the store's (Storage takes host turns)
 
     def exists(self, path: str) -> bool:
         """One HEAD (s3fs's ``exists`` follows a missing file with a LIST, to look for a
