@@ -963,22 +963,37 @@ def test_host_copies_are_bounded_and_kept_only_in_a_folder_of_ones_own(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Copies beyond COPIES_KEPT are pruned, oldest first, when a process looks (every
     PRUNE_EVERY puts); catalogs' folders beyond CATALOGS_KEPT go, least recently used
-    first; a base folder others may write is never used."""
+    first, and nothing else in the base folder (which ``host_dir`` may name) is touched; a
+    base folder others may write is never used."""
     from olympia.storage import host
 
     monkeypatch.setattr(host, "COPIES_KEPT", 4)
     monkeypatch.setattr(host, "PRUNE_EVERY", 3)
     monkeypatch.setattr(host, "CATALOGS_KEPT", 2)
-    turns = host.HostTurns(str(tmp_path / "base"), "c1")
+    base = tmp_path / "base"
+    base.mkdir(mode=0o700)
+    turns = host.HostTurns(str(base), "c1")
+    (base / "notes.txt").write_text("the user's")  # not a copy: never pruned
     for i in range(5):
         turns.put({f"node/{i}.arrow": b"x"})
         os.utime(turns._copy(f"node/{i}.arrow"), ns=(i, i))  # distinct ages
     assert all(turns.has(f"node/{i}.arrow") for i in range(5))  # not looked since the 3rd
     turns.put({"node/5.arrow": b"x"})  # the 6th put looks: 6 copies, the 4 oldest go
     assert [turns.has(f"node/{i}.arrow") for i in range(6)] == [False] * 4 + [True] * 2
+    with turns.hold():
+        pass
+    os.utime(turns.folder, ns=(0, 0))  # the least recently used catalog
+    theirs = base / ("0" * 32)  # named like one, but no turn file: not ours
+    theirs.mkdir()
+    os.utime(theirs, ns=(0, 0))
     for key in ("c2", "c3"):
-        host.HostTurns(str(tmp_path / "base"), key).put({"vn/1": b"r"})
-    assert len(list((tmp_path / "base").iterdir())) == 2  # c1's folder, the oldest, went
+        with host.HostTurns(str(base), key).hold():
+            pass
+    assert not os.path.exists(turns.folder)  # c1's folder, the oldest, went
+    assert sorted(p.name for p in base.iterdir() if p.name != theirs.name and (
+        p.is_dir())) == sorted(os.path.basename(host.HostTurns(str(base), k).folder)
+                               for k in ("c2", "c3"))
+    assert theirs.exists() and (base / "notes.txt").exists()
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)

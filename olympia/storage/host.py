@@ -159,7 +159,7 @@ class HostTurns:
         self._puts += 1
         if self._puts % PRUNE_EVERY:
             return  # listing the folder at every put took a tenth of the turn
-        entries = [e for e in os.scandir(self.folder) if e.name != "turn"]
+        entries = [e for e in os.scandir(self.folder) if _is_digest(e.name, 40)]
         if len(entries) <= COPIES_KEPT:
             return
         entries.sort(key=lambda e: e.stat().st_mtime_ns)
@@ -181,11 +181,19 @@ def _own_folder(path: str) -> bool:
             and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
+def _is_digest(name: str, length: int) -> bool:
+    """Whether ``name`` is one this module gives (``length`` lowercase hex digits): nothing
+    else in a folder, which the ``host_dir`` option may name, is ever removed."""
+    return len(name) == length and all(c in "0123456789abcdef" for c in name)
+
+
 def _forget_unused(base: str, keep: str) -> None:
-    """Remove the least recently used catalogs' folders beyond :data:`CATALOGS_KEPT`."""
+    """Remove the least recently used catalogs' folders beyond :data:`CATALOGS_KEPT` (only
+    folders named as this module names them, holding a turn file)."""
     try:
         folders = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)
-                   and e.path != keep]
+                   and e.path != keep and _is_digest(e.name, 32)
+                   and os.path.isfile(os.path.join(e.path, "turn"))]
         if len(folders) < CATALOGS_KEPT:
             return
         folders.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
