@@ -465,7 +465,8 @@ def _rebased(files: CatalogFiles, base: Snapshot, roots: list[Root], members: li
 def _caught_up(files: CatalogFiles, base: Snapshot, members: list[_Member],
                ) -> tuple[Snapshot, list[_Member]]:
     """The newest version after ``base`` that the storage can tell exists without a request
-    (local disk, memory, a held host turn's copies; ``base`` if none), and the members its
+    (local disk, memory; on remote storage, what this host's copies know: see
+    :meth:`olympia.storage.Storage.hold_turn`; ``base`` if none), and the members its
     versions leave possible."""
     roots: list[Root] = []
     while files.storage.known_to_exist(version_path(base.version + len(roots) + 1)):
