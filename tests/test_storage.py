@@ -922,7 +922,7 @@ def test_a_torn_host_copy_is_read_from_the_store(s3_server: Any, tmp_path: Any) 
     storage = Storage(uri, {**s3_server.storage_options, "host_dir": str(tmp_path)})
     with storage.hold_turn("vn/1", "c"):
         storage.publish({}, "vn/1", b"root 1")
-    copies = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "turn"]
+    copies = [p for p in tmp_path.rglob("*") if p.is_file() and len(p.name) == 40]
     assert len(copies) == 1
     copies[0].write_bytes(copies[0].read_bytes()[:-1] + b"?")
     storage.stats.reset()
@@ -1088,3 +1088,33 @@ def test_a_host_turns_folder_removed_meanwhile_is_made_again(tmp_path: Any) -> N
         assert held
     turns.put({"vn/1": b"r"})
     assert turns.get("vn/1") == b"r"
+
+
+def test_a_writer_waiting_long_for_the_host_turn_goes_first(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a writer that has waited HOST_TURN_URGENT_S holds the urgent lock, the others
+    do not take the turn even when it is free; once it lets go they do. A writer past the
+    bound itself takes the urgent lock and then the turn."""
+    from olympia.storage import host
+
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.01)
+    turns = host.HostTurns(str(tmp_path), "c1")
+    with turns.hold():  # makes the folder and its lock files
+        pass
+    waiting = os.open(os.path.join(turns.folder, "urgent"), os.O_RDONLY)
+    try:
+        fcntl.flock(waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer, urgent
+        with turns.hold() as held:
+            assert not held  # the turn is free, but goes to the urgent writer first
+    finally:
+        os.close(waiting)
+    with turns.hold() as held:
+        assert held
+    monkeypatch.setattr(host, "HOST_TURN_URGENT_S", 0.0)
+    with turns.hold() as held:  # urgent at once: takes the urgent lock, then the turn
+        assert held
+        free = os.open(os.path.join(turns.folder, "urgent"), os.O_RDONLY)
+        try:  # the urgent lock was let go once the turn was taken
+            fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(free)

@@ -49,6 +49,11 @@ def held_turns() -> dict[str, int]:
     return turns
 
 
+def note_held(fd: int) -> None:
+    """``fd`` holds a turn's lock: a child forked while it does closes its copy."""
+    _TURNS_HELD.add(fd)
+
+
 def release_turn(fd: int | None) -> None:
     if fd is not None:
         _TURNS_HELD.discard(fd)
@@ -56,28 +61,33 @@ def release_turn(fd: int | None) -> None:
 
 
 def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
-              gone: Callable[[], bool] = lambda: False) -> bool:
+              gone: Callable[[], bool] = lambda: False,
+              ready: Callable[[float], bool] = lambda waited: True) -> bool:
     """Lock ``fd`` (``flock``, exclusive) for a turn, polling with naps growing from
     ``naps[0]`` to ``naps[1]``; False when ``wait_s`` passed, or ``gone()`` said there is
-    nothing left to wait for, first. The caller releases it with :func:`release_turn`
-    (a child forked meanwhile closes its copy).
+    nothing left to wait for, first. ``ready(seconds waited)`` is asked before each look
+    (False: not this time). The caller releases it with :func:`release_turn` (a child
+    forked meanwhile closes its copy).
 
     Raises:
         OSError: The file system offers no such locks.
     """
     nap, longest = naps
-    deadline = time.monotonic() + wait_s
+    start = time.monotonic()
     while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # another writer's turn
-            if gone() or time.monotonic() >= deadline:
-                return False
-            time.sleep(nap)
-            nap = min(2 * nap, longest)
-        else:
-            _TURNS_HELD.add(fd)
-            return True
+        waited = time.monotonic() - start
+        if ready(waited):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another writer's turn
+                pass
+            else:
+                note_held(fd)
+                return True
+        if gone() or waited >= wait_s:
+            return False
+        time.sleep(nap)
+        nap = min(2 * nap, longest)
 
 
 @dataclass(frozen=True)

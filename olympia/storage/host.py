@@ -25,6 +25,7 @@ folder at most :data:`CATALOGS_KEPT` catalogs'.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -33,9 +34,10 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 
-from olympia.storage.backends import held_turns, release_turn, take_lock
+from olympia.storage.backends import held_turns, note_held, release_turn, take_lock
 
 HOST_TURN_WAIT_S = 2.0  # the longest a writer waits for its host turn (holders take ms)
+HOST_TURN_URGENT_S = 0.2  # a writer waiting this long goes first (see HostTurns._wait)
 HOST_TURN_NAPS_S = (0.00005, 0.002)  # its first and longest nap between looks (looking
 # more often cost the writers CPU: the longest waiters looking every 50 µs halved throughput)
 COPIES_KEPT = 512  # copies of landed files kept per catalog (pruned to half beyond it)
@@ -134,18 +136,47 @@ class HostTurns:
         """The turn file's descriptor, locked; None if not taken (see :meth:`hold`)."""
         if not self._ready():
             return None
+        opened: list[int] = []
         try:
-            fd = os.open(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT, 0o600)
+            for name in ("turn", "urgent"):
+                opened.append(os.open(os.path.join(self.folder, name),
+                                      os.O_RDONLY | os.O_CREAT, 0o600))
         except OSError:
+            for one in opened:
+                os.close(one)
             self._usable = None  # the folder went (pruned by another process): made again
             return None
+        fd, urgent = opened
         try:
-            if take_lock(fd, HOST_TURN_WAIT_S, HOST_TURN_NAPS_S):
+            if self._wait(fd, urgent):
                 return fd
         except OSError:  # no advisory locks on this file system
             self._usable = False
+        finally:
+            release_turn(urgent)
         os.close(fd)
         return None
+
+    @staticmethod
+    def _wait(fd: int, urgent: int) -> bool:
+        """Poll for the turn (``fd``) as :func:`olympia.storage.backends.take_lock` does,
+        at most :data:`HOST_TURN_WAIT_S`. A writer that has waited
+        :data:`HOST_TURN_URGENT_S` takes the ``urgent`` lock, and while one holds it the
+        others do not look: the turn goes to it next, one at a time. Polling alone favours
+        newcomers (their first naps are the shortest); at 8 writers this took the worst p99
+        from 1.5 s to 0.53 s at 20 ms a request, and from 0.7 s to 0.3 s on the co-located
+        server, at no loss of throughput."""
+        mine = False
+
+        def ready(waited: float) -> bool:
+            nonlocal mine
+            if not mine and waited >= HOST_TURN_URGENT_S:
+                mine = _try_flock(urgent, fcntl.LOCK_EX)
+                if mine:
+                    note_held(urgent)
+            return mine or _try_flock(urgent, fcntl.LOCK_SH, release=True)  # none urgent
+
+        return take_lock(fd, HOST_TURN_WAIT_S, HOST_TURN_NAPS_S, ready=ready)
 
     def _ready(self) -> bool:
         """Whether the folder is there and safe to use (made on first use)."""
@@ -166,6 +197,17 @@ class HostTurns:
         for entry in entries[: len(entries) - COPIES_KEPT // 2]:
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
+
+
+def _try_flock(fd: int, kind: int, release: bool = False) -> bool:
+    """Whether ``fd`` could be locked (``kind``) at once; ``release``: let go at once."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    if release:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
 
 
 def _own_folder(path: str) -> bool:
