@@ -43,8 +43,8 @@ def _close_inherited_turns() -> None:
 os.register_at_fork(after_in_child=_close_inherited_turns)
 
 
-def held_turns() -> dict[str, int]:
-    """Folder -> descriptor of the turns this thread holds (:meth:`LocalBackend.hold_turn`)."""
+def _held_turns() -> dict[str, int]:
+    """Key -> descriptor of the turns this thread holds (:func:`holding`)."""
     turns: dict[str, int] = _HELD.__dict__.setdefault("turns", {})
     return turns
 
@@ -58,6 +58,23 @@ def release_turn(fd: int | None) -> None:
     if fd is not None:
         _TURNS_HELD.discard(fd)
         os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def holding(key: str, take: Callable[[], int | None]) -> Iterator[bool]:
+    """Hold the turn ``key`` names for the block: taken with ``take`` (its locked
+    descriptor, None if not taken) unless this thread holds it already, and released at
+    the end of the block that took it. Yields whether this thread holds it."""
+    turns = _held_turns()
+    fd = None if key in turns else take()
+    if fd is not None:
+        turns[key] = fd
+    try:
+        yield key in turns
+    finally:
+        if fd is not None:
+            turns.pop(key, None)
+            release_turn(fd)
 
 
 def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
@@ -267,23 +284,14 @@ class LocalBackend:
         finally:
             release_turn(fd)
 
-    @contextlib.contextmanager
-    def hold_turn(self, path: str) -> Iterator[bool]:
-        folder, turns = os.path.dirname(path) or ".", held_turns()
-        fd = None if folder in turns else self._take_turn(path, until_taken=False)
-        if fd is not None:
-            turns[folder] = fd
-        try:
-            yield folder in turns
-        finally:
-            if fd is not None:
-                turns.pop(folder, None)
-                release_turn(fd)
+    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        return holding(os.path.dirname(path) or ".",
+                       lambda: self._take_turn(path, until_taken=False))
 
     @staticmethod
     def _holding(path: str) -> bool:
         """Whether this thread holds the turn of ``path``'s folder (:meth:`hold_turn`)."""
-        return (os.path.dirname(path) or ".") in held_turns()
+        return (os.path.dirname(path) or ".") in _held_turns()
 
     def _take_turn(self, path: str, until_taken: bool) -> int | None:
         """The folder's descriptor, locked; None where the wait ended without the lock:

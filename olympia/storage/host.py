@@ -34,7 +34,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 
-from olympia.storage.backends import held_turns, note_held, release_turn, take_lock
+from olympia.storage.backends import holding, note_held, release_turn, take_lock
 
 HOST_TURN_WAIT_S = 2.0  # the longest a writer waits for its host turn (holders take ms)
 HOST_TURN_URGENT_S = 0.2  # a writer waiting this long goes first (see HostTurns._wait)
@@ -71,18 +71,15 @@ class HostTurns:
     def hold(self) -> Iterator[bool]:
         """Wait for the turn (at most :data:`HOST_TURN_WAIT_S`) and hold it for the block;
         yields whether it is held (a thread already holding it holds it on)."""
-        turns = held_turns()
-        fd = None if self.folder in turns else self._take()
-        if fd is not None:
-            turns[self.folder] = fd
-            self._holder = os.getpid()
-        try:
-            yield self.folder in turns
-        finally:
-            if fd is not None:
-                self._holder = None
-                turns.pop(self.folder, None)
-                release_turn(fd)
+        with holding(self.folder, self._take) as held:
+            outermost = held and not self.held()
+            if outermost:
+                self._holder = os.getpid()
+            try:
+                yield held
+            finally:
+                if outermost:
+                    self._holder = None
 
     def held(self) -> bool:
         """Whether a thread of this process holds the turn (the holder's reads may run on
