@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -955,8 +956,17 @@ def test_host_turns_exclude_one_another_and_end_with_the_block(
         with other.hold() as others:
             assert others
     assert outcome == [False] and not first.held()
+    _join_host_turn_waits()  # the wait that ran out lets go once it gets the lock
     with second.hold() as held:
         assert held
+
+
+def _join_host_turn_waits() -> None:
+    """Wait for the threads of host-turn waits that ran out (each ends once it got the lock
+    and let it go)."""
+    for thread in threading.enumerate():
+        if thread.name == "olympia-host-turn":
+            thread.join()
 
 
 def test_host_copies_are_bounded_and_kept_only_in_a_folder_of_ones_own(
@@ -1090,31 +1100,48 @@ def test_a_host_turns_folder_removed_meanwhile_is_made_again(tmp_path: Any) -> N
     assert turns.get("vn/1") == b"r"
 
 
-def test_a_writer_waiting_long_for_the_host_turn_goes_first(
+def test_a_host_turn_is_awaited_in_the_kernel_and_a_wait_that_ran_out_lets_go(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a writer that has waited HOST_TURN_URGENT_S holds the urgent lock, the others
-    do not take the turn even when it is free; once it lets go they do. A writer past the
-    bound itself takes the urgent lock and then the turn."""
+    """A writer whose turn is held waits on a thread of its own (flock has no timeout) and
+    takes the turn when the holder lets go; a wait that ran out leaves its thread behind,
+    which lets the lock go once it gets it; with STALLED_WAITS_MAX such waits left, writers
+    go on without waiting."""
     from olympia.storage import host
 
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.01)
     turns = host.HostTurns(str(tmp_path), "c1")
-    with turns.hold():  # makes the folder and its lock files
+    with turns.hold():  # makes the folder and the turn file
         pass
-    waiting = os.open(os.path.join(turns.folder, "urgent"), os.O_RDONLY)
-    try:
-        fcntl.flock(waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer, urgent
+    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's writer
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 600.0)
+    outcome: list[bool] = []
+
+    def wait() -> None:
         with turns.hold() as held:
-            assert not held  # the turn is free, but goes to the urgent writer first
+            outcome.append(held)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    while not any(t.name == "olympia-host-turn" for t in threading.enumerate()):
+        time.sleep(0.001)  # until the writer waits on its thread
+    os.close(holder)  # the holder lets go
+    waiter.join()
+    assert outcome == [True]
+
+    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.0)
+    monkeypatch.setattr(host, "STALLED_WAITS_MAX", 1)
+    with turns.hold() as held:  # runs out at once: its thread is left behind
+        assert not held
+    with turns.hold() as held:  # one wait is left already: this writer does not wait
+        assert not held
+    assert [t.name for t in threading.enumerate()].count("olympia-host-turn") == 1
+    os.close(holder)
+    _join_host_turn_waits()
+    assert host._Wait._left == 0
+    free = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
+    try:  # the thread let the lock go
+        fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
-        os.close(waiting)
-    with turns.hold() as held:
-        assert held
-    monkeypatch.setattr(host, "HOST_TURN_URGENT_S", 0.0)
-    with turns.hold() as held:  # urgent at once: takes the urgent lock, then the turn
-        assert held
-        free = os.open(os.path.join(turns.folder, "urgent"), os.O_RDONLY)
-        try:  # the urgent lock was let go once the turn was taken
-            fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            os.close(free)
+        os.close(free)

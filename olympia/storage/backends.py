@@ -78,13 +78,11 @@ def holding(key: str, take: Callable[[], int | None]) -> Iterator[bool]:
 
 
 def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
-              gone: Callable[[], bool] = lambda: False,
-              ready: Callable[[float], bool] = lambda waited: True) -> bool:
+              gone: Callable[[], bool] = lambda: False) -> bool:
     """Lock ``fd`` (``flock``, exclusive) for a turn, polling with naps growing from
     ``naps[0]`` to ``naps[1]``; False when ``wait_s`` passed, or ``gone()`` said there is
-    nothing left to wait for, first. ``ready(seconds waited)`` is asked before each look
-    (False: not this time). The caller releases it with :func:`release_turn` (a child
-    forked meanwhile closes its copy).
+    nothing left to wait for, first. The caller releases it with :func:`release_turn` (a
+    child forked meanwhile closes its copy).
 
     Raises:
         OSError: The file system offers no such locks.
@@ -92,16 +90,14 @@ def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
     nap, longest = naps
     start = time.monotonic()
     while True:
-        waited = time.monotonic() - start
-        if ready(waited):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another writer's turn
-                pass
-            else:
-                note_held(fd)
-                return True
-        if gone() or waited >= wait_s:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another writer's turn
+            pass
+        else:
+            note_held(fd)
+            return True
+        if gone() or time.monotonic() - start >= wait_s:
             return False
         time.sleep(nap)
         nap = min(2 * nap, longest)
