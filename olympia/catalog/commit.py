@@ -408,7 +408,7 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
             for member in members:
                 member.root = committed
             return Snapshot(files, committed)
-        bound = options.pause(losses, storage.backend.remote)
+        bound = options.pause(losses, storage.remote)
         if members and options.clock() + bound >= deadline:
             for member in members:
                 member.error = CommitConflict(
@@ -512,7 +512,7 @@ def _newest(files: CatalogFiles, won: int) -> list[Root]:
     """
     def read(version: int) -> Root | None:
         storage = files.storage
-        if version != won and not storage.backend.remote and not storage.known_to_exist(
+        if version != won and not storage.remote and not storage.known_to_exist(
                 version_path(version)):
             return None
         try:

@@ -275,7 +275,7 @@ class CatalogFiles:
             self.storage.known_to_exist(version_path(v)) for v in (version, version + 1))
         start = None if skip else self.read_root(version)
         low, step = version, 1
-        while self.storage.backend.remote and low < MAX_VERSION and (
+        while self.storage.remote and low < MAX_VERSION and (
                 self.storage.known_to_exist(version_path(low + 1))):
             low += 1  # a version this host's writers landed (free): no doubling past it
         while low + step <= MAX_VERSION and self.storage.probe(version_path(low + step)):

@@ -272,6 +272,12 @@ class Storage:
         return host.hold()
 
     @property
+    def remote(self) -> bool:
+        """Whether every file operation is a request (object stores), so a look at a file
+        is never free."""
+        return self.backend.remote
+
+    @property
     def host_turns(self) -> bool:
         """Whether writers take host turns here (remote storage, ``host_turns`` on)."""
         return self._host_base is not None
