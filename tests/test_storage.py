@@ -1145,3 +1145,55 @@ def test_a_host_turn_is_awaited_in_the_kernel_and_a_wait_that_ran_out_lets_go(
         fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         os.close(free)
+
+
+def test_a_writer_waiting_long_for_the_host_turn_goes_first(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a writer that has waited HOST_TURN_URGENT_S holds the urgent lock, newcomers
+    do not take the turn even when it is free; once it lets go they do. A writer past the
+    bound takes the urgent lock while it waits, and lets it go once it has the turn."""
+    from olympia.storage import host
+
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.01)
+    turns = host.HostTurns(str(tmp_path), "c1")
+    with turns.hold():  # makes the folder and the turn file
+        pass
+    urgent = os.path.join(turns.folder, "urgent")
+    waiting = os.open(urgent, os.O_RDONLY | os.O_CREAT)
+    try:
+        fcntl.flock(waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer, urgent
+        with turns.hold() as held:
+            assert not held  # the turn is free, but goes to the urgent writer first
+    finally:
+        os.close(waiting)
+    _join_host_turn_waits()
+    with turns.hold() as held:
+        assert held
+
+    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's writer
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 600.0)
+    monkeypatch.setattr(host, "HOST_TURN_URGENT_S", 0.0)
+    outcome: list[bool] = []
+
+    def wait() -> None:
+        with turns.hold() as held:
+            outcome.append(held)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    probe = os.open(urgent, os.O_RDONLY)
+    try:
+        while True:  # until the waiter, urgent at once, holds the urgent lock
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                break
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            time.sleep(0.001)
+        os.close(holder)  # the holder lets go: the urgent writer takes the turn
+        waiter.join()
+        assert outcome == [True]
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # and let the urgent lock go
+    finally:
+        os.close(probe)

@@ -32,12 +32,15 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 
 from olympia.storage.backends import holding, note_held, release_turn
 
 HOST_TURN_WAIT_S = 2.0  # the longest a writer waits for its host turn (holders take ms)
+HOST_TURN_URGENT_S = 0.2  # a writer waiting this long goes first (see _Wait)
+URGENT_NAP_S = 0.005  # how often a long waiter looks whether it may go first
 STALLED_WAITS_MAX = 4  # waits left behind for stalled holders; beyond, writers do not wait
 COPIES_KEPT = 512  # copies of landed files kept per catalog (pruned to half beyond it)
 PRUNE_EVERY = 32  # a process looks whether to prune after this many of its puts
@@ -139,9 +142,11 @@ class HostTurns:
             return None
         note_held(fd)  # a child forked while this thread waits closes its copy
         try:
-            if _Wait.lock(fd):
+            if _Wait.lock(fd, os.path.join(self.folder, "urgent")):
                 return fd
             return None  # the wait ran out: ``fd`` is the waiting thread's now
+        except FileNotFoundError:
+            self._usable = None  # the folder went meanwhile: made again next time
         except OSError:  # no advisory locks on this file system
             self._usable = False
         release_turn(fd)
@@ -170,47 +175,62 @@ class HostTurns:
 
 class _Wait:
     """A wait for the turn's lock in the kernel: a waiter costs no CPU and takes the turn as
-    soon as the holder lets go. (Polling with naps up to 2 ms cost 8 writers on the
-    co-located S3 server CPU and idle turns: 55-70 commits/s against 59-71 waiting in the
-    kernel, and a worst p99 of 269-383 ms against 203-306 ms, in six alternating runs.)
+    soon as the holder lets go. ``flock`` has no timeout, so the wait runs on a thread of
+    its own, and the writer waits for it at most :data:`HOST_TURN_WAIT_S`. A wait that runs
+    out is left to its thread, which lets the lock go as soon as it gets it and closes the
+    descriptor; at most :data:`STALLED_WAITS_MAX` are left at once (a holder stalled for
+    long would otherwise leave a thread per attempt), and beyond that a writer goes on
+    without the turn.
 
-    ``flock`` has no timeout, so the wait runs on a thread of its own, and the writer waits
-    for it at most :data:`HOST_TURN_WAIT_S`. A wait that runs out is left to its thread,
-    which lets the lock go as soon as it gets it and closes the descriptor; at most
-    :data:`STALLED_WAITS_MAX` are left at once (a holder stalled for long would otherwise
-    leave a thread per attempt), and beyond that a writer goes on without the turn.
+    The kernel wakes every waiter when the turn is let go, and whichever runs first takes
+    it, so a writer may lose many handoffs in a row. One that has waited
+    :data:`HOST_TURN_URGENT_S` takes the ``urgent`` lock (exclusive, one writer at a time);
+    every writer passes that lock (shared, at once) before it waits for the turn, so while
+    one holds it newcomers stay out, and it competes only with the writers already waiting:
+    it goes within as many handoffs as there were. It lets go once it has the turn.
     """
 
     _left = 0  # waits left to their threads, not over yet
     _left_lock = threading.Lock()
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, fd: int, urgent: str) -> None:
+        self.fd, self.urgent = fd, urgent
         self.done = threading.Event()
+        self.past_urgent = threading.Event()  # this wait's thread passed the urgent lock
         self.guard = threading.Lock()
         self.abandoned = False
         self.error: OSError | None = None
 
     @classmethod
-    def lock(cls, fd: int) -> bool:
-        """Lock ``fd`` (exclusive), at once or within :data:`HOST_TURN_WAIT_S`; False if
-        not, and then ``fd`` is no longer the caller's to close.
+    def lock(cls, fd: int, urgent: str) -> bool:
+        """Lock ``fd`` (exclusive), at once or within :data:`HOST_TURN_WAIT_S`; ``urgent``
+        is the path of the urgent lock's file. False if not, and then ``fd`` is no longer
+        the caller's to close.
 
         Raises:
             OSError: The file system offers no such locks (``fd`` is still the caller's).
         """
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _lock_now(urgent, fcntl.LOCK_SH) and _try(fd, fcntl.LOCK_EX):
             return True
-        except BlockingIOError:
-            pass
         with cls._left_lock:
             if cls._left >= STALLED_WAITS_MAX:
                 release_turn(fd)
                 return False
-        wait = cls(fd)
+        wait = cls(fd, urgent)
         threading.Thread(target=wait._run, name="olympia-host-turn", daemon=True).start()
-        wait.done.wait(HOST_TURN_WAIT_S)
+        first = None  # the urgent lock, once this writer holds it
+        start = time.monotonic()
+        end, urgent_at = start + HOST_TURN_WAIT_S, start + HOST_TURN_URGENT_S
+        try:
+            while not wait.done.is_set() and (now := time.monotonic()) < end:
+                if now < urgent_at:
+                    wait.done.wait(min(end, urgent_at) - now)
+                    continue
+                if first is None and wait.past_urgent.is_set():
+                    first = _urgent(urgent)
+                wait.done.wait(min(URGENT_NAP_S, end - now))
+        finally:
+            release_turn(first)
         with wait.guard:
             if not wait.done.is_set():
                 wait.abandoned = True
@@ -223,6 +243,13 @@ class _Wait:
 
     def _run(self) -> None:
         try:
+            gate = os.open(self.urgent, os.O_RDONLY | os.O_CREAT, 0o600)
+            note_held(gate)
+            try:  # wait while a writer that waited long goes first
+                fcntl.flock(gate, fcntl.LOCK_SH)
+            finally:
+                release_turn(gate)
+            self.past_urgent.set()
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except OSError as exc:
             self.error = exc
@@ -238,6 +265,43 @@ class _Wait:
     def forget(cls) -> None:
         """In a forked child: the parent's waiting threads are not its own."""
         cls._left, cls._left_lock = 0, threading.Lock()
+
+
+def _try(fd: int, kind: int) -> bool:
+    """Whether ``fd`` could be locked (``kind``) at once."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _lock_now(path: str, kind: int) -> bool:
+    """Whether the lock of the file ``path`` could be taken (``kind``) at once: a look
+    (let go at once)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        return _try(fd, kind)
+    finally:
+        os.close(fd)
+
+
+def _urgent(path: str) -> int | None:
+    """The urgent lock's descriptor, locked (exclusive) at once, or None (another writer
+    holds it, one waiting for the turn is passing it, or the file cannot be had: the
+    writer then waits as the others do)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    note_held(fd)
+    try:
+        if _try(fd, fcntl.LOCK_EX):
+            return fd
+    except OSError:
+        pass
+    release_turn(fd)
+    return None
 
 
 os.register_at_fork(after_in_child=_Wait.forget)
