@@ -1100,6 +1100,26 @@ def test_a_host_turns_folder_removed_meanwhile_is_made_again(tmp_path: Any) -> N
     assert turns.get("vn/1") == b"r"
 
 
+def _held_elsewhere(turns: Any) -> int:
+    """A descriptor holding ``turns``' lock, as another process's writer would."""
+    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return holder
+
+
+def _hold_on_a_thread(turns: Any) -> tuple[threading.Thread, list[bool]]:
+    """A started thread taking ``turns``, and where it records whether it held it."""
+    outcome: list[bool] = []
+
+    def wait() -> None:
+        with turns.hold() as held:
+            outcome.append(held)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    return waiter, outcome
+
+
 def test_a_host_turn_is_awaited_in_the_kernel_and_a_wait_that_ran_out_lets_go(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer whose turn is held waits on a thread of its own (flock has no timeout) and
@@ -1111,17 +1131,9 @@ def test_a_host_turn_is_awaited_in_the_kernel_and_a_wait_that_ran_out_lets_go(
     turns = host.HostTurns(str(tmp_path), "c1")
     with turns.hold():  # makes the folder and the turn file
         pass
-    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
-    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's writer
+    holder = _held_elsewhere(turns)
     monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 600.0)
-    outcome: list[bool] = []
-
-    def wait() -> None:
-        with turns.hold() as held:
-            outcome.append(held)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
+    waiter, outcome = _hold_on_a_thread(turns)
     while not any(t.name == "olympia-host-turn" for t in threading.enumerate()):
         time.sleep(0.001)  # until the writer waits on its thread
     os.close(holder)  # the holder lets go
@@ -1170,18 +1182,10 @@ def test_a_writer_waiting_long_for_the_host_turn_goes_first(
     with turns.hold() as held:
         assert held
 
-    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
-    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's writer
+    holder = _held_elsewhere(turns)
     monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 600.0)
     monkeypatch.setattr(host, "HOST_TURN_URGENT_S", 0.0)
-    outcome: list[bool] = []
-
-    def wait() -> None:
-        with turns.hold() as held:
-            outcome.append(held)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
+    waiter, outcome = _hold_on_a_thread(turns)
     probe = os.open(urgent, os.O_RDONLY)
     try:
         while True:  # until the waiter, urgent at once, holds the urgent lock
