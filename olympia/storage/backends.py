@@ -77,6 +77,19 @@ def holding(key: str, take: Callable[[], int | None]) -> Iterator[bool]:
             release_turn(fd)
 
 
+def try_flock(fd: int, kind: int) -> bool:
+    """Whether ``fd`` could be locked (``flock``, ``kind``) at once (False: another holds it).
+
+    Raises:
+        OSError: The file system offers no such locks.
+    """
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
               gone: Callable[[], bool] = lambda: False) -> bool:
     """Lock ``fd`` (``flock``, exclusive) for a turn, polling with naps growing from
@@ -90,11 +103,7 @@ def take_lock(fd: int, wait_s: float, naps: tuple[float, float],
     nap, longest = naps
     start = time.monotonic()
     while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # another writer's turn
-            pass
-        else:
+        if try_flock(fd, fcntl.LOCK_EX):
             note_held(fd)
             return True
         if gone() or time.monotonic() - start >= wait_s:

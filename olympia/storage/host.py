@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 
-from olympia.storage.backends import holding, note_held, release_turn
+from olympia.storage.backends import holding, note_held, release_turn, try_flock
 
 HOST_TURN_WAIT_S = 2.0  # the longest a writer waits for its host turn (holders take ms)
 HOST_TURN_URGENT_S = 0.2  # a writer waiting this long goes first (see _Wait)
@@ -210,7 +210,7 @@ class _Wait:
         Raises:
             OSError: The file system offers no such locks (``fd`` is still the caller's).
         """
-        if _lock_now(urgent, fcntl.LOCK_SH) and _try(fd, fcntl.LOCK_EX):
+        if _lock_now(urgent, fcntl.LOCK_SH) and try_flock(fd, fcntl.LOCK_EX):
             return True
         with cls._left_lock:
             if cls._left >= STALLED_WAITS_MAX:
@@ -267,21 +267,12 @@ class _Wait:
         cls._left, cls._left_lock = 0, threading.Lock()
 
 
-def _try(fd: int, kind: int) -> bool:
-    """Whether ``fd`` could be locked (``kind``) at once."""
-    try:
-        fcntl.flock(fd, kind | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def _lock_now(path: str, kind: int) -> bool:
     """Whether the lock of the file ``path`` could be taken (``kind``) at once: a look
     (let go at once)."""
     fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
     try:
-        return _try(fd, kind)
+        return try_flock(fd, kind)
     finally:
         os.close(fd)
 
@@ -296,7 +287,7 @@ def _urgent(path: str) -> int | None:
         return None
     note_held(fd)
     try:
-        if _try(fd, fcntl.LOCK_EX):
+        if try_flock(fd, fcntl.LOCK_EX):
             return fd
     except OSError:
         pass
