@@ -29,7 +29,7 @@ from olympia.exceptions import (
     TransientStorageError,
 )
 from olympia.expire.reachability import delete_paths
-from olympia.storage import FileInfo, Storage, classify
+from olympia.storage import FileInfo, Storage, backends, classify
 
 
 def test_stats_count_every_read_including_misses(location: Location) -> None:
@@ -706,13 +706,16 @@ def test_publish_names_the_file_after_writing_the_others(location: Location) -> 
 @needs_unnamed_files
 def test_local_publish_stages_the_content_and_names_it_last(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On local disk every file is written unnamed, then all are synced, then named, the
-    published one last; no temp file is named."""
+    """On local disk every file is written unnamed, then all are written back (a refusal
+    only leaves the syncs more to do), then synced, then named, the published one last;
+    no temp file is named."""
     storage = Storage(str(tmp_path / "c"))
     storage.write("vn/.keep", b"")  # the folders exist: every link below is a file's
     staged = _without_named_temps(monkeypatch)
     steps: list[str] = []
     real_link, real_fsync = os.link, os.fsync
+    monkeypatch.setattr(backends, "_SYNC_FILE_RANGE",
+                        lambda fd, offset, length, flags: (steps.append("write-back"), -1)[1])
 
     def linking(src: str, dst: str, **kwargs: Any) -> None:
         real_link(src, dst, **kwargs)
@@ -725,7 +728,8 @@ def test_local_publish_stages_the_content_and_names_it_last(
     monkeypatch.setattr(os, "link", linking)
     monkeypatch.setattr(os, "fsync", syncing)
     storage.publish({"node/a.arrow": b"a", "node/b.arrow": b"b"}, "vn/1", b"root")
-    assert steps == ["sync"] * 3 + ["node/a.arrow", "node/b.arrow", "vn/1"]
+    assert steps == (["write-back"] * 3 + ["sync"] * 3
+                     + ["node/a.arrow", "node/b.arrow", "vn/1"])
     assert staged == [] and storage.read("vn/1") == b"root"
     assert storage.stats.writes == 4  # .keep, and the three published
 
@@ -810,7 +814,6 @@ def test_a_local_writer_goes_on_without_a_turn_held_too_long(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The turn only saves work: a writer whose turn is held past the longest wait (its
     holder stalled) goes on, and the exclusive link alone decides."""
-    from olympia.storage import backends
 
     monkeypatch.setattr(backends, "TURN_WAIT_S", 0.01)
     storage = Storage(str(tmp_path / "c"))

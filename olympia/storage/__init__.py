@@ -201,9 +201,9 @@ class Storage:
         (as :meth:`create_exclusive`): a reader never finds ``path`` without all of
         ``files``. Where the backend can stage content ahead of its name (local disk), every
         file is written unnamed, then, in the writers' turn to name files in ``path``'s
-        folder, all are synced and named, ``path`` last: one thread does it all, and the
-        syncs after the first find little left to flush. A writer whose turn comes after
-        another took ``path`` discards its staged files unsynced.
+        folder, all are written back, then synced and named, ``path`` last: one thread
+        does it all, and the syncs after the first find little left to flush. A writer
+        whose turn comes after another took ``path`` discards its staged files unsynced.
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
@@ -234,6 +234,8 @@ class Storage:
                 if not free:
                     raise FileAlreadyExists("file already exists", self.display(path))
                 self.stats.add(writes=len(names), bytes_written=sum(map(len, contents)))
+                for name, one in zip(names, staged, strict=True):
+                    self._call("write", name, one.write_back)
                 for name, one in zip(names, staged, strict=True):
                     self._call("write", name, one.sync)
                 for name, content, one in zip(

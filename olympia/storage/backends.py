@@ -6,9 +6,11 @@ retries and error types."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
+import sys
 import threading
 import time
 import uuid
@@ -126,6 +128,10 @@ class StagedFile(Protocol):
 
     def fill(self, data: bytes) -> None:
         """Write ``data``, from the start (replacing what an earlier try wrote)."""
+
+    def write_back(self) -> None:
+        """Start writing the content to disk without waiting for it: syncing several
+        files that all started costs about one wait, not one each."""
 
     def sync(self) -> None:
         """Make the content durable (where the backend syncs at all)."""
@@ -384,6 +390,11 @@ class _UnnamedFile:
         os.lseek(self.fd, 0, os.SEEK_SET)
         self.backend._fill(self.fd, data, durable=False)
 
+    def write_back(self) -> None:
+        if self.backend.fsync and _SYNC_FILE_RANGE is not None:
+            # a hint: an error here leaves the sync that follows to do all the work
+            _SYNC_FILE_RANGE(self.fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
     def sync(self) -> None:
         if self.backend.fsync:
             os.fsync(self.fd)
@@ -405,6 +416,24 @@ class _UnnamedFile:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _sync_file_range() -> Any:
+    """Linux's ``sync_file_range(2)`` (None elsewhere). On ext4 each ``fsync`` of a new
+    file commits the journal once for its own blocks; after every file's write-back has
+    started, the first sync commits them all and the others find theirs done (3 new
+    files: 0.57 ms to sync against 0.32-0.42 ms; 6 files: 1.2 ms against 0.46 ms)."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC_FILE_RANGE = _sync_file_range() if sys.platform.startswith("linux") else None
+_SYNC_FILE_RANGE_WRITE = 2  # start write-back of dirty pages, do not wait
 
 
 def _unlink_quietly(path: str) -> None:
