@@ -55,7 +55,7 @@ class _Refusing:
 
     def __init__(self, inner: Any, path: str, error: Exception | None = None) -> None:
         self.inner, self.path = inner, path
-        self.remote = inner.remote
+        self.remote, self.shared_turns = inner.remote, inner.shared_turns
         self.error = error or PermissionError(f"access denied: {path}")
 
     def read(self, path: str) -> bytes:
@@ -73,8 +73,8 @@ class _Refusing:
     def stage(self, path: str) -> None:
         return None
 
-    def hold_turn(self, path: str) -> Any:
-        return self.inner.hold_turn(path)
+    def hold_turn(self, path: str, wait: bool = True) -> Any:
+        return self.inner.hold_turn(path, wait)
 
     def exists(self, path: str) -> bool:
         return bool(self.inner.exists(path))

@@ -122,6 +122,7 @@ class Storage:
         self._scope = ""  # the catalog id of the host turn taken last
         self._host_base = (self.settings.host_dir or default_base()) if (
             self.backend.remote and self.settings.host_turns) else None
+        self._letters: dict[str, HostTurns] = {}  # catalog id -> its letters on this host
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r})"
@@ -253,11 +254,13 @@ class Storage:
             for one in staged:
                 one.close()
 
-    def hold_turn(self, path: str, scope: str = "") -> contextlib.AbstractContextManager[bool]:
+    def hold_turn(self, path: str, scope: str = "", wait: bool = True,
+                  ) -> contextlib.AbstractContextManager[bool]:
         """Hold the writers' turn to name files in ``path``'s folder for the whole block.
 
         On local disk other writers' :meth:`publish` there waits for it, while this
-        thread's publishes use it. On remote storage (with the ``host_turns`` setting) it
+        thread's publishes use it; without ``wait`` it is only taken if free at once. On
+        remote storage (with the ``host_turns`` setting) it
         is the host turn of ``scope`` (a catalog's id; see :mod:`olympia.storage.host`):
         the writers of this host take turns, and while this thread holds it, what it
         publishes is copied to this host, and what holders published before is read from
@@ -265,13 +268,27 @@ class Storage:
         is held (False on storage without turns, or when the wait for a stalled holder ran
         out: the exclusive create still decides races)."""
         if self._host_base is None:
-            return self.backend.hold_turn(self.full(path))
+            return self.backend.hold_turn(self.full(path), wait)
         host = self._hosts.get(scope)
         if host is None:
             key = repr((self.backend.place(self.root), scope))
             host = self._hosts.setdefault(scope, HostTurns(self._host_base, key))
         self._scope = scope
         return host.hold()
+
+    def letters(self, scope: str) -> HostTurns | None:
+        """Where this host's writers of the catalog ``scope`` (its id) leave changes for
+        the writer holding the local turn to land with its own
+        (:func:`olympia.catalog.commit.commit` with ``coalesce``): local disk, with the
+        ``host_turns`` setting on, in a folder under ``host_dir``; None elsewhere."""
+        if not self.backend.shared_turns or not self.settings.host_turns:
+            return None
+        letters = self._letters.get(scope)
+        if letters is None:
+            key = repr((self.backend.place(self.root), scope))
+            letters = self._letters.setdefault(scope, HostTurns(
+                self.settings.host_dir or default_base(), key))
+        return letters
 
     @property
     def remote(self) -> bool:

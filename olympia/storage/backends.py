@@ -155,9 +155,12 @@ class Backend(Protocol):
 
     ``remote``: each operation is a request over the network (a round trip). Where it is
     not, batches of small reads run on the calling thread and existence checks are free.
+    ``shared_turns``: :meth:`hold_turn` is a turn that writers in every process of this
+    host take (local disk).
     """
 
     remote: bool
+    shared_turns: bool
 
     def read(self, path: str) -> bytes: ...
     def write(self, path: str, data: bytes, durable: bool = True) -> None: ...
@@ -168,11 +171,12 @@ class Backend(Protocol):
         (see :meth:`olympia.storage.Storage.publish`); None where this store cannot hold
         content apart from a name (then the file is created whole)."""
 
-    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
-        """Wait for the writers' turn to name files in ``path``'s folder and hold it for
-        the whole block, whether or not ``path`` appears meanwhile; files this thread names
-        there inside the block are named in it. Yields whether the turn is held (False
-        where the store has no turns, or the wait ran out)."""
+    def hold_turn(self, path: str, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
+        """Wait for the writers' turn to name files in ``path``'s folder (only take it if
+        it is free at once, without ``wait``) and hold it for the whole block, whether or
+        not ``path`` appears meanwhile; files this thread names there inside the block are
+        named in it. Yields whether the turn is held (False where the store has no turns,
+        or the wait ran out)."""
 
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str) -> list[FileInfo]: ...
@@ -203,6 +207,7 @@ class LocalBackend:
     """
 
     remote = False
+    shared_turns = True
 
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
@@ -295,19 +300,20 @@ class LocalBackend:
         finally:
             release_turn(fd)
 
-    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
-        return holding(os.path.dirname(path) or ".",
-                       lambda: self._take_turn(path, until_taken=False))
+    def hold_turn(self, path: str, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
+        return holding(os.path.dirname(path) or ".", lambda: self._take_turn(
+            path, until_taken=False, wait_s=TURN_WAIT_S if wait else 0.0))
 
     @staticmethod
     def _holding(path: str) -> bool:
         """Whether this thread holds the turn of ``path``'s folder (:meth:`hold_turn`)."""
         return (os.path.dirname(path) or ".") in _held_turns()
 
-    def _take_turn(self, path: str, until_taken: bool) -> int | None:
+    def _take_turn(self, path: str, until_taken: bool, wait_s: float = TURN_WAIT_S,
+                   ) -> int | None:
         """The folder's descriptor, locked; None where the wait ended without the lock:
-        ``path`` appeared (when ``until_taken``), the wait reached :data:`TURN_WAIT_S`, or
-        there are no locks."""
+        ``path`` appeared (when ``until_taken``), the wait reached ``wait_s``, or there
+        are no locks."""
         if not self._turns:
             return None
         try:
@@ -315,7 +321,7 @@ class LocalBackend:
         except OSError:  # the turn only saves work: go on without it
             return None
         try:
-            if take_lock(fd, TURN_WAIT_S, TURN_NAPS_S,
+            if take_lock(fd, wait_s, TURN_NAPS_S,
                          lambda: until_taken and os.path.lexists(path)):
                 return fd
         except OSError:  # no advisory locks here (some network file systems)
@@ -446,6 +452,7 @@ class MemoryBackend:
     so is the lock that makes exclusive creates exclusive."""
 
     remote = False
+    shared_turns = False
     _stores: dict[str, dict[str, tuple[bytes, float]]] = {}
     _locks: dict[str, threading.Lock] = {}
     _registry_lock = threading.Lock()
@@ -473,7 +480,7 @@ class MemoryBackend:
     def stage(self, path: str) -> None:
         return None  # a create costs no I/O here: nothing to overlap
 
-    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+    def hold_turn(self, path: str, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)  # no turns here
 
     def exists(self, path: str) -> bool:
@@ -504,6 +511,7 @@ class FsspecBackend:
     """
 
     remote = True
+    shared_turns = False
 
     def __init__(self, make_fs: Callable[[], Any]) -> None:
         self._make_fs = make_fs
@@ -533,7 +541,7 @@ class FsspecBackend:
     def stage(self, path: str) -> None:
         return None  # an object is written by one request, content and name together
 
-    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
+    def hold_turn(self, path: str, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)  # none of the store's (Storage takes host turns)
 
     def exists(self, path: str) -> bool:

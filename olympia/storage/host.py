@@ -45,6 +45,9 @@ STALLED_WAITS_MAX = 4  # waits left behind for stalled holders; beyond, writers 
 COPIES_KEPT = 512  # copies of landed files kept per catalog (pruned to half beyond it)
 PRUNE_EVERY = 32  # a process looks whether to prune after this many of its puts
 CATALOGS_KEPT = 64  # catalogs' folders kept in the base folder (the least used go first)
+LETTER_MAX_BYTES = 16 * 1024 * 1024  # a letter (one process's changes) read at most
+LETTERS_PER_TURN = 64  # letters a holder takes at once (the others wait for the next)
+LETTER_FORGOTTEN_S = 600.0  # a letter or answer nobody took for this long is removed
 _DIGEST = hashlib.sha256().digest_size
 
 
@@ -128,6 +131,95 @@ class HostTurns:
         except OSError:
             pass  # the copies only save requests
 
+    def post(self, body: bytes) -> str | None:
+        """Leave a letter (``body``) for the holder of the turn (:meth:`claim`); its name,
+        or None where the folder cannot be used."""
+        if not self._ready():
+            return None
+        name = uuid.uuid4().hex
+        try:
+            self._place(self._letter("p", name), body)
+        except OSError:
+            return None
+        return name
+
+    def withdraw(self, name: str) -> bool:
+        """Take a letter back: False if a holder has claimed it already."""
+        try:
+            os.unlink(self._letter("p", name))
+        except OSError:
+            return False
+        return True
+
+    def claim(self) -> list[tuple[str, bytes | None]]:
+        """The letters left for the turn's holder, oldest first (at most
+        :data:`LETTERS_PER_TURN`), now its own to :meth:`answer`: (name, body), the body
+        None where it is over :data:`LETTER_MAX_BYTES` or unreadable. Letters and answers
+        nobody took for :data:`LETTER_FORGOTTEN_S` are removed."""
+        if not self._ready():
+            return []
+        try:
+            entries = list(os.scandir(self.folder))
+        except OSError:
+            return []
+        posted: list[tuple[float, str]] = []
+        forgotten = time.time() - LETTER_FORGOTTEN_S
+        for entry in entries:
+            kind, name = entry.name[:2], entry.name[2:]
+            if kind not in ("p-", "c-", "a-") or not _is_digest(name, 32):
+                continue
+            with contextlib.suppress(OSError):
+                modified = entry.stat(follow_symlinks=False).st_mtime
+                if modified < forgotten:
+                    os.unlink(entry.path)
+                elif kind == "p-":
+                    posted.append((modified, name))
+        letters: list[tuple[str, bytes | None]] = []
+        for _, name in sorted(posted)[:LETTERS_PER_TURN]:
+            claimed = self._letter("c", name)
+            try:
+                os.rename(self._letter("p", name), claimed)
+            except OSError:
+                continue  # withdrawn meanwhile
+            try:
+                with open(claimed, "rb") as f:
+                    body = f.read(LETTER_MAX_BYTES + 1)
+            except OSError:
+                body = b""
+            letters.append((name, body if 0 < len(body) <= LETTER_MAX_BYTES else None))
+        return letters
+
+    def answer(self, name: str, body: bytes) -> None:
+        """Answer a claimed letter (the holder, before it lets the turn go)."""
+        with contextlib.suppress(OSError):
+            self._place(self._letter("a", name), body)
+            os.unlink(self._letter("c", name))
+
+    def reply(self, name: str) -> bytes | None:
+        """The answer to one's letter, once there (read once: it is removed)."""
+        answer = self._letter("a", name)
+        try:
+            with open(answer, "rb") as f:
+                body = f.read(LETTER_MAX_BYTES + 1)
+            os.unlink(answer)
+        except OSError:
+            return None
+        return body
+
+    def _letter(self, kind: str, name: str) -> str:
+        return os.path.join(self.folder, f"{kind}-{name}")
+
+    def _place(self, path: str, body: bytes) -> None:
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(body)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
     def _copy(self, path: str) -> str:
         return os.path.join(self.folder, hashlib.sha256(path.encode()).hexdigest()[:40])
 
@@ -157,6 +249,8 @@ class HostTurns:
         if self._usable is None:
             self._usable = _own_folder(self.base) and _own_folder(self.folder)
             if self._usable:
+                with contextlib.suppress(OSError):  # marks the folder as one of ours
+                    os.close(os.open(os.path.join(self.folder, "turn"), os.O_CREAT, 0o600))
                 _forget_unused(self.base, keep=self.folder)
         return self._usable
 
