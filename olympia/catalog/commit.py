@@ -40,15 +40,20 @@ one another for a version, each starts from the newest version the process knows
 waits behind more than the commits submitted before its own. With
 :attr:`CommitOptions.coalesce` a turn is group-committed: disjoint changes share a version,
 each caller gets its own outcome (:class:`_Member`), and a conflict, between two callers or
-with another writer's version, is reported to the caller it concerns.
+with another writer's version, is reported to the caller it concerns. On local disk the
+group spans the processes of one host (:func:`_land_shared`): a writer that finds the local
+turn taken leaves its changes in a letter (:meth:`olympia.storage.Storage.letters`), and the
+holder lands them with its own and answers with each member's outcome.
 
-Over 400 lines for one reason: a turn and a group commit run the same attempt loop
-(:func:`_land`, members' outcomes set per member), so the group lives beside it.
+Over 400 lines for one reason: a turn, a group commit and a host's letters run the same
+attempt loop (:func:`_land`, members' outcomes set per member), so they live beside it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import random
 import threading
@@ -57,6 +62,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+
+from google.protobuf.message import DecodeError
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -72,11 +79,14 @@ from olympia.exceptions import (
     NoSuchVersionError,
     StorageError,
 )
+from olympia.storage.host import HostTurns
 from olympia.tree import btree
 from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
 READ_AHEAD = 2  # roots read at once after a lost race: the winner's and the next
+LETTER_NAPS_S = (0.00005, 0.0005)  # a writer that left a letter looks for its answer (and
+# the turn) after naps growing from the first to the second
 
 
 def now_millis() -> int:
@@ -279,7 +289,7 @@ class CommitGroup:
                 self._landing, self._waiting = self._waiting, []
             taken, left = _disjoint(self._landing)
             try:
-                self._newest = _land_batch(files, taken, self._newest).root
+                self._newest = _land_here(files, taken, self._newest).root
             except BaseException as exc:
                 failed = exc if isinstance(exc, Exception) else CatalogError(
                     f"the thread committing this change was interrupted ({exc!r}); whether "
@@ -347,6 +357,214 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
         else:
             current.append(member)
     return _land(files, base, current, members[0].options)
+
+
+def _land_here(files: CatalogFiles, members: list[_Member], newest: Root | None,
+               ) -> Snapshot:
+    """:func:`_land_batch`, sharing the version with other processes of this host where
+    every member may share one and the storage keeps letters (local disk): see
+    :func:`_land_shared`."""
+    letters = files.storage.letters(members[0].base.catalog_def.id) if all(
+        m.joins for m in members) else None
+    if letters is None:
+        return _land_batch(files, members, newest)
+    return _land_shared(files, letters, members, newest)
+
+
+def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member],
+                 newest: Root | None) -> Snapshot:
+    """Group commit across the processes of one host (local disk, coalescing on).
+
+    A writer that can take the local turn at once leads: it claims the letters other
+    writers left (:meth:`HostTurns.claim`), lands their changes with its own as one version
+    (each member checked against the versions after its own base, as in a group of
+    threads) and answers each letter with every member's outcome before it lets the turn
+    go. A writer that finds the turn taken leaves a letter with its changes instead, and
+    waits for the answer or for the turn, whichever comes first (naps growing from
+    :data:`LETTER_NAPS_S`); with the turn it takes its letter back, or, if a leader had
+    claimed it and left no answer (it died while landing it), looks in the versions after
+    its base for its own action rows and lands whatever it does not find there. A change
+    left out of a version (it conflicts with another member's) is posted again. A letter
+    no holder took within the time budget is taken back (:class:`CommitConflict`); one
+    taken and not answered within twice the budget ends the wait with the outcome unknown.
+
+    Returns:
+        The newest version known at the end.
+    """
+    options = members[0].options
+    known = max([m.base for m in members] + ([Snapshot(files, newest)] if newest else []),
+                key=lambda b: b.version)
+    turn = version_path(known.version + 1)  # the turn of vn/
+    started = options.clock()
+    posted: str | None = None
+    nap = LETTER_NAPS_S[0]
+    while members:
+        with files.storage.hold_turn(turn, wait=False) as held:
+            if held:
+                if posted is not None and not letters.withdraw(posted):
+                    members, landed = _answered(files, members, letters.reply(posted))
+                    known = landed or known
+                if members:
+                    known = _lead(files, letters, members, newest)
+                break
+        if posted is None:
+            posted = letters.post(_letter(members))
+            if posted is None:  # the folder cannot be used: race as without letters
+                return _land_batch(files, members, newest)
+        else:
+            answer = letters.reply(posted)
+            if answer is not None:
+                members, landed = _answered(files, members, answer)
+                known = landed or known
+                posted, nap = None, LETTER_NAPS_S[0]
+                continue
+        waited = options.clock() - started
+        if waited >= options.timeout_s and letters.withdraw(posted):
+            for member in members:
+                member.error = CommitConflict(
+                    f"commit gave up after {options.timeout_s:g} s waiting for the writer "
+                    "holding this host's turn")
+            break
+        if waited >= 2 * options.timeout_s:  # claimed by a holder that neither lands nor dies
+            for member in members:
+                member.error = CatalogError(
+                    f"the writer holding this host's turn took this commit's change and "
+                    f"has not answered in {waited:.0f} s; whether the version was created "
+                    "is unknown: refresh and look")
+            break
+        options.sleep(nap)
+        nap = min(2 * nap, LETTER_NAPS_S[1])
+    return known
+
+
+def _lead(files: CatalogFiles, letters: HostTurns, members: list[_Member],
+          newest: Root | None) -> Snapshot:
+    """Land ``members`` with the changes of the letters left for this turn's holder, and
+    answer every letter (also when landing fails: its members are then posted again)."""
+    claimed = [(name, _read_letter(files, body, members[0].options))
+               for name, body in letters.claim()]
+    theirs = [m for _, letter in claimed for m in letter or []]
+    taken, _ = _disjoint(members + theirs)  # ours come first and are disjoint: all taken
+    try:
+        return _land_batch(files, taken, newest)
+    finally:
+        for name, letter in claimed:
+            letters.answer(name, _outcomes(letter))
+
+
+def _letter(members: Sequence[_Member]) -> bytes:
+    """The letter of ``members``: each one's base version and change."""
+    return json.dumps({"changes": [{
+        "base": m.base.version,
+        "pending": dict(m.change.pending),
+        "actions": [base64.b64encode(a.SerializeToString()).decode() for a in m.change.actions],
+        "rows": [list(row) for row in m.change.rows],
+        "defs": {path: base64.b64encode(data).decode()
+                 for path, data in m.change.new_defs.items()},
+    } for m in members]}).encode()
+
+
+def _read_letter(files: CatalogFiles, body: bytes | None, options: CommitOptions,
+                 ) -> list[_Member] | None:
+    """The members a letter holds, or None where it is not one this module writes (or
+    names a base version that cannot be read): its writer then lands it alone."""
+    try:
+        changes = json.loads(body or b"")["changes"]
+        members = []
+        for c in changes:
+            pending, rows, defs = c["pending"], c["rows"], c["defs"]
+            if not (type(c["base"]) is int and isinstance(pending, dict)
+                    and isinstance(defs, dict) and isinstance(rows, list)
+                    and all(isinstance(k, str) and _is_def(v, True) for k, v in pending.items())
+                    and all(_is_def(path) and isinstance(d, str) for path, d in defs.items())
+                    and all(isinstance(r, list) and len(r) == 2
+                            and all(isinstance(x, str) for x in r) for r in rows)):
+                return None
+            actions = []
+            for text in c["actions"]:
+                action = apb.ActionDef()
+                action.ParseFromString(base64.b64decode(text, validate=True))
+                actions.append(action)
+            change = Change(pending, actions, tuple((k, v) for k, v in rows),
+                            {path: base64.b64decode(d, validate=True) for path, d in defs.items()})
+            members.append(_Member(Snapshot(files, files.read_root(c["base"])), change, options))
+    except (ValueError, TypeError, KeyError, DecodeError, CatalogError, StorageError):
+        return None
+    return members or None
+
+
+def _is_def(path: object, or_none: bool = False) -> bool:
+    """Whether ``path`` names a definition file (or is None, if ``or_none``)."""
+    if path is None:
+        return or_none
+    if not isinstance(path, str):
+        return False
+    parts = path.split("/")
+    return parts[0] == "def" and len(parts) > 1 and all(p not in ("", ".", "..") for p in parts)
+
+
+def _outcomes(members: list[_Member] | None) -> bytes:
+    """The answer to a letter: each member's version or conflict; a member neither
+    landed nor refused (left out, or the landing failed) is to be posted again. No
+    members (an unreadable letter): its writer lands alone."""
+    if members is None:
+        return json.dumps({"alone": True}).encode()
+    outcomes: list[dict[str, object]] = []
+    for m in members:
+        if m.root is not None:
+            outcomes.append({"version": m.root.version})
+        elif isinstance(m.error, CommitConflict):
+            outcomes.append({"conflict": str(m.error), "object": m.error.object_name,
+                             "version": m.error.version})
+        else:
+            outcomes.append({"again": True})
+    return json.dumps({"outcomes": outcomes}).encode()
+
+
+def _answered(files: CatalogFiles, members: list[_Member], answer: bytes | None,
+              ) -> tuple[list[_Member], Snapshot | None]:
+    """Set the outcomes an answer gives; (the members still to land, the newest version
+    landed among them). No answer to a claimed letter: the leader is gone, and the
+    members found in a version after their base (by their action rows) landed there."""
+    try:
+        outcomes = json.loads(answer)["outcomes"] if answer is not None else None
+        if outcomes is not None and len(outcomes) != len(members):
+            outcomes = None
+    except (ValueError, TypeError, KeyError):
+        outcomes = None
+    landed: list[Root] = []
+    left = []
+    for i, member in enumerate(members):
+        outcome = outcomes[i] if outcomes is not None else None
+        if answer is None:
+            member.root = _found(files, member)
+        elif isinstance(outcome, dict) and type(outcome.get("version")) is int:
+            if "conflict" in outcome:
+                member.error = CommitConflict(str(outcome["conflict"]),
+                                              str(outcome.get("object") or ""),
+                                              outcome["version"])
+            else:
+                member.root = files.read_root(outcome["version"])
+        if member.root is not None:
+            landed.append(member.root)
+        elif member.error is None:
+            left.append(member)
+    if answer is not None and outcomes is None:  # "alone", or unreadable: land it here
+        return [], _land_batch(files, left, None) if left else None
+    newest = max(landed, key=lambda root: root.version, default=None)
+    return left, Snapshot(files, newest) if newest else None
+
+
+def _found(files: CatalogFiles, member: _Member) -> Root | None:
+    """The version after the member's base recording all of its action rows, if any."""
+    rows = set(member.change.rows)
+    version = member.base.version + 1
+    while rows and files.storage.known_to_exist(version_path(version)):
+        root = files.read_root(version)
+        if rows <= set(root.node.actions):
+            return root
+        version += 1
+    return None
 
 
 def _merged(members: Sequence[_Member]) -> Change:
