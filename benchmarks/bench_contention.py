@@ -28,7 +28,10 @@ was spared. Each round also runs 8 writers into catalogs of their own (``8_separ
 8 processes reach on these cores with no contention, against which the shared catalog's 8
 writers are measured (``share_of_ceiling``). Then 8 threads of one process committing
 through one catalog object, each commit separate and coalesced (``coalesce_commits``):
-commits/s and versions written. ``local_sustained``: the job of 8 shares of
+commits/s and versions written. ``local_coalesced``: one writer and 8 processes with
+``coalesce_commits`` (paired rounds), where the writers of one host share versions
+through letters to the holder of the local turn (``versions_per_commit``: versions made
+over commits). ``local_sustained``: the job of 8 shares of
 :data:`SUSTAINED_COMMITS` creates, made by one writer and by 8, once: whether a writer
 starves while others keep committing (the worst commit's wait, commits that gave up).
 Last, the S3 series again through a relay that delays each request by :data:`LATENCY_S`
@@ -76,10 +79,11 @@ def _names(writer: int, writers: int, shares: int, share: int) -> list[str]:
 
 
 def _writer(uri: str, options: dict[str, Any], names: list[str], writer: int,
-            start_at: float, out: Any) -> None:
+            start_at: float, out: Any, coalesce: bool = False) -> None:
     """One process: wait for the common start, then create the tables ``names``, a commit
-    each; a commit that gives up (CommitConflict) is counted and the writer goes on."""
-    catalog = Catalog.open(uri, options)
+    each (``coalesce``: commits may share a version with other writers'); a commit that
+    gives up (CommitConflict) is counted and the writer goes on."""
+    catalog = Catalog.open(uri, options, coalesce_commits=coalesce)
     latencies: list[float] = []
     gave_up: list[str] = []
     paused: list[float] = []
@@ -140,7 +144,7 @@ def _dirty_kb() -> int | None:
 
 
 def _run(uri: str, options: dict[str, Any], writers: int, share: int,
-         shared: bool = True, shares: int = SHARES) -> dict[str, Any]:
+         shared: bool = True, shares: int = SHARES, coalesce: bool = False) -> dict[str, Any]:
     """``writers`` processes making a job of ``shares`` shares of ``share`` table creates
     between them (:func:`_names`), committing into one catalog at ``uri`` or, when not
     ``shared``, each into a catalog of its own under it (the same work with no contention:
@@ -157,7 +161,7 @@ def _run(uri: str, options: dict[str, Any], writers: int, share: int,
     out = ctx.Queue()
     start_at = time.time() + 3.0 + 0.3 * writers  # after every interpreter has started
     procs = [ctx.Process(target=_writer, args=(
-        uris[w], options, _names(w, writers, shares, share), w, start_at, out))
+        uris[w], options, _names(w, writers, shares, share), w, start_at, out, coalesce))
         for w in range(writers)]
     for proc in procs:
         proc.start()
@@ -175,8 +179,9 @@ def _run(uri: str, options: dict[str, Any], writers: int, share: int,
         "max_ms": round(max(r["latencies"]) * 1000, 2),
         "attempts_per_commit": round(r["attempts"] / len(r["latencies"]), 2),
     } for r in sorted(results, key=lambda r: r["writer"])]
+    versions = max(Catalog.open(place, options).version for place in set(uris))
     return {
-        "writers": writers, "commits": total,
+        "writers": writers, "commits": total, "versions": versions,
         "commits_per_s": round(total / max(elapsed, 1e-6), 1),
         "lost_commits": total - landed,
         "gave_up": sum(len(r["gave_up"]) for r in results),
@@ -287,6 +292,30 @@ def _by_round(ones: list[dict[str, Any]], eights: list[dict[str, Any]]) -> list[
             for one, eight in zip(ones, eights, strict=True) if one.get("commits_per_s")]
 
 
+def _coalesced(location: Any, rounds: int) -> dict[str, Any]:
+    """One writer and 8, coalescing on (``location(writers)`` runs the job), in ``rounds``
+    paired rounds: 8 writers' commits share versions through letters to the holder of the
+    local turn (:func:`olympia.catalog.commit._land_shared`). ``versions_per_commit`` is
+    the share of commits that made a version of their own."""
+    trials: dict[int, list[dict[str, Any]]] = {1: [], 8: []}
+    for _ in range(rounds):
+        for writers in trials:
+            trials[writers].append(guarded(lambda w=writers: location(w)))
+    out: dict[str, Any] = {}
+    for writers, runs in trials.items():
+        done = sorted((r for r in runs if "error" not in r), key=lambda r: r["commits_per_s"])
+        out[str(writers)] = done[len(done) // 2] if done else runs[0]
+        out[str(writers)]["rounds"] = [r.get("commits_per_s") for r in runs]
+        if done:
+            out[str(writers)]["versions_per_commit"] = round(
+                (out[str(writers)]["versions"] - 1) / out[str(writers)]["commits"], 2)
+    by_round = _by_round(trials[1], trials[8])
+    out["ratio_8_to_1_by_round"] = by_round
+    if by_round:
+        out["ratio_8_to_1"] = statistics.median(by_round)
+    return out
+
+
 def _sustained(location: Any, share: int) -> dict[str, Any]:
     """The job of :data:`SHARES` shares of ``share`` creates, made by one writer, then by 8:
     the writers keep committing for many seconds, where a writer that keeps losing would
@@ -309,6 +338,10 @@ def run(quick: bool) -> dict[str, Any]:
             lambda w, n, shared, shares: _run(str(tmp / f"w{w}-{next(trial)}"), {}, w, n,
                                               shared, shares),
             local_commits,
+            rounds=2 if quick else LOCAL_ROUNDS)
+        result["local_coalesced"] = _coalesced(
+            lambda w: _run(str(tmp / f"coalesced-w{w}-{next(trial)}"), {}, w, local_commits,
+                           coalesce=True),
             rounds=2 if quick else LOCAL_ROUNDS)
         result["local_sustained"] = _sustained(
             lambda w, n: _run(str(tmp / f"sustained-w{w}"), {}, w, n),

@@ -142,7 +142,7 @@ class _RecordingBackend:
 
     def __init__(self, inner: Backend, root: str, log: OpLog) -> None:
         self.inner, self.root, self.log = inner, root, log
-        self.remote = inner.remote
+        self.remote, self.shared_turns = inner.remote, inner.shared_turns
 
     def _note(self, op: str, path: str) -> None:
         self.log.note(op, path.removeprefix(self.root))
@@ -166,8 +166,8 @@ class _RecordingBackend:
             self._note("create_exclusive" if root else "write", path)
         return staged
 
-    def hold_turn(self, path: str) -> contextlib.AbstractContextManager[bool]:
-        return self.inner.hold_turn(path)
+    def hold_turn(self, path: str, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
+        return self.inner.hold_turn(path, wait)
 
     def exists(self, path: str) -> bool:
         self._note("exists", path)

@@ -54,3 +54,23 @@ def test_contention_writers_share_one_job(writers: int) -> None:
     assert sorted(names) == sorted(f"w{s:02d}_{i:05d}" for s in range(SHARES) for i in range(3))
     assert _names(0, writers, SHARES, 3)[:2] == (
         ["w00_00000", "w00_00001"] if writers == 8 else ["w00_00000", f"w{writers:02d}_00000"])
+
+
+def test_coalesced_contention_pairs_rounds_and_counts_versions() -> None:
+    """The coalesced series runs one writer and 8 in each round and reports the paired
+    ratio and the versions made per commit."""
+    from benchmarks.bench_contention import _coalesced
+
+    rates = {1: iter([100, 200]), 8: iter([150, 100])}
+    calls = []
+
+    def run(writers: int) -> dict[str, float]:
+        calls.append(writers)
+        return {"commits_per_s": next(rates[writers]), "commits": 100,
+                "versions": 101 if writers == 1 else 26}
+
+    series = _coalesced(run, rounds=2)
+    assert calls == [1, 8, 1, 8]
+    assert series["ratio_8_to_1_by_round"] == [1.5, 0.5] and series["ratio_8_to_1"] == 1.0
+    assert series["1"]["versions_per_commit"] == 1.0 and series["8"]["versions_per_commit"] == 0.25
+    assert series["8"]["rounds"] == [150, 100]
