@@ -31,7 +31,7 @@ from olympia.catalog.commit import (
 )
 from olympia.catalog.keys import path_version, version_path
 from olympia.exceptions import CommitConflict
-from olympia.storage import Backend, FileInfo
+from olympia.storage import Backend, FileInfo, host
 
 COLUMNS = [{"name": "id", "type": "int8"}]
 
@@ -376,11 +376,12 @@ def test_a_letter_whose_holder_died_is_found_or_landed_once(tmp_path: Any,
     assert final.version == base + 1 and final.list_tables("s") == ["t"]
 
 
-def test_a_letter_no_holder_takes_is_taken_back_when_the_budget_is_spent(tmp_path: Any,
-                                                                          ) -> None:
+def test_a_letter_no_holder_takes_is_taken_back_when_the_budget_is_spent(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The turn stays held and nobody claims the letter: once the time budget is spent
     its writer takes it back and gives up with CommitConflict; nothing landed, nothing
     left in the folder."""
+    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.05)  # each wait for the turn runs out
     holder, writer = _host_writers(tmp_path, 2)
     ticks = itertools.count()
     writer.commit_options = dataclasses.replace(

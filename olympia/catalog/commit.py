@@ -85,8 +85,7 @@ from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
 READ_AHEAD = 2  # roots read at once after a lost race: the winner's and the next
-LETTER_NAPS_S = (0.00005, 0.0005)  # a writer that left a letter looks for its answer (and
-# the turn) after naps growing from the first to the second
+LETTER_NAP_S = 0.001  # a writer whose wait for the turn ran out (a stalled holder) naps
 
 
 def now_millis() -> int:
@@ -380,8 +379,9 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
     (each member checked against the versions after its own base, as in a group of
     threads) and answers each letter with every member's outcome before it lets the turn
     go. A writer that finds the turn taken leaves a letter with its changes instead, and
-    waits for the answer or for the turn, whichever comes first (naps growing from
-    :data:`LETTER_NAPS_S`); with the turn it takes its letter back, or, if a leader had
+    waits for the turn in the kernel (:meth:`olympia.storage.Storage.await_turn`), so
+    waiting costs no CPU; with the turn it reads its answer, or takes its letter back and
+    leads, or, if a leader had
     claimed it and left no answer (it died while landing it), looks in the versions after
     its base for its own action rows and lands whatever it does not find there. A change
     left out of a version (it conflicts with another member's) is posted again. A letter
@@ -395,11 +395,12 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
     known = max([m.base for m in members] + ([Snapshot(files, newest)] if newest else []),
                 key=lambda b: b.version)
     turn = version_path(known.version + 1)  # the turn of vn/
+    storage = files.storage
     started = options.clock()
     posted: str | None = None
-    nap = LETTER_NAPS_S[0]
     while members:
-        with files.storage.hold_turn(turn, wait=False) as held:
+        with (storage.hold_turn(turn, wait=False) if posted is None
+              else storage.await_turn(turn, letters)) as held:
             if held:
                 if posted is not None and not letters.withdraw(posted):
                     members, landed = _answered(files, members, letters.reply(posted))
@@ -411,13 +412,12 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
             posted = letters.post(_letter(members))
             if posted is None:  # the folder cannot be used: race as without letters
                 return _land_batch(files, members, newest)
-        else:
-            answer = letters.reply(posted)
-            if answer is not None:
-                members, landed = _answered(files, members, answer)
-                known = landed or known
-                posted, nap = None, LETTER_NAPS_S[0]
-                continue
+            continue
+        answer = letters.reply(posted)  # the wait for a stalled holder ran out
+        if answer is not None:
+            members, landed = _answered(files, members, answer)
+            known, posted = landed or known, None
+            continue
         waited = options.clock() - started
         if waited >= options.timeout_s and letters.withdraw(posted):
             for member in members:
@@ -432,8 +432,7 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
                     f"has not answered in {waited:.0f} s; whether the version was created "
                     "is unknown: refresh and look")
             break
-        options.sleep(nap)
-        nap = min(2 * nap, LETTER_NAPS_S[1])
+        options.sleep(LETTER_NAP_S)
     return known
 
 

@@ -276,6 +276,12 @@ class Storage:
         self._scope = scope
         return host.hold()
 
+    def await_turn(self, path: str, letters: HostTurns,
+                   ) -> contextlib.AbstractContextManager[bool]:
+        """:meth:`hold_turn` on local disk, waiting in the kernel (at most 2 s; see
+        :meth:`HostTurns.hold_local`) with the urgent lock of ``letters``' folder."""
+        return letters.hold_local(self.full(path))
+
     def letters(self, scope: str) -> HostTurns | None:
         """Where this host's writers of the catalog ``scope`` (its id) leave changes for
         the writer holding the local turn to land with its own

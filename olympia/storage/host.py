@@ -86,6 +86,32 @@ class HostTurns:
                 if outermost:
                     self._holder = None
 
+    def hold_local(self, path: str) -> contextlib.AbstractContextManager[bool]:
+        """Hold the local writers' turn of ``path``'s folder (see
+        :meth:`olympia.storage.backends.LocalBackend.hold_turn`), waiting for it in the
+        kernel as for the host turn (at most :data:`HOST_TURN_WAIT_S`, the longest waiter
+        first): a writer waiting for an answer to its letter costs no CPU."""
+        folder = os.path.dirname(path) or "."
+
+        def take() -> int | None:
+            if not self._ready():
+                return None
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return None
+            note_held(fd)
+            try:
+                if _Wait.lock(fd, os.path.join(self.folder, "urgent")):
+                    return fd
+                return None  # the wait ran out: ``fd`` is the waiting thread's now
+            except OSError:
+                pass
+            release_turn(fd)
+            return None
+
+        return holding(folder, take)
+
     def held(self) -> bool:
         """Whether a thread of this process holds the turn (the holder's reads may run on
         other threads: :meth:`olympia.storage.Storage.map_reads`)."""
