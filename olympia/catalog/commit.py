@@ -381,9 +381,9 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
     go. A writer that finds the turn taken leaves a letter with its changes instead, and
     waits for the turn in the kernel (:meth:`olympia.storage.Storage.await_turn`), so
     waiting costs no CPU; with the turn it reads its answer, or takes its letter back and
-    leads, or, if a leader had
-    claimed it and left no answer (it died while landing it), looks in the versions after
-    its base for its own action rows and lands whatever it does not find there. A change
+    leads, or, if a leader had claimed it and left no answer (it died while landing it),
+    looks in the versions after its base for its own action rows and lands whatever it
+    does not find there. A change
     left out of a version (it conflicts with another member's) is posted again. A letter
     no holder took within the time budget is taken back (:class:`CommitConflict`); one
     taken and not answered within twice the budget ends the wait with the outcome unknown.
