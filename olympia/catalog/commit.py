@@ -344,8 +344,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
     ``newest`` (the newest version the group knows), each first checked against the
     versions after its own base, with the first member's options. Returns the newest
     version known afterwards."""
-    known = [Snapshot(files, newest)] if newest else []
-    base = max([m.base for m in members] + known, key=lambda b: b.version)
+    base = _newest_base(files, members, newest)
     current = []
     for member in members:
         for version in range(member.base.version + 1, base.version + 1):
@@ -356,6 +355,13 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
         else:
             current.append(member)
     return _land(files, base, current, members[0].options)
+
+
+def _newest_base(files: CatalogFiles, members: list[_Member], newest: Root | None,
+                 ) -> Snapshot:
+    """The newest of the members' bases and ``newest`` (the newest version the group knows)."""
+    known = [Snapshot(files, newest)] if newest else []
+    return max([m.base for m in members] + known, key=lambda b: b.version)
 
 
 def _land_here(files: CatalogFiles, members: list[_Member], newest: Root | None,
@@ -392,8 +398,7 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
         The newest version known at the end.
     """
     options = members[0].options
-    known = max([m.base for m in members] + ([Snapshot(files, newest)] if newest else []),
-                key=lambda b: b.version)
+    known = _newest_base(files, members, newest)
     turn = version_path(known.version + 1)  # the turn of vn/
     storage = files.storage
     started = options.clock()

@@ -57,7 +57,9 @@ def default_base() -> str:
 
 
 class HostTurns:
-    """The turn and the copies of one catalog's landed files on this host.
+    """The turn and the copies of one catalog's landed files on this host, and the letters
+    its coalescing writers on local disk leave for the holder of the local turn
+    (:meth:`post`, :meth:`claim`, :meth:`answer`, :meth:`reply`).
 
     Args:
         base: The folder holding every catalog's (created, mode 0700; a folder that is
@@ -92,25 +94,7 @@ class HostTurns:
         kernel as for the host turn (at most :data:`HOST_TURN_WAIT_S`, the longest waiter
         first): a writer waiting for an answer to its letter costs no CPU."""
         folder = os.path.dirname(path) or "."
-
-        def take() -> int | None:
-            if not self._ready():
-                return None
-            try:
-                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-            except OSError:
-                return None
-            note_held(fd)
-            try:
-                if _Wait.lock(fd, os.path.join(self.folder, "urgent")):
-                    return fd
-                return None  # the wait ran out: ``fd`` is the waiting thread's now
-            except OSError:
-                pass
-            release_turn(fd)
-            return None
-
-        return holding(folder, take)
+        return holding(folder, lambda: self._lock(folder, os.O_RDONLY | os.O_DIRECTORY))
 
     def held(self) -> bool:
         """Whether a thread of this process holds the turn (the holder's reads may run on
@@ -147,12 +131,7 @@ class HostTurns:
             return
         try:
             for path, data in files.items():
-                copy = self._copy(path)
-                tmp = f"{copy}.{uuid.uuid4().hex}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.write(hashlib.sha256(data).digest())
-                os.replace(tmp, copy)
+                self._place(self._copy(path), data + hashlib.sha256(data).digest())
             self._prune()
         except OSError:
             pass  # the copies only save requests
@@ -251,10 +230,15 @@ class HostTurns:
 
     def _take(self) -> int | None:
         """The turn file's descriptor, locked; None if not taken (see :meth:`hold`)."""
+        return self._lock(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT)
+
+    def _lock(self, path: str, flags: int) -> int | None:
+        """``path`` opened (``flags``) and locked through :class:`_Wait`, with this
+        folder's urgent lock; None if not taken."""
         if not self._ready():
             return None
         try:
-            fd = os.open(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT, 0o600)
+            fd = os.open(path, flags, 0o600)
         except OSError:
             self._usable = None  # the folder went (pruned by another process): made again
             return None
