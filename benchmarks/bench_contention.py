@@ -31,7 +31,8 @@ through one catalog object, each commit separate and coalesced (``coalesce_commi
 commits/s and versions written. ``local_coalesced``: one writer and 8 processes with
 ``coalesce_commits`` (paired rounds), where the writers of one host share versions
 through letters to the holder of the local turn (``versions_per_commit``: versions made
-over commits). ``local_sustained``: the job of 8 shares of
+over commits); the S3 series does the same through the host turn (``s3.coalesced``).
+``local_sustained``: the job of 8 shares of
 :data:`SUSTAINED_COMMITS` creates, made by one writer and by 8, once: whether a writer
 starves while others keep committing (the worst commit's wait, commits that gave up).
 Last, the S3 series again through a relay that delays each request by :data:`LATENCY_S`
@@ -116,6 +117,7 @@ def _writer(uri: str, options: dict[str, Any], names: list[str], writer: int,
                  "root_reads": log.count("read", "root"), "read_misses": stats["misses"],
                  "node_reads": log.count("read", "node"), "node_writes": log.count("write", "node"),
                  "def_writes": log.count("write", "def"), "hint_reads": log.count("read", "hint"),
+                 "hint_writes": log.count("write", "hint"),
                  "exists": log.count("exists"), "host_reads": stats["host_reads"],
                  "bytes_written": stats["bytes_written"],
                  "bytes_read": stats["bytes_read"]}})
@@ -295,7 +297,8 @@ def _by_round(ones: list[dict[str, Any]], eights: list[dict[str, Any]]) -> list[
 def _coalesced(location: Any, rounds: int) -> dict[str, Any]:
     """One writer and 8, coalescing on (``location(writers)`` runs the job), in ``rounds``
     paired rounds: 8 writers' commits share versions through letters to the holder of the
-    local turn (:func:`olympia.catalog.commit._land_shared`). ``versions_per_commit`` is
+    turn (:func:`olympia.catalog.commit._land_shared`; the local turn on local disk, the
+    host turn on S3). ``versions_per_commit`` is
     the share of commits that made a version of their own."""
     trials: dict[int, list[dict[str, Any]]] = {1: [], 8: []}
     for _ in range(rounds):
@@ -360,6 +363,9 @@ def run(quick: bool) -> dict[str, Any]:
             series["threads"] = _thread_series(
                 lambda on, n: _threads(f"{uri}/threads-{on}", options, THREADS, n, on),
                 s3_commits)
+            series["coalesced"] = _coalesced(
+                lambda w: _run(f"{uri}/coalesced-w{w}-{next(trial)}", options, w,
+                               s3_commits, coalesce=True), rounds=s3_rounds)
             return series
 
     result["s3"] = guarded(on_s3)

@@ -6,6 +6,7 @@ storage; counts are asserted, never times."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import itertools
@@ -269,7 +270,8 @@ def test_a_dropped_catalog_leaves_no_group_behind() -> None:
     assert files() is None and group() is None
 
 
-# --- writers in several processes of one host (local disk): letters to the turn's holder ---
+# --- writers in several processes of one host: letters to the turn's holder ---
+# (the host turn on S3, the local turn of vn/ on local disk)
 
 
 def _letters(letters: Any, kinds: tuple[str, ...] = ("p-",)) -> int:
@@ -304,21 +306,28 @@ def _commit_elsewhere(catalog: Catalog, name: str) -> tuple[threading.Thread, li
     return thread, outcome
 
 
-def _host_writers(tmp_path: Any, count: int) -> list[Catalog]:
-    """``count`` catalog objects on one local catalog, as writers in separate processes
-    of one host hold them (each has its own commit group), coalescing on."""
-    uri, options = str(tmp_path / "c"), {"host_dir": str(tmp_path / "host")}
+def _host_writers(shared_location: Location, tmp_path: Any, count: int) -> list[Catalog]:
+    """``count`` catalog objects on one catalog, as writers in separate processes of one
+    host hold them (each has its own commit group), coalescing on."""
+    uri = shared_location.uri
+    options = {"host_dir": str(tmp_path / "host"), **shared_location.storage_options}
     Catalog.create(uri, options).create_namespace("s")
     return [Catalog.open(uri, options, coalesce_commits=True) for _ in range(count)]
 
 
-def test_writers_of_one_host_share_the_version_of_the_turns_holder(tmp_path: Any) -> None:
-    """While one writer holds the local turn, the others leave letters; it lands their
-    changes with its own as one version, and each learns that version."""
-    leader, *others = _host_writers(tmp_path, 3)
+def _turn(catalog: Catalog) -> contextlib.AbstractContextManager[bool]:
+    """The turn a writer of ``catalog`` leads in, held as while landing."""
+    return catalog.storage.hold_turn(version_path(catalog.version + 1), catalog.catalog_def.id)
+
+
+def test_writers_of_one_host_share_the_version_of_the_turns_holder(
+        shared_location: Location, tmp_path: Any) -> None:
+    """While one writer holds the turn, the others leave letters; it lands their changes
+    with its own as one version, and each learns that version."""
+    leader, *others = _host_writers(shared_location, tmp_path, 3)
     base = leader.version
     letters = leader.storage.letters(leader.catalog_def.id)
-    with leader.storage.hold_turn(version_path(base + 1)) as held:  # as while landing
+    with _turn(leader) as held:
         assert held
         waiting = [_commit_elsewhere(other, f"t{i}") for i, other in enumerate(others)]
         _letters_posted(letters, 2)
@@ -332,13 +341,14 @@ def test_writers_of_one_host_share_the_version_of_the_turns_holder(tmp_path: Any
     assert _letters(letters, ("p-", "c-", "a-")) == 0
 
 
-def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(tmp_path: Any) -> None:
+def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(
+        shared_location: Location, tmp_path: Any) -> None:
     """Two letters creating the same table: the holder lands one; the other is answered
     "again", and its writer, once it has the turn, gets the conflict with that version."""
-    leader, *others = _host_writers(tmp_path, 3)
+    leader, *others = _host_writers(shared_location, tmp_path, 3)
     base = leader.version
     letters = leader.storage.letters(leader.catalog_def.id)
-    with leader.storage.hold_turn(version_path(base + 1)):
+    with _turn(leader):
         waiting = [_commit_elsewhere(other, "same") for other in others]
         _letters_posted(letters, 2)
         leader.create_table("s", "mine", columns=COLUMNS)
@@ -354,15 +364,15 @@ def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(tmp_path: Any)
 
 
 @pytest.mark.parametrize("landed", [False, True])
-def test_a_letter_whose_holder_died_is_found_or_landed_once(tmp_path: Any,
-                                                             landed: bool) -> None:
+def test_a_letter_whose_holder_died_is_found_or_landed_once(
+        shared_location: Location, tmp_path: Any, landed: bool) -> None:
     """A holder that claimed a letter and died (no answer) may or may not have landed it:
     its writer, once it has the turn, looks for its action rows in the versions after its
     base, and lands the change only where it finds none."""
-    holder, writer = _host_writers(tmp_path, 2)
+    holder, writer = _host_writers(shared_location, tmp_path, 2)
     base = holder.version
     letters = holder.storage.letters(holder.catalog_def.id)
-    with holder.storage.hold_turn(version_path(base + 1)):
+    with _turn(holder):
         thread, outcome = _commit_elsewhere(writer, "t")
         _letters_posted(letters, 1)
         ((_, body),) = letters.claim()
@@ -377,17 +387,20 @@ def test_a_letter_whose_holder_died_is_found_or_landed_once(tmp_path: Any,
 
 
 def test_a_letter_no_holder_takes_is_taken_back_when_the_budget_is_spent(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_location: Location, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The turn stays held and nobody claims the letter: once the time budget is spent
     its writer takes it back and gives up with CommitConflict; nothing landed, nothing
     left in the folder."""
     monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.05)  # each wait for the turn runs out
-    holder, writer = _host_writers(tmp_path, 2)
+    holder, writer = _host_writers(shared_location, tmp_path, 2)
     ticks = itertools.count()
     writer.commit_options = dataclasses.replace(
         writer.commit_options, clock=lambda: float(next(ticks)), sleep=lambda _: None)
     letters = holder.storage.letters(holder.catalog_def.id)
-    turn = os.open(tmp_path / "c" / "vn", os.O_RDONLY | os.O_DIRECTORY)
+    assert letters is not None
+    turn = (os.open(os.path.join(shared_location.uri, "vn"), os.O_RDONLY | os.O_DIRECTORY)
+            if shared_location.kind == "local"
+            else os.open(os.path.join(letters.folder, "turn"), os.O_RDONLY))
     try:  # held as a writer in another process holds it
         fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(CommitConflict, match="holding this host's turn"):

@@ -60,7 +60,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from google.protobuf.message import DecodeError
@@ -338,12 +338,12 @@ def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
     return taken, left
 
 
-def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
-                ) -> Snapshot:
+def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None,
+                hint: bool = True) -> Snapshot:
     """Commit disjoint members as one version after the newest of their bases and
     ``newest`` (the newest version the group knows), each first checked against the
-    versions after its own base, with the first member's options. Returns the newest
-    version known afterwards."""
+    versions after its own base, with the first member's options (``hint``: as
+    :func:`_land`). Returns the newest version known afterwards."""
     base = _newest_base(files, members, newest)
     current = []
     for member in members:
@@ -354,7 +354,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
                 break
         else:
             current.append(member)
-    return _land(files, base, current, members[0].options)
+    return _land(files, base, current, members[0].options, hint)
 
 
 def _newest_base(files: CatalogFiles, members: list[_Member], newest: Root | None,
@@ -378,14 +378,17 @@ def _land_here(files: CatalogFiles, members: list[_Member], newest: Root | None,
 
 def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member],
                  newest: Root | None) -> Snapshot:
-    """Group commit across the processes of one host (local disk, coalescing on).
+    """Group commit across the processes of one host (coalescing on; the turn is the host
+    turn on remote storage, the local turn of ``vn/`` on local disk).
 
-    A writer that can take the local turn at once leads: it claims the letters other
+    A writer that can take the turn at once leads: it claims the letters other
     writers left (:meth:`HostTurns.claim`), lands their changes with its own as one version
     (each member checked against the versions after its own base, as in a group of
     threads) and answers each letter with every member's outcome before it lets the turn
-    go. A writer that finds the turn taken leaves a letter with its changes instead, and
-    waits for the turn in the kernel (:meth:`olympia.storage.Storage.await_turn`), so
+    go. A writer that finds the turn taken leaves a letter with its changes instead (on
+    remote storage it writes its definition files first: they do not depend on the base,
+    and the holder's turn then makes no request for them), and waits for the turn in the
+    kernel (:meth:`olympia.storage.Storage.await_turn`), so
     waiting costs no CPU; with the turn it reads its answer, or takes its letter back and
     leads, or, if a leader had claimed it and left no answer (it died while landing it),
     looks in the versions after its base for its own action rows and lands whatever it
@@ -399,19 +402,25 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
     """
     options = members[0].options
     known = _newest_base(files, members, newest)
-    turn = version_path(known.version + 1)  # the turn of vn/
+    turn = version_path(known.version + 1)  # the turn of vn/ (local disk)
     storage = files.storage
+    scope = known.catalog_def.id
+    if storage.host_turns:  # definitions first, outside the turn (as _land writes them)
+        storage.write_many({p: d for m in members for p, d in m.change.new_defs.items()})
+        for member in members:
+            member.change = replace(member.change, new_defs={})
     started = options.clock()
     posted: str | None = None
+    led: int | None = None  # the version this writer landed as the turn's holder
     while members:
-        with (storage.hold_turn(turn, wait=False) if posted is None
+        with (storage.hold_turn(turn, scope, wait=False) if posted is None
               else storage.await_turn(turn, letters)) as held:
             if held:
                 if posted is not None and not letters.withdraw(posted):
                     members, landed = _answered(files, members, letters.reply(posted))
                     known = landed or known
                 if members:
-                    known = _lead(files, letters, members, newest)
+                    known, led = _lead(files, letters, members, newest)
                 break
         if posted is None:
             posted = letters.post(_letter(members))
@@ -438,19 +447,25 @@ def _land_shared(files: CatalogFiles, letters: HostTurns, members: list[_Member]
                     "is unknown: refresh and look")
             break
         options.sleep(LETTER_NAP_S)
+    if led is not None:  # once the turn is let go: the next holder need not wait for it
+        _write_hint(files, led)
     return known
 
 
 def _lead(files: CatalogFiles, letters: HostTurns, members: list[_Member],
-          newest: Root | None) -> Snapshot:
+          newest: Root | None) -> tuple[Snapshot, int | None]:
     """Land ``members`` with the changes of the letters left for this turn's holder, and
-    answer every letter (also when landing fails: its members are then posted again)."""
+    answer every letter (also when landing fails: its members are then posted again).
+    Returns the newest version known afterwards, and the one landed (None if none; its
+    vn/latest is not written yet)."""
     claimed = [(name, _read_letter(files, body, members[0].options))
                for name, body in letters.claim()]
     theirs = [m for _, letter in claimed for m in letter or []]
     taken, _ = _disjoint(members + theirs)  # ours come first and are disjoint: all taken
     try:
-        return _land_batch(files, taken, newest)
+        known = _land_batch(files, taken, newest, hint=False)
+        return known, (known.version if any(
+            m.root is not None and m.root.version == known.version for m in taken) else None)
     finally:
         for name, letter in claimed:
             letters.answer(name, _outcomes(letter))
@@ -560,10 +575,12 @@ def _answered(files: CatalogFiles, members: list[_Member], answer: bytes | None,
 
 
 def _found(files: CatalogFiles, member: _Member) -> Root | None:
-    """The version after the member's base recording all of its action rows, if any."""
+    """The version after the member's base recording all of its action rows, if any
+    (asked of the store where this host's copies do not tell: a holder may have died
+    between creating the root and copying it)."""
     rows = set(member.change.rows)
     version = member.base.version + 1
-    while rows and files.storage.known_to_exist(version_path(version)):
+    while rows and files.storage.probe(version_path(version)):
         root = files.read_root(version)
         if rows <= set(root.node.actions):
             return root
@@ -585,10 +602,12 @@ def _merged(members: Sequence[_Member]) -> Change:
 
 
 def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
-          options: CommitOptions) -> Snapshot:
+          options: CommitOptions, hint: bool = True) -> Snapshot:
     """Commit the members' changes as one version after ``base`` (or after the versions
     that win the races) and set each member's outcome: the committed root, or the
-    conflict that took it out. Storage and size errors are raised for all of them.
+    conflict that took it out; then write vn/latest, unless not ``hint`` (a holder of the
+    turn writes it once it lets the turn go). Storage and size errors are raised for all
+    of them.
 
     Returns:
         The newest version known at the end: the one committed, or the last one read.
@@ -623,10 +642,8 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
         else:
             committed = Root(version, version_path(version), root, cdef)
             files.remember_root(committed)
-            try:
-                files.write_hint(LATEST, version)
-            except StorageError:
-                pass  # vn/latest is only a hint; discovery probes past it
+            if hint:
+                _write_hint(files, version)
             for member in members:
                 member.root = committed
             return Snapshot(files, committed)
@@ -641,6 +658,14 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
         if members and bound:
             options.sleep(options.jitter(bound))
     return base
+
+
+def _write_hint(files: CatalogFiles, version: int) -> None:
+    """The best-effort write of vn/latest once ``version`` landed."""
+    try:
+        files.write_hint(LATEST, version)
+    except StorageError:
+        pass  # vn/latest is only a hint; discovery probes past it
 
 
 def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Written,

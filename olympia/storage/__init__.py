@@ -269,24 +269,36 @@ class Storage:
         out: the exclusive create still decides races)."""
         if self._host_base is None:
             return self.backend.hold_turn(self.full(path), wait)
+        return self._host(scope).hold(wait)
+
+    def _host(self, scope: str) -> HostTurns:
+        """The host turn of the catalog ``scope`` (remote storage, ``host_turns`` on)."""
+        assert self._host_base is not None
         host = self._hosts.get(scope)
         if host is None:
             key = repr((self.backend.place(self.root), scope))
             host = self._hosts.setdefault(scope, HostTurns(self._host_base, key))
         self._scope = scope
-        return host.hold()
+        return host
 
     def await_turn(self, path: str, letters: HostTurns,
                    ) -> contextlib.AbstractContextManager[bool]:
-        """:meth:`hold_turn` on local disk, waiting in the kernel (at most 2 s; see
-        :meth:`HostTurns.hold_local`) with the urgent lock of ``letters``' folder."""
+        """:meth:`hold_turn` for a writer that left a letter in ``letters``, waiting in the
+        kernel (at most 2 s; see :class:`olympia.storage.host.HostTurns`) with the urgent
+        lock of their folder: on remote storage the host turn itself, on local disk the
+        turn of ``path``'s folder."""
+        if self._host_base is not None:
+            return letters.hold()
         return letters.hold_local(self.full(path))
 
     def letters(self, scope: str) -> HostTurns | None:
         """Where this host's writers of the catalog ``scope`` (its id) leave changes for
-        the writer holding the local turn to land with its own
-        (:func:`olympia.catalog.commit.commit` with ``coalesce``): local disk, with the
-        ``host_turns`` setting on, in a folder under ``host_dir``; None elsewhere."""
+        the writer holding the turn to land with its own
+        (:func:`olympia.catalog.commit.commit` with ``coalesce``), with the ``host_turns``
+        setting on: on remote storage, the host turn's folder; on local disk, a folder
+        under ``host_dir`` too; None elsewhere (memory)."""
+        if self._host_base is not None:
+            return self._host(scope)
         if not self.backend.shared_turns or not self.settings.host_turns:
             return None
         letters = self._letters.get(scope)

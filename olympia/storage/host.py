@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from functools import partial
 
 from olympia.storage.backends import holding, note_held, release_turn, try_flock
 
@@ -58,8 +59,9 @@ def default_base() -> str:
 
 class HostTurns:
     """The turn and the copies of one catalog's landed files on this host, and the letters
-    its coalescing writers on local disk leave for the holder of the local turn
-    (:meth:`post`, :meth:`claim`, :meth:`answer`, :meth:`reply`).
+    its coalescing writers leave for the holder of the turn (the host turn on remote
+    storage, the local turn on local disk: :meth:`post`, :meth:`claim`, :meth:`answer`,
+    :meth:`reply`).
 
     Args:
         base: The folder holding every catalog's (created, mode 0700; a folder that is
@@ -75,10 +77,11 @@ class HostTurns:
         self._puts = 0
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[bool]:
-        """Wait for the turn (at most :data:`HOST_TURN_WAIT_S`) and hold it for the block;
-        yields whether it is held (a thread already holding it holds it on)."""
-        with holding(self.folder, self._take) as held:
+    def hold(self, wait: bool = True) -> Iterator[bool]:
+        """Wait for the turn (at most :data:`HOST_TURN_WAIT_S`; without ``wait``, only take
+        it if it is free at once) and hold it for the block; yields whether it is held (a
+        thread already holding it holds it on)."""
+        with holding(self.folder, partial(self._take, wait)) as held:
             outermost = held and not self.held()
             if outermost:
                 self._holder = os.getpid()
@@ -228,13 +231,14 @@ class HostTurns:
     def _copy(self, path: str) -> str:
         return os.path.join(self.folder, hashlib.sha256(path.encode()).hexdigest()[:40])
 
-    def _take(self) -> int | None:
+    def _take(self, wait: bool = True) -> int | None:
         """The turn file's descriptor, locked; None if not taken (see :meth:`hold`)."""
-        return self._lock(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT)
+        return self._lock(os.path.join(self.folder, "turn"), os.O_RDONLY | os.O_CREAT, wait)
 
-    def _lock(self, path: str, flags: int) -> int | None:
+    def _lock(self, path: str, flags: int, wait: bool = True) -> int | None:
         """``path`` opened (``flags``) and locked through :class:`_Wait`, with this
-        folder's urgent lock; None if not taken."""
+        folder's urgent lock (without ``wait``, only if free at once); None if not
+        taken."""
         if not self._ready():
             return None
         try:
@@ -244,7 +248,10 @@ class HostTurns:
             return None
         note_held(fd)  # a child forked while this thread waits closes its copy
         try:
-            if _Wait.lock(fd, os.path.join(self.folder, "urgent")):
+            if not wait:
+                if try_flock(fd, fcntl.LOCK_EX):
+                    return fd
+            elif _Wait.lock(fd, os.path.join(self.folder, "urgent")):
                 return fd
             return None  # the wait ran out: ``fd`` is the waiting thread's now
         except FileNotFoundError:
