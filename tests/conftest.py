@@ -56,11 +56,13 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Loca
     unique = uuid.uuid4().hex[:12]
     if kind == "memory":
         return Location(f"memory://{unique}", {}, kind)
+    # this test's own folder for host turns (and letters): the same "host" for its writers,
+    # no other test's, and nothing left in the user's temporary folder
+    host_dir = str(tmp_path / "host")
     if kind == "local":
-        return Location(str(tmp_path / "warehouse"), {}, kind)
+        return Location(str(tmp_path / "warehouse"), {"host_dir": host_dir}, kind)
     server = request.getfixturevalue("s3_server")
-    # this test's own folder for host turns: the same "host" for its writers, no other test's
-    options = {**server.storage_options, "host_dir": str(tmp_path / "host")}
+    options = {**server.storage_options, "host_dir": host_dir}
     return Location(f"s3://{server.bucket}/{unique}", options, kind)
 
 

@@ -306,11 +306,11 @@ def _commit_elsewhere(catalog: Catalog, name: str) -> tuple[threading.Thread, li
     return thread, outcome
 
 
-def _host_writers(shared_location: Location, tmp_path: Any, count: int) -> list[Catalog]:
+def _host_writers(shared_location: Location, count: int) -> list[Catalog]:
     """``count`` catalog objects on one catalog, as writers in separate processes of one
     host hold them (each has its own commit group), coalescing on."""
     uri = shared_location.uri
-    options = {"host_dir": str(tmp_path / "host"), **shared_location.storage_options}
+    options = shared_location.storage_options
     Catalog.create(uri, options).create_namespace("s")
     return [Catalog.open(uri, options, coalesce_commits=True) for _ in range(count)]
 
@@ -321,10 +321,10 @@ def _turn(catalog: Catalog) -> contextlib.AbstractContextManager[bool]:
 
 
 def test_writers_of_one_host_share_the_version_of_the_turns_holder(
-        shared_location: Location, tmp_path: Any) -> None:
+        shared_location: Location) -> None:
     """While one writer holds the turn, the others leave letters; it lands their changes
     with its own as one version, and each learns that version."""
-    leader, *others = _host_writers(shared_location, tmp_path, 3)
+    leader, *others = _host_writers(shared_location, 3)
     base = leader.version
     letters = leader.storage.letters(leader.catalog_def.id)
     with _turn(leader) as held:
@@ -342,10 +342,10 @@ def test_writers_of_one_host_share_the_version_of_the_turns_holder(
 
 
 def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(
-        shared_location: Location, tmp_path: Any) -> None:
+        shared_location: Location) -> None:
     """Two letters creating the same table: the holder lands one; the other is answered
     "again", and its writer, once it has the turn, gets the conflict with that version."""
-    leader, *others = _host_writers(shared_location, tmp_path, 3)
+    leader, *others = _host_writers(shared_location, 3)
     base = leader.version
     letters = leader.storage.letters(leader.catalog_def.id)
     with _turn(leader):
@@ -365,11 +365,11 @@ def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(
 
 @pytest.mark.parametrize("landed", [False, True])
 def test_a_letter_whose_holder_died_is_found_or_landed_once(
-        shared_location: Location, tmp_path: Any, landed: bool) -> None:
+        shared_location: Location, landed: bool) -> None:
     """A holder that claimed a letter and died (no answer) may or may not have landed it:
     its writer, once it has the turn, looks for its action rows in the versions after its
     base, and lands the change only where it finds none."""
-    holder, writer = _host_writers(shared_location, tmp_path, 2)
+    holder, writer = _host_writers(shared_location, 2)
     base = holder.version
     letters = holder.storage.letters(holder.catalog_def.id)
     with _turn(holder):
@@ -387,12 +387,12 @@ def test_a_letter_whose_holder_died_is_found_or_landed_once(
 
 
 def test_a_letter_no_holder_takes_is_taken_back_when_the_budget_is_spent(
-        shared_location: Location, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_location: Location, monkeypatch: pytest.MonkeyPatch) -> None:
     """The turn stays held and nobody claims the letter: once the time budget is spent
     its writer takes it back and gives up with CommitConflict; nothing landed, nothing
     left in the folder."""
     monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.05)  # each wait for the turn runs out
-    holder, writer = _host_writers(shared_location, tmp_path, 2)
+    holder, writer = _host_writers(shared_location, 2)
     ticks = itertools.count()
     writer.commit_options = dataclasses.replace(
         writer.commit_options, clock=lambda: float(next(ticks)), sleep=lambda _: None)

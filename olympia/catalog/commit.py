@@ -367,8 +367,8 @@ def _newest_base(files: CatalogFiles, members: list[_Member], newest: Root | Non
 def _land_here(files: CatalogFiles, members: list[_Member], newest: Root | None,
                ) -> Snapshot:
     """:func:`_land_batch`, sharing the version with other processes of this host where
-    every member may share one and the storage keeps letters (local disk): see
-    :func:`_land_shared`."""
+    every member may share one and the storage keeps letters (local disk; remote storage
+    with host turns): see :func:`_land_shared`."""
     letters = files.storage.letters(members[0].base.catalog_def.id) if all(
         m.joins for m in members) else None
     if letters is None:
