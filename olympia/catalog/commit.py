@@ -40,10 +40,11 @@ one another for a version, each starts from the newest version the process knows
 waits behind more than the commits submitted before its own. With
 :attr:`CommitOptions.coalesce` a turn is group-committed: disjoint changes share a version,
 each caller gets its own outcome (:class:`_Member`), and a conflict, between two callers or
-with another writer's version, is reported to the caller it concerns. On local disk the
-group spans the processes of one host (:func:`_land_shared`): a writer that finds the local
-turn taken leaves its changes in a letter (:meth:`olympia.storage.Storage.letters`), and the
-holder lands them with its own and answers with each member's outcome.
+with another writer's version, is reported to the caller it concerns. The group also spans
+the processes of one host (:func:`_land_shared`): a writer that finds the turn taken (the
+local turn on local disk, the host turn on remote storage) leaves its changes in a letter
+(:meth:`olympia.storage.Storage.letters`), and the holder lands them with its own and
+answers with each member's outcome.
 
 Over 400 lines for one reason: a turn, a group commit and a host's letters run the same
 attempt loop (:func:`_land`, members' outcomes set per member), so they live beside it.
