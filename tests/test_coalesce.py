@@ -275,10 +275,12 @@ def test_a_dropped_catalog_leaves_no_group_behind() -> None:
 
 
 def _letters(letters: Any, kinds: tuple[str, ...] = ("p-",)) -> int:
-    """Letters (and claims, answers: ``kinds``) in the host folder."""
+    """Letters (and claims, answers: ``kinds``) in the host folder, once in place (not a
+    temporary file still being written under its name)."""
     if not os.path.isdir(letters.folder):
         return 0
-    return sum(name.startswith(kinds) for name in os.listdir(letters.folder))
+    return sum(name[:2] in kinds and host._is_digest(name[2:], 32)
+               for name in os.listdir(letters.folder))
 
 
 def _letters_posted(letters: Any, count: int) -> None:
