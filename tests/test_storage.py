@@ -757,6 +757,49 @@ def test_local_publish_creates_the_file_whole_where_naming_staged_content_is_ref
     assert not [f for f in os.listdir(tmp_path / "c" / "vn") if f.startswith(".tmp-")]
 
 
+@needs_unnamed_files
+def test_local_unnamed_files_of_a_lost_publish_hold_the_next_files(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish that loses its race keeps its unnamed files open (closing one frees an
+    inode, which ext4 without a journal makes every later allocation scan past) and
+    the next publish in those folders writes into them: no new unnamed file, the old
+    content replaced whole. A forked child closes its copies and opens its own."""
+    storage = Storage(str(tmp_path / "c"))
+    storage.publish({"node/a.arrow": b"a" * 5000}, "vn/1", b"root")
+    opened: list[str] = []
+    real_open = os.open
+
+    def opening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            opened.append(os.path.relpath(path, tmp_path / "c"))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opening)
+    with pytest.raises(FileAlreadyExists):
+        storage.publish({"node/b.arrow": b"b" * 5000}, "vn/1", b"lost root")
+    assert opened == ["node", "vn"] and not storage.exists("node/b.arrow")
+    storage.publish({"node/c.arrow": b"c"}, "vn/2", b"2")
+    assert opened == ["node", "vn"]  # both written into the lost attempt's files
+    assert storage.read("node/c.arrow") == b"c" and storage.read("vn/2") == b"2"
+    assert storage.read("vn/1") == b"root"
+    with pytest.raises(FileAlreadyExists):
+        storage.publish({"node/d.arrow": b"d"}, "vn/2", b"lost")
+    assert len(opened) == 4  # the last ones were named: this attempt opened its own
+    child = os.fork()
+    if child == 0:  # the child: its own unnamed files, never the parent's inodes
+        code = 1
+        try:
+            storage.publish({"node/e.arrow": b"e"}, "vn/3", b"3")
+            code = 0 if opened[4:] == ["node", "vn"] else 2
+        finally:
+            os._exit(code)
+    assert os.waitpid(child, 0)[1] == 0
+    storage.publish({"node/f.arrow": b"f"}, "vn/4", b"4")
+    assert len(opened) == 4  # the parent still writes into its own
+    assert [storage.read(p) for p in ("node/e.arrow", "vn/3", "node/f.arrow", "vn/4")] == [
+        b"e", b"3", b"f", b"4"]
+
+
 def _hold_turn(folder: Any) -> int:
     """Take the local writers' turn on ``folder`` (as another writer would) and keep it."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)

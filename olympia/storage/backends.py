@@ -27,6 +27,7 @@ from olympia.storage.retry import StorageSettings
 
 TURN_WAIT_S = 0.1  # the longest a local writer waits for its turn to name files
 TURN_NAPS_S = (0.00005, 0.001)  # its first and its longest nap between looks
+SPARE_UNNAMED = 8  # unnamed files a process keeps per folder for its next writes there
 _TURNS_HELD: set[int] = set()  # descriptors of the turns this process's threads hold
 _HELD = threading.local()  # .turns: folder -> descriptor of a turn this thread holds
 
@@ -215,6 +216,7 @@ class LocalBackend:
         # turns this off at its first refusal
         self._unnamed = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
         self._turns = True  # off once the file system refuses an advisory lock
+        self._spares = _Spares()
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -270,8 +272,13 @@ class LocalBackend:
             unnamed.close()
 
     def stage(self, path: str) -> _UnnamedFile | None:
-        """An unnamed file in ``path``'s folder, None where the file system offers none."""
-        fd = self._open_unnamed(path) if self._unnamed else None
+        """An unnamed file in ``path``'s folder (one this process left unnamed before, if
+        any), None where the file system offers none."""
+        if not self._unnamed:
+            return None
+        fd = self._spares.take(os.path.dirname(path) or ".")
+        if fd is None:
+            fd = self._open_unnamed(path)
         return None if fd is None else _UnnamedFile(self, fd, path)
 
     def _open_unnamed(self, path: str) -> int | None:
@@ -390,6 +397,7 @@ class _UnnamedFile:
 
     def __init__(self, backend: LocalBackend, fd: int, path: str) -> None:
         self.backend, self.fd, self.path = backend, fd, path
+        self.named = False
 
     def fill(self, data: bytes) -> None:
         os.ftruncate(self.fd, 0)
@@ -418,10 +426,68 @@ class _UnnamedFile:
         except OSError:  # no linking through /proc here: a named temp file will do
             self.backend._unnamed = False
             return False
+        self.named = True
         return True
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Close it, or, never named (its commit lost the race), keep it for this
+        process's next file in the folder: see :class:`_Spares`."""
+        folder = os.path.dirname(self.path) or "."
+        if self.named or not self.backend._unnamed or not self.backend._spares.keep(
+                folder, self.fd):
+            os.close(self.fd)
+
+
+class _Spares:
+    """Unnamed files a process staged and never named, kept open (up to
+    :data:`SPARE_UNNAMED` per folder) to hold its next files there.
+
+    Closing an unnamed file frees its inode, and on ext4 without a journal every new inode
+    is then allocated past the ones freed in the last seconds to minutes (the kernel's
+    ``recently_deleted`` check, one buffer lookup each): at 8 writers every lost attempt
+    freed 2-3 inodes, and a profile put a third of the machine's CPU in that scan. A
+    spare's content is replaced whole before it is named (:meth:`_UnnamedFile.fill`).
+    Spares belong to the process that opened them: a forked child closes its copies
+    unused, or it would write into the same inodes as its parent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folders: dict[str, list[int]] = {}
+        _SPARES.add(self)
+
+    def take(self, folder: str) -> int | None:
+        with self._lock:
+            spares = self._folders.get(folder)
+            return spares.pop() if spares else None
+
+    def keep(self, folder: str, fd: int) -> bool:
+        with self._lock:
+            spares = self._folders.setdefault(folder, [])
+            if len(spares) >= SPARE_UNNAMED:
+                return False
+            spares.append(fd)
+            return True
+
+    def close(self) -> None:
+        """Close every spare (in a forked child: its copies; the parent keeps its own)."""
+        folders, self._folders, self._lock = self._folders, {}, threading.Lock()
+        for fd in (fd for spares in folders.values() for fd in spares):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+_SPARES: weakref.WeakSet[_Spares] = weakref.WeakSet()
+
+
+def _close_inherited_spares() -> None:
+    for spares in list(_SPARES):
+        spares.close()
+
+
+os.register_at_fork(after_in_child=_close_inherited_spares)
 
 
 def _sync_file_range() -> Any:
