@@ -328,7 +328,7 @@ def test_writers_of_one_host_share_the_version_of_the_turns_holder(
     with its own as one version, and each learns that version."""
     leader, *others = _host_writers(shared_location, 3)
     base = leader.version
-    letters = leader.storage.letters(leader.catalog_def.id)
+    letters = leader.storage.host_folder(leader.catalog_def.id)
     with _turn(leader) as held:
         assert held
         waiting = [_commit_elsewhere(other, f"t{i}") for i, other in enumerate(others)]
@@ -349,7 +349,7 @@ def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(
     "again", and its writer, once it has the turn, gets the conflict with that version."""
     leader, *others = _host_writers(shared_location, 3)
     base = leader.version
-    letters = leader.storage.letters(leader.catalog_def.id)
+    letters = leader.storage.host_folder(leader.catalog_def.id)
     with _turn(leader):
         waiting = [_commit_elsewhere(other, "same") for other in others]
         _letters_posted(letters, 2)
@@ -373,7 +373,7 @@ def test_a_letter_whose_holder_died_is_found_or_landed_once(
     base, and lands the change only where it finds none."""
     holder, writer = _host_writers(shared_location, 2)
     base = holder.version
-    letters = holder.storage.letters(holder.catalog_def.id)
+    letters = holder.storage.host_folder(holder.catalog_def.id)
     with _turn(holder):
         thread, outcome = _commit_elsewhere(writer, "t")
         _letters_posted(letters, 1)
@@ -398,7 +398,7 @@ def test_a_letter_no_holder_takes_is_taken_back_when_the_budget_is_spent(
     ticks = itertools.count()
     writer.commit_options = dataclasses.replace(
         writer.commit_options, clock=lambda: float(next(ticks)), sleep=lambda _: None)
-    letters = holder.storage.letters(holder.catalog_def.id)
+    letters = holder.storage.host_folder(holder.catalog_def.id)
     assert letters is not None
     turn = (os.open(os.path.join(shared_location.uri, "vn"), os.O_RDONLY | os.O_DIRECTORY)
             if shared_location.kind == "local"

@@ -4,6 +4,7 @@ content did not change. Counts are asserted, never times (the clock is injected)
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -18,6 +19,7 @@ from olympia.catalog import commit as commit_module
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.keys import version_path
 from olympia.exceptions import CommitConflict, InvalidArgumentError
+from olympia.storage import host
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -357,9 +359,10 @@ def test_transaction_on_a_given_snapshot() -> None:
 def test_writers_on_one_host_take_turns_and_catch_up_from_its_copies(
         s3_server: Any, tmp_path: Path) -> None:
     """On S3, writers of one catalog on one host take turns: a writer whose base is old
-    learns the versions its neighbours landed, and reads their roots, from this host's
-    copies, then lands at its first try: no lost race, no root read from the store. The
-    refresh that finds them asks the store only about the version after them."""
+    learns the versions its neighbours landed from this host's copies, and their actions
+    from the notes they left there (only the newest root is read, from its copy), then
+    lands at its first try: no lost race, no root read from the store. The refresh that
+    finds them asks the store only about the version after them."""
     uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
     options = {**s3_server.storage_options, "host_dir": str(tmp_path / "host")}
     ours = Catalog.create(uri, options)
@@ -373,13 +376,64 @@ def test_writers_on_one_host_take_turns_and_catch_up_from_its_copies(
     attempts = _root_attempts(ours)
     assert txn.commit() == 4 and attempts == [version_path(4)]
     stats = ours.storage.stats.snapshot()
-    assert stats["reads"] == 0 and stats["host_reads"] == 2  # the roots of 2 and 3
+    assert stats["reads"] == 0 and stats["host_reads"] == 1  # the root of 3 (2: its note)
     theirs.create_table("s", "c", columns=COLUMNS)  # version 5
     ours.storage.stats.reset()
     assert ours.refresh() == 5
     stats = ours.storage.stats.snapshot()
     assert stats["exists"] == 1 and stats["reads"] == 2  # the hints; version 6 asked
     assert ours.list_tables("s") == ["a", "b", "c", "mine"]
+
+
+@pytest.mark.parametrize("notes", ["left", "removed", "torn"])
+def test_a_writer_checks_its_neighbours_versions_against_their_notes(
+        tmp_path: Path, notes: str) -> None:
+    """On local disk a writer whose base is old learns from the notes its neighbours left
+    on this host what the versions in between did, and reads only the newest root; a
+    conflict is found in a noted version as in its root. Without the notes (removed, or
+    torn: their digests do not match) it reads every root, with the same outcome."""
+    uri = str(tmp_path / "c")
+    options = {"host_dir": str(tmp_path / "host")}
+    ours = Catalog.create(uri, options)
+    with ours.transaction() as txn:
+        txn.create_namespace("s")
+        txn.create_table("s", "x", columns=COLUMNS)
+    theirs = Catalog.open(uri, options)
+    kept, doomed = ours.transaction(), ours.transaction()
+    kept.create_table("s", "mine", columns=COLUMNS)
+    doomed.drop_table("s", "x")
+    theirs.create_table("s", "a", columns=COLUMNS)  # version 2
+    theirs.drop_table("s", "x")  # version 3: conflicts with ``doomed``
+    theirs.create_table("s", "b", columns=COLUMNS)  # version 4
+    folder = ours.storage.host_folder(ours.catalog_def.id)
+    assert folder is not None
+    for entry in os.scandir(folder.folder):
+        if entry.name.startswith("n-") and notes == "removed":
+            os.unlink(entry.path)
+        elif entry.name.startswith("n-") and notes == "torn":
+            data, at = bytearray(Path(entry.path).read_bytes()), 0
+            while at < len(data):  # every record's digest spoilt
+                _, length = host._NOTE_HEAD.unpack_from(data, at)
+                at += host._NOTE_HEAD.size + length + 32
+                data[at - 1] ^= 0xFF
+            Path(entry.path).write_bytes(bytes(data))
+    read: list[str] = []
+    reading = ours.storage.read
+
+    def recording(path: str) -> bytes:
+        read.append(path)
+        return reading(path)
+
+    ours.storage.read = recording  # type: ignore[method-assign]
+    assert kept.commit() == 5
+    noted = notes == "left"
+    assert [p for p in read if p.startswith("vn/")] == (
+        [version_path(4)] if noted else [version_path(v) for v in (2, 3, 4)])
+    read.clear()
+    with pytest.raises(CommitConflict) as caught:
+        doomed.commit()
+    assert caught.value.version == 3 and caught.value.object_name.endswith("x")
+    assert ours.list_tables("s") == ["a", "b", "mine"]
 
 
 @pytest.mark.s3

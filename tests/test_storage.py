@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import socket
@@ -1013,6 +1014,47 @@ def _join_host_turn_waits() -> None:
     for thread in threading.enumerate():
         if thread.name == "olympia-host-turn":
             thread.join()
+
+
+def test_host_notes_are_read_across_processes_torn_records_skipped_old_files_removed(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version's note, appended by one writer, is read by another (one read for all the
+    notes since its last look); a record not complete yet is read once complete, a torn
+    one (its digest does not match) is skipped once records follow it, one for a version
+    nobody noted is None; a writer starting a notes file removes those before the
+    previous one; a note over NOTE_MAX_BYTES is not written."""
+    from olympia.storage import host
+
+    monkeypatch.setattr(host, "NOTES_PER_FILE", 4)
+    writer, reader = host.HostTurns(str(tmp_path), "c1"), host.HostTurns(str(tmp_path), "c1")
+    assert reader.noted(1) is None
+    writer.note(1, b"one")
+    writer.note(2, b"two")
+    assert reader.noted(1) == b"one" and reader.noted(2) == b"two"
+    assert host.HostTurns(str(tmp_path), "c2").noted(1) is None  # another catalog's
+    notes = os.path.join(writer.folder, f"n-{0:032x}")
+    head = host._NOTE_HEAD.pack(3, 5)
+    record = head + b"three" + hashlib.sha256(head + b"three").digest()
+    with open(notes, "ab") as f:
+        f.write(record[:10])  # being appended
+    assert reader.noted(3) is None
+    with open(notes, "ab") as f:
+        f.write(record[10:])
+    assert reader.noted(3) == b"three"
+    torn = host._NOTE_HEAD.pack(4, 4) + b"four" + b"\0" * 32
+    with open(notes, "ab") as f:
+        f.write(torn)
+    assert reader.noted(4) is None
+    writer.note(5, b"five")  # the next file
+    writer.note(4, b"late")
+    assert reader.noted(4) == b"late" and reader.noted(5) == b"five"
+    monkeypatch.setattr(host, "NOTE_MAX_BYTES", 8)
+    writer.note(9, b"nine")  # starts file 2: file 0 goes
+    writer.note(10, b"x" * 9)
+    assert not os.path.exists(notes)
+    assert host.HostTurns(str(tmp_path), "c1").noted(9) == b"nine"
+    assert host.HostTurns(str(tmp_path), "c1").noted(10) is None
+    assert host.HostTurns(str(tmp_path), "c1").noted(5) == b"five"  # file 1 is kept
 
 
 def test_host_copies_are_bounded_and_kept_only_in_a_folder_of_ones_own(

@@ -43,7 +43,7 @@ each caller gets its own outcome (:class:`_Member`), and a conflict, between two
 with another writer's version, is reported to the caller it concerns. The group also spans
 the processes of one host (:func:`_land_shared`): a writer that finds the turn taken (the
 local turn on local disk, the host turn on remote storage) leaves its changes in a letter
-(:meth:`olympia.storage.Storage.letters`), and the holder lands them with its own and
+(:meth:`olympia.storage.Storage.host_folder`), and the holder lands them with its own and
 answers with each member's outcome.
 
 Over 400 lines for one reason: a turn, a group commit and a host's letters run the same
@@ -68,7 +68,7 @@ from google.protobuf.message import DecodeError
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog.actions import ReadSet, describe, find_conflict
+from olympia.catalog.actions import ReadSet, decode_row, describe, find_conflict
 from olympia.catalog.files import LATEST, CatalogFiles, Root
 from olympia.catalog.keys import version_path
 from olympia.catalog.reader import Snapshot
@@ -349,8 +349,9 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: Root | None
     current = []
     for member in members:
         for version in range(member.base.version + 1, base.version + 1):
-            newer = Snapshot(files, files.read_root(version))
-            member.error = _conflict(newer, newer.actions(), member.change)
+            theirs = base.actions() if version == base.version else _actions_of(
+                files, base.catalog_def.id, version)
+            member.error = _conflict(version, theirs, member.change)
             if member.error is not None:
                 break
         else:
@@ -370,7 +371,7 @@ def _land_here(files: CatalogFiles, members: list[_Member], newest: Root | None,
     """:func:`_land_batch`, sharing the version with other processes of this host where
     every member may share one and the storage keeps letters (local disk; remote storage
     with host turns): see :func:`_land_shared`."""
-    letters = files.storage.letters(members[0].base.catalog_def.id) if all(
+    letters = files.storage.host_folder(members[0].base.catalog_def.id) if all(
         m.joins for m in members) else None
     if letters is None:
         return _land_batch(files, members, newest)
@@ -639,10 +640,11 @@ def _land(files: CatalogFiles, base: Snapshot, members: list[_Member],
                 version, root, cdef = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
             losses += 1
-            base, members = _rebased(files, base, _newest(files, base.version + 1), members)
+            base, members = _rebased(files, base, *_newest(files, base.version + 1), members)
         else:
             committed = Root(version, version_path(version), root, cdef)
             files.remember_root(committed)
+            _note(files, committed)
             if hint:
                 _write_hint(files, version)
             for member in members:
@@ -700,14 +702,25 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     return version, root, cdef
 
 
-def _rebased(files: CatalogFiles, base: Snapshot, roots: list[Root], members: list[_Member],
-             ) -> tuple[Snapshot, list[_Member]]:
-    """The last of ``roots`` (the versions after ``base``, in order; ``base`` if none), and
-    the members those versions leave possible."""
-    for newer in roots:
-        base = Snapshot(files, newer)
-        members = _without_conflicts(base, members)
-    return base, members
+def _rebased(files: CatalogFiles, base: Snapshot, newest: int, read: Mapping[int, Root],
+             members: list[_Member]) -> tuple[Snapshot, list[_Member]]:
+    """The version ``newest`` (after ``base``; ``base`` itself if not newer), and the
+    members that the versions after ``base`` up to it leave possible. Roots already
+    ``read`` are used as they are; of the others only the newest is read: the actions of
+    those before it come from this host's notes where its writers left them
+    (:func:`_actions_of`)."""
+    if newest <= base.version:
+        return base, members
+    scope = base.catalog_def.id
+    for version in range(base.version + 1, newest):
+        if members:
+            root = read.get(version)
+            theirs = (Snapshot(files, root).actions() if root is not None
+                      else _actions_of(files, scope, version))
+            members = _without_conflicts(version, theirs, members)
+    root = read.get(newest) or files.read_root(newest)
+    base = Snapshot(files, root)
+    return base, _without_conflicts(newest, base.actions(), members)
 
 
 def _caught_up(files: CatalogFiles, base: Snapshot, members: list[_Member],
@@ -716,10 +729,48 @@ def _caught_up(files: CatalogFiles, base: Snapshot, members: list[_Member],
     (local disk, memory; on remote storage, what this host's copies know: see
     :meth:`olympia.storage.Storage.hold_turn`; ``base`` if none), and the members its
     versions leave possible."""
-    roots: list[Root] = []
-    while files.storage.known_to_exist(version_path(base.version + len(roots) + 1)):
-        roots.append(files.read_root(base.version + len(roots) + 1))
-    return _rebased(files, base, roots, members)
+    newest = base.version
+    while files.storage.known_to_exist(version_path(newest + 1)):
+        newest += 1
+    return _rebased(files, base, newest, {}, members)
+
+
+def _actions_of(files: CatalogFiles, scope: str, version: int) -> list[apb.ActionDef]:
+    """The actions ``version`` of the catalog ``scope`` (its id) recorded: from the note its
+    writer left on this host (:func:`_note`), else from its root.
+
+    Raises:
+        NoSuchVersionError: There is no note and the root cannot be read.
+    """
+    folder = files.storage.host_folder(scope)
+    note = folder.noted(version) if folder is not None else None
+    rows = _noted_rows(note) if note is not None else None
+    if rows is None:
+        return Snapshot(files, files.read_root(version)).actions()
+    where = files.storage.display(version_path(version))
+    return [decode_row(value, where) for _, value in rows]
+
+
+def _note(files: CatalogFiles, root: Root) -> None:
+    """Note the version just landed, with the action rows its root records, in this host's
+    folder of the catalog (:meth:`olympia.storage.host.HostTurns.note`): the other writers
+    here then check their changes against it without parsing the root."""
+    folder = files.storage.host_folder(root.catalog_def.id)
+    if folder is not None:
+        folder.note(root.version, json.dumps(root.node.actions).encode())
+
+
+def _noted_rows(note: bytes) -> list[tuple[str, str]] | None:
+    """The action rows of a note (:func:`_note`), or None where it holds anything else."""
+    try:
+        rows = json.loads(note)
+    except ValueError:
+        return None
+    if not (isinstance(rows, list) and all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
+            for r in rows)):
+        return None
+    return [(key, value) for key, value in rows]
 
 
 @dataclass
@@ -748,21 +799,25 @@ def _lost_already(files: CatalogFiles, version: int) -> None:
         raise FileAlreadyExists("file already exists", files.storage.display(path))
 
 
-def _newest(files: CatalogFiles, won: int) -> list[Root]:
-    """The roots from ``won`` (a version another writer created) to the newest, read
-    :data:`READ_AHEAD` at a time (concurrently on remote storage): the winner's together
-    with the next, so learning that the next is taken too costs no extra round trip, and a
-    rebase lands on the newest version, not on one another loser has already taken. Where
-    the storage tells for free that a root is missing (local disk, memory), it is not read.
+def _newest(files: CatalogFiles, won: int) -> tuple[int, dict[int, Root]]:
+    """The newest version, from ``won`` (a version another writer created), and the roots
+    read to learn it. On remote storage they are read :data:`READ_AHEAD` at a time,
+    concurrently: the winner's together with the next, so learning that the next is taken
+    too costs no extra round trip, and a rebase lands on the newest version, not on one
+    another loser has already taken. Where the storage tells for free that a root exists
+    (local disk, memory), none is read here.
 
     Raises:
-        NoSuchVersionError: ``won`` cannot be read.
+        NoSuchVersionError: ``won`` cannot be read (remote storage).
     """
+    storage = files.storage
+    if not storage.remote:
+        newest = won
+        while storage.known_to_exist(version_path(newest + 1)):
+            newest += 1
+        return newest, {}
+
     def read(version: int) -> Root | None:
-        storage = files.storage
-        if version != won and not storage.remote and not storage.known_to_exist(
-                version_path(version)):
-            return None
         try:
             return files.read_root(version)
         except NoSuchVersionError:
@@ -770,30 +825,30 @@ def _newest(files: CatalogFiles, won: int) -> list[Root]:
                 raise
             return None
 
-    roots: list[Root] = []
+    roots: dict[int, Root] = {}
     while True:
         window = range(won + len(roots), won + len(roots) + READ_AHEAD)
-        for root in files.storage.map_reads(read, window):
+        for root in storage.map_reads(read, window):
             if root is None:
-                return roots
-            roots.append(root)
+                return won + len(roots) - 1, roots
+            roots[root.version] = root
 
 
-def _without_conflicts(winner: Snapshot, members: list[_Member]) -> list[_Member]:
-    """The members whose changes ``winner`` (a newer version) leaves possible; the others
-    get their :class:`CommitConflict`."""
-    theirs = winner.actions()
+def _without_conflicts(version: int, theirs: list[apb.ActionDef], members: list[_Member],
+                       ) -> list[_Member]:
+    """The members whose changes ``theirs`` (the actions of a newer ``version``) leave
+    possible; the others get their :class:`CommitConflict`."""
     kept = []
     for member in members:
-        member.error = _conflict(winner, theirs, member.change)
+        member.error = _conflict(version, theirs, member.change)
         if member.error is None:
             kept.append(member)
     return kept
 
 
-def _conflict(winner: Snapshot, theirs: list[apb.ActionDef],
+def _conflict(version: int, theirs: list[apb.ActionDef],
               change: Change) -> CommitConflict | None:
-    """The conflict between ``change`` and the actions ``theirs`` of ``winner``, if any."""
+    """The conflict between ``change`` and the actions ``theirs`` of ``version``, if any."""
     found = find_conflict(list(change.actions), theirs, change.reads)
     if found is None:
         return None
@@ -801,8 +856,8 @@ def _conflict(winner: Snapshot, theirs: list[apb.ActionDef],
     mine = f"{describe(ours)} " if ours is not None else "what it read: "
     return CommitConflict(
         f"commit conflict on {obj}: this transaction's {mine}conflicts with "
-        f"{describe(their)} committed in version {winner.version}",
-        object_name=obj, version=winner.version)
+        f"{describe(their)} committed in version {version}",
+        object_name=obj, version=version)
 
 
 def _check_size(cdef: pb.CatalogDef, files: Mapping[str, bytes]) -> None:

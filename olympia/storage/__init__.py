@@ -122,7 +122,7 @@ class Storage:
         self._scope = ""  # the catalog id of the host turn taken last
         self._host_base = (self.settings.host_dir or default_base()) if (
             self.backend.remote and self.settings.host_turns) else None
-        self._letters: dict[str, HostTurns] = {}  # catalog id -> its letters on this host
+        self._folders: dict[str, HostTurns] = {}  # catalog id -> its host folder (local disk)
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r})"
@@ -291,22 +291,24 @@ class Storage:
             return letters.hold()
         return letters.hold_local(self.full(path))
 
-    def letters(self, scope: str) -> HostTurns | None:
-        """Where this host's writers of the catalog ``scope`` (its id) leave changes for
-        the writer holding the turn to land with its own
-        (:func:`olympia.catalog.commit.commit` with ``coalesce``), with the ``host_turns``
-        setting on: on remote storage, the host turn's folder; on local disk, a folder
-        under ``host_dir`` too; None elsewhere (memory)."""
+    def host_folder(self, scope: str) -> HostTurns | None:
+        """This host's folder for the catalog ``scope`` (its id), with the ``host_turns``
+        setting on: where writers note the versions they land, so their neighbours catch
+        up without parsing every root (:meth:`HostTurns.note`), and where coalescing
+        writers leave changes for the writer holding the turn to land with its own
+        (:func:`olympia.catalog.commit.commit` with ``coalesce``). On remote storage it is
+        the host turn's folder; on local disk, a folder under ``host_dir`` too; None
+        elsewhere (memory)."""
         if self._host_base is not None:
             return self._host(scope)
         if not self.backend.shared_turns or not self.settings.host_turns:
             return None
-        letters = self._letters.get(scope)
-        if letters is None:
+        folder = self._folders.get(scope)
+        if folder is None:
             key = repr((self.backend.place(self.root), scope))
-            letters = self._letters.setdefault(scope, HostTurns(
+            folder = self._folders.setdefault(scope, HostTurns(
                 self.settings.host_dir or default_base(), key))
-        return letters
+        return folder
 
     @property
     def remote(self) -> bool:

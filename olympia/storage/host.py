@@ -11,6 +11,11 @@ The next holder tells that those versions exist and reads their roots and nodes 
 copies (:meth:`HostTurns.has`, :meth:`HostTurns.get`), so it catches up without a request
 and lands at its first try, unless a writer on another host took the version.
 
+The writer that lands a version also notes it here (:meth:`HostTurns.note`: the version
+and a body, the actions it recorded), appended to a file shared by every process, so a
+writer catching up on its neighbours' versions reads their notes, one read for many, and
+parses only the newest root, not every one in between.
+
 Nothing here decides a race: the store's exclusive create does, so a writer that cannot
 take the turn (its wait ran out, the folder is unusable) goes on without it. A copy is
 only made of a file already created on the store, so a name found here is a file that
@@ -30,6 +35,7 @@ import hashlib
 import os
 import shutil
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -49,6 +55,10 @@ CATALOGS_KEPT = 64  # catalogs' folders kept in the base folder (the least used 
 LETTER_MAX_BYTES = 16 * 1024 * 1024  # a letter (one process's changes) read at most
 LETTERS_PER_TURN = 64  # letters a holder takes at once (the others wait for the next)
 LETTER_FORGOTTEN_S = 600.0  # a letter or answer nobody took for this long is removed
+NOTES_PER_FILE = 4096  # versions whose notes share one file (the two newest files are kept)
+NOTE_MAX_BYTES = 1024 * 1024  # a larger note is not written (readers read the root instead)
+NOTES_KEPT = 2 * NOTES_PER_FILE  # notes a process keeps in memory
+_NOTE_HEAD = struct.Struct(">QI")  # a note's version and length (then its body and digest)
 _DIGEST = hashlib.sha256().digest_size
 
 
@@ -75,6 +85,9 @@ class HostTurns:
         self._usable: bool | None = None  # known once the folder was made
         self._holder: int | None = None  # the process whose thread holds the turn
         self._puts = 0
+        self._notes: dict[int, bytes] = {}  # version -> note, read so far
+        self._read_to: dict[int, int] = {}  # notes file -> how far it was read
+        self._notes_lock = threading.Lock()
 
     @contextlib.contextmanager
     def hold(self, wait: bool = True) -> Iterator[bool]:
@@ -213,6 +226,75 @@ class HostTurns:
         except OSError:
             return None
         return body
+
+    def note(self, version: int, body: bytes) -> None:
+        """Note ``body`` for ``version``, a version this process just created on the store
+        (best effort, not synced: a note a crash tears is ignored). The note is one
+        appended record (version, length, body, SHA-256 of all three) in the file of
+        :data:`NOTES_PER_FILE` versions; the writer that starts a file removes the ones
+        before the previous."""
+        if len(body) > NOTE_MAX_BYTES or not self._ready():
+            return
+        head = _NOTE_HEAD.pack(version, len(body))
+        record = head + body + hashlib.sha256(head + body).digest()
+        number = version // NOTES_PER_FILE
+        try:
+            fd = os.open(self._notes_file(number), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                started = os.fstat(fd).st_size == 0
+                os.write(fd, record)  # one append: records of other processes never interleave
+            finally:
+                os.close(fd)
+            if started:
+                for entry in os.scandir(self.folder):
+                    if (entry.name.startswith("n-") and _is_digest(entry.name[2:], 32)
+                            and int(entry.name[2:], 16) < number - 1):
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+        except OSError:
+            pass  # notes only save parsing roots
+
+    def noted(self, version: int) -> bytes | None:
+        """The note of ``version`` (:meth:`note`), if a writer on this host left one: the
+        notes written since the last look are read first. None if there is none (the
+        writer that created the version is on another host, or died before noting it)."""
+        with self._notes_lock:
+            found = self._notes.get(version)
+            if found is None and self._ready():
+                self._read_notes(version // NOTES_PER_FILE)
+                found = self._notes.get(version)
+            return found
+
+    def _read_notes(self, number: int) -> None:
+        """Read the notes file ``number`` from where the last look stopped; a record not
+        complete (being appended) is left for the next look, and so is one whose digest
+        does not match until records follow it (then it is skipped: a torn record)."""
+        start = self._read_to.get(number, 0)
+        try:
+            with open(self._notes_file(number), "rb") as f:
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return
+        at = 0
+        while len(data) - at >= _NOTE_HEAD.size:
+            version, length = _NOTE_HEAD.unpack_from(data, at)
+            end = at + _NOTE_HEAD.size + length + _DIGEST
+            if length > NOTE_MAX_BYTES or end > len(data):
+                break
+            body = data[at + _NOTE_HEAD.size:end - _DIGEST]
+            if hashlib.sha256(data[at:end - _DIGEST]).digest() == data[end - _DIGEST:end]:
+                self._notes[version] = body
+            elif end == len(data):
+                break  # maybe still being written: looked at again next time
+            at = end
+        self._read_to[number] = start + at
+        if len(self._notes) > NOTES_KEPT:
+            newest = max(self._notes)
+            self._notes = {v: b for v, b in self._notes.items() if v > newest - NOTES_KEPT // 2}
+
+    def _notes_file(self, number: int) -> str:
+        return os.path.join(self.folder, f"n-{number:032x}")
 
     def _letter(self, kind: str, name: str) -> str:
         return os.path.join(self.folder, f"{kind}-{name}")

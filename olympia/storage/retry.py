@@ -36,7 +36,7 @@ class StorageSettings:
     (``host_turns``, see :mod:`olympia.storage.host`), in a folder under ``host_dir``
     (an absolute path; default: this user's folder under the system's temporary folder).
     On local disk that folder holds the changes that writers with coalesced commits leave
-    for the one holding the turn (:meth:`olympia.storage.Storage.letters`).
+    for the one holding the turn (:meth:`olympia.storage.Storage.host_folder`).
     """
 
     max_concurrency: int = DEFAULT_CONCURRENCY
