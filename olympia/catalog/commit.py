@@ -104,7 +104,7 @@ class CommitOptions:
         immediate_retries: Lost races in a row retried at once, before any pause (on local
             disk and memory; on remote storage every lost race is retried at once). Once a
             loser's catch-up read notes instead of roots, 2 beat 8 in 5 of 6 alternating
-            runs of 8 local writers (medians 490 and 441 commits/s) at two thirds of the CPU
+            runs of 8 local writers (medians 471 and 439 commits/s) at two thirds of the CPU
             per commit: each retry at once mostly lost again to the writer on a streak.
         backoff_s: The first pause's upper bound; it doubles per further loss in a row,
             up to ``max_backoff_s`` (each pause is uniform in [0, bound]).
