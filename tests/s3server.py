@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 STARTUP_TIMEOUT = 90.0
 STOP_GRACE = 5.0
+START_TRIES = 3  # starts on fresh ports when one was taken between picking and binding
 
 
 def weed_binary() -> str:
@@ -81,10 +82,25 @@ class SeaweedS3Server:
                 "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"}}
 
     def start(self) -> SeaweedS3Server:
-        data = self.workdir / "data"
+        """Start the server and wait until it serves the bucket. A start whose ports were
+        taken meanwhile (they are picked free, then bound by the server: another process
+        may bind one in between) is tried again on new ports, up to
+        :data:`START_TRIES` times."""
+        attempt = 1
+        while not self._start(attempt):
+            attempt += 1
+            self.s3_port, self.master_port, self.volume_port, self.filer_port = _free_ports(4)
+        return self
+
+    def _start(self, attempt: int) -> bool:
+        """One start; False where the server exited because a port was taken (and tries
+        are left)."""
+        data = self.workdir / f"data-{attempt}"
         data.mkdir()
         cmd = [
-            weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            # glog's files go to the work folder (removed at stop), not the system's /tmp
+            weed_binary(), f"-logdir={self.workdir}", "server", f"-dir={data}",
+            "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-s3", f"-s3.port={self.s3_port}", f"-master.port={self.master_port}",
             f"-volume.port={self.volume_port}", "-filer", f"-filer.port={self.filer_port}",
             "-master.volumeSizeLimitMB=64", "-volume.max=50",
@@ -101,12 +117,16 @@ class SeaweedS3Server:
                 break
             try:
                 self.new_bucket(self.bucket)
-                return self
+                return True
             except Exception as exc:  # not ready yet
                 last_error = exc
                 time.sleep(0.5)
         tail = self.log_path.read_text(errors="replace")[-3000:]
-        self.stop()
+        exited = self.process.poll() is not None
+        self._stop_process()
+        if exited and "address already in use" in tail and attempt < START_TRIES:
+            return False
+        shutil.rmtree(self.workdir, ignore_errors=True)
         raise RuntimeError(f"SeaweedFS did not become ready ({last_error}); log tail:\n{tail}")
 
     def filesystem(self) -> Any:
@@ -129,6 +149,10 @@ class SeaweedS3Server:
 
     def stop(self) -> None:
         """Stop the process this object started (by its PID / process group), then clean up."""
+        self._stop_process()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _stop_process(self) -> None:
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             pgid = os.getpgid(proc.pid)
@@ -138,7 +162,6 @@ class SeaweedS3Server:
             except subprocess.TimeoutExpired:
                 os.killpg(pgid, signal.SIGKILL)
                 proc.wait(STOP_GRACE)
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> SeaweedS3Server:
         return self.start()
