@@ -1,0 +1,69 @@
+"""The options of a write: how an overwrite chooses what it replaces, nullability checks and
+file sizes. :mod:`olympia.spark.options` refuses any option that is neither one of these, a
+read option, nor a catalog property."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from olympia.exceptions import InvalidArgumentError
+
+# Spark's own option and session configuration for dynamic partition overwrite
+OVERWRITE_MODE = "partitionoverwritemode"
+OVERWRITE_MODE_CONF = "spark.sql.sources.partitionOverwriteMode"
+REPLACE_WHERE = "replacewhere"
+CHECK_NULLABILITY = "check-nullability"
+TARGET_FILE_SIZE = "target-file-size-bytes"
+# lower-cased names, as options are keyed case-insensitively
+WRITE_OPTION_NAMES = frozenset({OVERWRITE_MODE, REPLACE_WHERE, CHECK_NULLABILITY,
+                                TARGET_FILE_SIZE})
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Parsed options of one write.
+
+    Attributes:
+        overwrite_mode: ``static`` (an overwrite replaces the table) or ``dynamic`` (it
+            replaces the partitions present in the written rows); None when not given.
+        replace_where: a predicate: an overwrite replaces the rows it matches, and every
+            written row must match it.
+        check_nullability: False lets a nullable Spark column fill a required field.
+        target_file_size: bytes a data file is aimed at (None: the table's
+            ``write.target-file-size-bytes``).
+    """
+
+    overwrite_mode: str | None = None
+    replace_where: str | None = None
+    check_nullability: bool = True
+    target_file_size: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        """Parse the write options of ``options`` (keys lower-cased).
+
+        Raises:
+            InvalidArgumentError: a value that is not one the option takes, naming it.
+        """
+        mode = (options.get(OVERWRITE_MODE) or "").strip().lower() or None
+        if mode not in (None, "static", "dynamic"):
+            raise InvalidArgumentError(
+                f"option partitionOverwriteMode must be static or dynamic, not {mode!r}")
+        check = (options.get(CHECK_NULLABILITY) or "true").strip().lower()
+        if check not in ("true", "false"):
+            raise InvalidArgumentError(
+                f"option {CHECK_NULLABILITY} must be true or false, not {check!r}")
+        size = (options.get(TARGET_FILE_SIZE) or "").strip()
+        target: int | None = None
+        if size:
+            try:
+                target = int(size)
+            except ValueError:
+                target = 0
+            if target < 1:
+                raise InvalidArgumentError(
+                    f"option {TARGET_FILE_SIZE} must be a positive whole number of bytes, "
+                    f"not {size!r}")
+        replace_where = (options.get(REPLACE_WHERE) or "").strip() or None
+        return cls(mode, replace_where, check == "true", target)
