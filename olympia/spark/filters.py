@@ -42,14 +42,26 @@ _COMPARISONS: dict[str, Any] = {
 }
 
 
-def translate(spark_filter: Any, schema: Schema) -> BooleanExpression | None:
+def translate(spark_filter: Any, schema: Schema,
+              scan_schema: Schema | None = None) -> BooleanExpression | None:
     """The pyiceberg expression for one ``pyspark.sql.datasource`` filter, or None when it
-    cannot be translated exactly (see the module docstring)."""
+    cannot be translated exactly (see the module docstring).
+
+    Args:
+        spark_filter: the filter, naming columns of ``schema``.
+        schema: the schema the read returns.
+        scan_schema: the schema pyiceberg's planning binds names to (the table's current
+            one; default ``schema``): a column is named as it is there, found by field id
+            (a read of an old snapshot may know it by an earlier name).
+
+    Returns:
+        The expression, or None.
+    """
     kind = type(spark_filter).__name__
     if kind == "Not":
-        child = translate(spark_filter.child, schema)
+        child = translate(spark_filter.child, schema, scan_schema)
         return None if child is None else Not(child)
-    column = _column(spark_filter, schema)
+    column = _column(spark_filter, schema, scan_schema or schema)
     if column is None:
         return None
     if kind == "IsNull":
@@ -71,8 +83,9 @@ def translate(spark_filter: Any, schema: Schema) -> BooleanExpression | None:
     return expression
 
 
-def _column(spark_filter: Any, schema: Schema) -> str | None:
-    """The filtered top-level column's name, when pruning on it is exact."""
+def _column(spark_filter: Any, schema: Schema, scan_schema: Schema) -> str | None:
+    """The filtered top-level column's name in ``scan_schema``, when pruning on it is
+    exact."""
     path = getattr(spark_filter, "attribute", None)
     if not path or len(path) != 1:
         return None
@@ -81,20 +94,31 @@ def _column(spark_filter: Any, schema: Schema) -> str | None:
         return None
     if isinstance(field.field_type, (FloatType, DoubleType)):
         return None
-    return field.name
+    return scan_schema.find_column_name(field.field_id)  # None: dropped since
 
 
-def pushdown(filters: Sequence[Any], schema: Schema) -> tuple[BooleanExpression, list[Any]]:
+def pushdown(filters: Sequence[Any], schema: Schema,
+             scan_schema: Schema | None = None) -> tuple[BooleanExpression, list[Any]]:
     """Split Spark's filters into one pyiceberg expression (their AND) and the filters that
     could not be translated. A filter whose literal does not bind to the column's type
-    (pyiceberg's own check) is left untranslated."""
+    (pyiceberg's own check) is left untranslated.
+
+    Args:
+        filters: Spark's filters, naming columns of ``schema``.
+        schema: the schema the read returns.
+        scan_schema: the schema pyiceberg's planning binds to (see :func:`translate`).
+
+    Returns:
+        The expression over ``scan_schema``'s names, and the untranslated filters.
+    """
+    target = scan_schema or schema
     pushed: BooleanExpression = AlwaysTrue()
     rest = []
     for spark_filter in filters:
-        expression = translate(spark_filter, schema)
+        expression = translate(spark_filter, schema, target)
         if expression is not None:
             try:
-                bind(schema, expression, case_sensitive=True)
+                bind(target, expression, case_sensitive=True)
             except (ValueError, TypeError, KeyError):
                 expression = None
         if expression is None:

@@ -20,6 +20,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from olympia.exceptions import CatalogError, InvalidArgumentError
@@ -42,7 +43,8 @@ class ResolvedTable:
         metadata_location: its Iceberg metadata file at that version.
         metadata: the parsed metadata.
         snapshot_id: the snapshot read (None: the table has no data yet).
-        schema: the schema of that snapshot.
+        schema: what the read returns: the table's current schema, or the snapshot's when
+            a read travels to a snapshot (snapshot-id, as-of-timestamp, tag).
         io_properties: FileIO properties (catalog settings over table properties; secrets).
     """
 
@@ -60,7 +62,8 @@ class ResolvedTable:
 
         Raises:
             NoSuchTableError, NoSuchVersionError, NoSuchExportError: nothing to read.
-            CatalogError: the snapshot id is not one of the table's.
+            CatalogError: the snapshot id, timestamp, branch or tag names no snapshot of the
+                table.
         """
         root = options.open_catalog()
         try:
@@ -69,14 +72,10 @@ class ResolvedTable:
             version = catalog.version
         finally:
             root.close()
-        snapshot_id = options.snapshot_id
-        if snapshot_id is None:
-            snapshot_id = table.metadata.current_snapshot_id
-        elif table.metadata.snapshot_by_id(snapshot_id) is None:
-            raise CatalogError(f"table {options.table} ({options.time_travel}, catalog version "
-                               f"{version}) has no snapshot {snapshot_id}")
+        where = f"table {options.table} ({options.time_travel}, catalog version {version})"
+        snapshot_id, schema = choose_snapshot(table.metadata, options, where)
         return cls(options.table, version, table.metadata_location, table.metadata, snapshot_id,
-                   table.scan(snapshot_id=snapshot_id).projection(), dict(table.io.properties))
+                   schema, dict(table.io.properties))
 
     def table(self) -> Table:
         """A pyiceberg Table over the resolved metadata (no catalog needed to scan it)."""
@@ -107,6 +106,62 @@ class ResolvedTable:
     def describe(self) -> str:
         return (f"table {self.name} at catalog version {self.catalog_version}, snapshot "
                 f"{self.snapshot_id}")
+
+
+def choose_snapshot(metadata: TableMetadata, options: SourceOptions,
+                    where: str) -> tuple[int | None, Schema]:
+    """The snapshot a read chooses and the schema it reads with (Iceberg's rule): the current
+    snapshot or a branch's head with the table's current schema, so columns added or renamed
+    since show at once; a snapshot id, the snapshot current at ``as-of-timestamp`` or a tag
+    with that snapshot's schema.
+
+    Args:
+        metadata: the table's metadata at the chosen catalog version.
+        options: the read's options.
+        where: the table and catalog version, for messages.
+
+    Returns:
+        The snapshot id (None: the table has no snapshot) and the schema.
+
+    Raises:
+        CatalogError: no such snapshot, no snapshot at or before the timestamp, or no such
+            branch or tag (naming the table's refs).
+    """
+    if options.branch is not None or options.tag is not None:
+        kind, name = ((SnapshotRefType.BRANCH, options.branch) if options.branch is not None
+                      else (SnapshotRefType.TAG, options.tag))
+        ref = metadata.refs.get(str(name))
+        if ref is None:
+            refs = ", ".join(f"{r} ({metadata.refs[r].snapshot_ref_type})"
+                             for r in sorted(metadata.refs)) or "none"
+            raise CatalogError(f"{where} has no {kind} {name}; its refs are {refs}")
+        if ref.snapshot_ref_type != kind:
+            raise CatalogError(f"{where}: {name} is a {ref.snapshot_ref_type}, not a {kind}: "
+                               f"read it with the option {ref.snapshot_ref_type}")
+        if kind == SnapshotRefType.BRANCH:
+            return ref.snapshot_id, metadata.schema()
+        return ref.snapshot_id, _snapshot_schema(metadata, ref.snapshot_id)
+    if options.as_of_timestamp is not None:
+        entries = [e for e in metadata.snapshot_log if e.timestamp_ms <= options.as_of_timestamp]
+        if not entries:
+            first = (f"its first snapshot is at {metadata.snapshot_log[0].timestamp_ms}"
+                     if metadata.snapshot_log else "it has no snapshots")
+            raise CatalogError(f"{where} has no snapshot at or before as-of-timestamp "
+                               f"{options.as_of_timestamp} (epoch ms): {first}")
+        snapshot_id = entries[-1].snapshot_id
+        return snapshot_id, _snapshot_schema(metadata, snapshot_id)
+    if options.snapshot_id is not None:
+        if metadata.snapshot_by_id(options.snapshot_id) is None:
+            raise CatalogError(f"{where} has no snapshot {options.snapshot_id}")
+        return options.snapshot_id, _snapshot_schema(metadata, options.snapshot_id)
+    return metadata.current_snapshot_id, metadata.schema()
+
+
+def _snapshot_schema(metadata: TableMetadata, snapshot_id: int) -> Schema:
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None or snapshot.schema_id is None:
+        return metadata.schema()
+    return metadata.schema_by_id(snapshot.schema_id) or metadata.schema()
 
 
 class FilesPartition(InputPartition):
@@ -216,7 +271,9 @@ class OlympiaReader(DataSourceReader):
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
         """Keep the translatable filters for file pruning; every filter is still returned,
         so Spark checks each row (pruning skips whole files only)."""
-        self._filter, _ = pushdown(filters, self._resolved.schema)
+        # names as the read sees them, bound to the table's current schema by field id
+        self._filter, _ = pushdown(filters, self._resolved.schema,
+                                   self._resolved.metadata.schema())
         yield from filters
 
     def partitions(self) -> list[InputPartition]:

@@ -25,15 +25,15 @@ class OlympiaDataSource(DataSource):
     def name(cls) -> str:
         return "olympia"
 
-    def _parsed(self) -> SourceOptions:
-        return SourceOptions.parse(self.options, self.defaults)
+    def _parsed(self, *, write: bool) -> SourceOptions:
+        return SourceOptions.parse(self.options, self.defaults, write=write)
 
     def _resolved(self) -> ResolvedTable:
         # schema() runs first and its instance travels on to reader(): the table is loaded
         # once, so Spark's schema and the data read come from the same catalog version
         resolved: ResolvedTable | None = getattr(self, "_table", None)
         if resolved is None:
-            resolved = ResolvedTable.load(self._parsed())
+            resolved = ResolvedTable.load(self._parsed(write=False))
             self._table = resolved
         return resolved
 
@@ -41,12 +41,12 @@ class OlympiaDataSource(DataSource):
         """The table's columns, or those the ``columns`` option names (Spark calls this
         only when the read was given no schema)."""
         resolved = self._resolved()
-        return spark_ddl(resolved.project(self._parsed().columns), resolved.name)
+        return spark_ddl(resolved.project(self._parsed(write=False).columns), resolved.name)
 
     def reader(self, schema: Any) -> DataSourceReader:
         """Spark passes the DataFrame's schema (``schema()``'s or one given to the read,
         never the query's projection): the reader reads only its columns."""
-        return OlympiaReader(self._resolved(), self._parsed(), schema)
+        return OlympiaReader(self._resolved(), self._parsed(write=False), schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
-        return OlympiaWriter.create(self._parsed(), schema, overwrite)
+        return OlympiaWriter.create(self._parsed(write=True), schema, overwrite)
