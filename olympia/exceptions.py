@@ -53,6 +53,11 @@ class CorruptFileError(OlympiaError):
         self.reason = reason
 
 
+class TableMetadataError(CorruptFileError):
+    """A table's own metadata file (Iceberg), which the catalog or the caller names, is
+    missing or does not follow its format; ``path`` names the file."""
+
+
 # --- catalog -------------------------------------------------------------------------
 
 
@@ -137,6 +142,19 @@ class CommitConflict(CatalogError):
         super().__init__(message)
         self.object_name = object_name
         self.version = version
+
+
+class TableLocationError(CatalogError, ValueError):
+    """A table location derived from a name would leave its warehouse (or namespace
+    location)."""
+
+
+class LocationInUseError(TableLocationError):
+    """A table location or metadata file is used by another live table, ``other``."""
+
+    def __init__(self, message: str, other: str = "") -> None:
+        super().__init__(message)
+        self.other = other
 
 
 class TransactionExpiredError(CatalogError):

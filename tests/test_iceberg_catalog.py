@@ -41,7 +41,12 @@ from pyiceberg.types import (
 )
 
 from olympia import Catalog, versions
-from olympia.exceptions import InvalidArgumentError, NoSuchCatalogError, ProtectedObjectError
+from olympia.exceptions import (
+    InvalidArgumentError,
+    LocationInUseError,
+    NoSuchCatalogError,
+    ProtectedObjectError,
+)
 from olympia.iceberg import OlympiaCatalog
 
 NESTED = Schema(
@@ -250,6 +255,9 @@ def test_register_drop_purge(ice: OlympiaCatalog) -> None:
     table.append(rows(0))
     location = ice.load_table("sales.t").metadata_location
     ice.create_namespace("copy")
+    with pytest.raises(LocationInUseError, match="live table sales.t"):
+        ice.register_table("copy.t", location)  # no aliasing of a live table
+    ice.drop_table("sales.t")
     registered = ice.register_table("copy.t", location)
     assert registered.metadata_location == location
     assert ice.olympia.load_table("copy", "t").location == location
@@ -265,6 +273,7 @@ def test_register_drop_purge(ice: OlympiaCatalog) -> None:
         ice.drop_table("copy.t")
     assert os.path.exists(location[len("file://"):])  # drop keeps the files
     data_file = next(iter(table.inspect.files()["file_path"].to_pylist()))
+    ice.register_table("sales.t", location)
     ice.purge_table("sales.t")
     assert not ice.table_exists("sales.t")
     assert not os.path.exists(data_file[len("file://"):])

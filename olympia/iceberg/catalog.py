@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pyiceberg.catalog import PropertiesUpdateSummary
+from pyiceberg.catalog import PropertiesUpdateSummary, delete_files
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -44,6 +44,7 @@ from pyiceberg.view import View
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader
+from olympia.iceberg.locations import check_free, owner_of
 from olympia.iceberg.metadata import (
     identifier_parts,
     is_iceberg,
@@ -121,8 +122,8 @@ class OlympiaCatalog(CatalogSession):
                 bound._staging().drop_namespace(ns)
             except oe.NoSuchNamespaceError:
                 raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
-            except oe.NamespaceNotEmptyError as exc:
-                raise NamespaceNotEmptyError(str(exc)) from None
+            except oe.NamespaceNotEmptyError:
+                raise NamespaceNotEmptyError(f"Namespace {ns} is not empty") from None
 
         self._change(stage, "drop_namespace")
 
@@ -200,7 +201,7 @@ class OlympiaCatalog(CatalogSession):
         """
         ns, name = self._table_ident(identifier)
         definition = self._definition(self._reader(), ns, name)
-        return self._as_table(ns, name, self._read_metadata(definition.location),
+        return self._as_table(ns, name, self._read_metadata(definition.location, f"{ns}.{name}"),
                               definition.location)
 
     def table_exists(self, identifier: str | Identifier) -> bool:
@@ -258,11 +259,23 @@ class OlympiaCatalog(CatalogSession):
         """Register an existing Iceberg metadata file as a table (``overwrite``: repoint an
         existing table at it).
 
+        Args:
+            identifier: The new table (or, with ``overwrite``, the table to repoint).
+            metadata_location: The metadata file.
+            overwrite: Repoint the table if it exists.
+
+        Returns:
+            The table.
+
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create_table.
+            IcebergMetadataError: the metadata file is missing or unreadable.
+            LocationInUseError: another live table uses the metadata file or its table
+                location overlaps another live table's (aliasing it would let one table's
+                commits and purges damage the other).
         """
         ns, name = self._table_ident(identifier)
-        metadata = self._read_metadata(metadata_location)
+        metadata = self._read_metadata(metadata_location, f"{ns}.{name}")
 
         def stage(bound: OlympiaCatalog) -> None:
             txn = bound._staging()
@@ -270,6 +283,8 @@ class OlympiaCatalog(CatalogSession):
                 previous: TableDef | None = txn.load_table(ns, name)
             else:
                 previous = bound._require_new(ns, name, adopt=True)
+            check_free(f"table {ns}.{name}", metadata.location, metadata_location,
+                       bound._live_tables(ns, name))
             txn.put_table(table_definition(ns, name, metadata, metadata_location, previous),
                           create=previous is None)
 
@@ -300,7 +315,8 @@ class OlympiaCatalog(CatalogSession):
             previous = self._require_new(ns, name, adopt=True)
         elif txn.table_exists(ns, name):
             previous = self._definition(txn, ns, name)
-            current = self._as_table(ns, name, self._read_metadata(previous.location),
+            current = self._as_table(ns, name,
+                                     self._read_metadata(previous.location, f"{ns}.{name}"),
                                      previous.location)
         else:
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")
@@ -331,15 +347,38 @@ class OlympiaCatalog(CatalogSession):
         """Drop a table and delete its files at once. Older catalog versions still name the
         table, but time travel and rollback can no longer read it.
 
+        Before anything is dropped or deleted, every file the table's metadata names (data,
+        manifests, manifest lists, metadata files) is checked against the other live tables:
+        if one lies in another live table's location (or is its metadata file), the purge is
+        refused and nothing is dropped or deleted.
+
+        Args:
+            identifier: The table.
+
         Raises:
             NoSuchTableError: it does not exist.
+            LocationInUseError: one of its files belongs to another live table.
             CatalogError: called inside a transaction (files would go before the commit).
         """
         if self._txn is not None:
             raise oe.CatalogError("purge_table deletes files at once: call it outside a "
                                   "transaction")
         self._require_writable("purge_table")
-        super().purge_table(identifier)
+        ns, name = self._table_ident(identifier)
+        table = self.load_table((ns, name))
+        files = _table_files(table)
+        live = self._live_tables(ns, name)
+        for kind, paths in files.items():
+            for path in sorted(paths):
+                other = owner_of(path, live)
+                if other is not None:
+                    raise oe.LocationInUseError(
+                        f"purge_table {ns}.{name} refused, nothing dropped or deleted: its "
+                        f"{kind} file {path} lies in the location of live table {other.name}",
+                        other.name)
+        self.drop_table((ns, name))
+        for kind, paths in files.items():
+            delete_files(table.io, paths, kind)
 
     def rename_table(self, from_identifier: str | Identifier,
                      to_identifier: str | Identifier) -> Table:
@@ -420,3 +459,17 @@ class OlympiaCatalog(CatalogSession):
         """Refused: Iceberg view metadata has no place in an Olympia catalog."""
         raise NotImplementedError("Olympia views are SQL definitions: create them with "
                                   "OlympiaCatalog.olympia.create_view or a catalog spec")
+
+
+def _table_files(table: Table) -> dict[str, set[str]]:
+    """Every file ``table``'s current metadata names, by kind."""
+    io, metadata = table.io, table.metadata
+    manifests = [m for snapshot in metadata.snapshots for m in snapshot.manifests(io)]
+    return {
+        "data": {e.data_file.file_path for m in manifests
+                 for e in m.fetch_manifest_entry(io, discard_deleted=False)},
+        "manifest": {m.manifest_path for m in manifests},
+        "manifest list": {s.manifest_list for s in metadata.snapshots},
+        "previous metadata": {log.metadata_file for log in metadata.metadata_log},
+        "metadata": {table.metadata_location},
+    }

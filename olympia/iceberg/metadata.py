@@ -3,11 +3,17 @@ what a commit did to it, and pyiceberg's identifier and property conventions."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import pydantic
 from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
+from pyiceberg.io import FileIO
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
@@ -17,6 +23,51 @@ from olympia.catalog.objects import Table as TableDef
 from olympia.iceberg.typemap import columns_from_schema
 
 ICEBERG = "iceberg"
+
+
+class IcebergMetadataError(oe.TableMetadataError, NoSuchTableError):
+    """A table's Iceberg metadata file is missing or is no Iceberg table metadata (truncated,
+    not JSON, another schema, binary data). Both Olympia's :class:`TableMetadataError` and
+    pyiceberg's ``NoSuchTableError``: the table cannot be loaded as an Iceberg table, and code
+    written for another catalog catches it where it catches a missing table."""
+
+
+def read_table_metadata(io: FileIO, location: str, table: str) -> TableMetadata:
+    """Parse the metadata file at ``location`` of ``table`` (``ns.name``).
+
+    Raises:
+        IcebergMetadataError: the file is missing or unreadable as Iceberg table metadata.
+        StorageError: the storage failed otherwise (the outcome may differ on retry).
+    """
+    try:
+        return FromInputFile.table_metadata(io.new_input(location))
+    except FileNotFoundError:
+        reason = "the file does not exist"
+    except OSError as exc:
+        raise oe.StorageError(f"table {table}: cannot read its Iceberg metadata ({exc})",
+                              location) from exc
+    except (ValueError, IcebergValidationError, EOFError) as exc:
+        reason = _unreadable(exc)
+    raise IcebergMetadataError(location, f"the Iceberg metadata of table {table} is "
+                                         f"unreadable: {reason}")
+
+
+def _unreadable(exc: BaseException) -> str:
+    """Why a metadata file did not parse, in one line and without its contents."""
+    cause = exc.__cause__ if isinstance(exc, IcebergValidationError) else exc
+    if isinstance(cause, UnicodeDecodeError):
+        return "not UTF-8 text (binary data?)"
+    if isinstance(cause, json.JSONDecodeError):
+        return f"not JSON ({cause.msg} at line {cause.lineno} column {cause.colno})"
+    if isinstance(cause, pydantic.ValidationError):
+        errors = cause.errors(include_input=False, include_url=False)
+        first = errors[0] if errors else {"msg": str(cause), "loc": ()}
+        if first.get("type") == "json_invalid":
+            return f"not JSON ({first['msg']})"
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        return f"not Iceberg table metadata: {where}: {first['msg']}{more}"
+    return str(cause).splitlines()[0] if str(cause) else type(cause).__name__
 
 
 def identifier_parts(identifier: str | Identifier) -> tuple[str, ...]:

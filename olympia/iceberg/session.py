@@ -19,14 +19,13 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Self, TypeVar
 
-from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION, MetastoreCatalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchNamespaceError,
     TableAlreadyExistsError,
 )
 from pyiceberg.io import FileIO, load_file_io
-from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
@@ -36,13 +35,20 @@ from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.iceberg.metadata import ICEBERG, describe, identifier_parts, table_definition
+from olympia.iceberg.locations import LiveTable, check_free, derived_location, live_tables
+from olympia.iceberg.metadata import (
+    ICEBERG,
+    describe,
+    identifier_parts,
+    read_table_metadata,
+    table_definition,
+)
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.versions import timetravel
 
 T = TypeVar("T")
 
-WAREHOUSE = "warehouse"
+WAREHOUSE = WAREHOUSE_LOCATION
 CREATE_PROPERTY = "olympia.create"
 CACHE_PROPERTY = "olympia.metadata-cache-size"
 DEFAULT_CACHE_SIZE = 256
@@ -305,18 +311,20 @@ class CatalogSession(MetastoreCatalog):
                 "Olympia namespaces have one level")
         return parts[0], parts[1]
 
-    def _read_metadata(self, location: str) -> TableMetadata:
-        """A metadata file's contents; files never change once written, so they are cached."""
+    def _read_metadata(self, location: str, table: str) -> TableMetadata:
+        """A metadata file's contents; files never change once written, so they are cached.
+
+        Raises:
+            IcebergMetadataError: the file is missing or is no Iceberg table metadata
+                (the message names ``table`` and the file).
+            StorageError: the storage failed otherwise.
+        """
         with self._cache_lock:
             cached = self._metadata_cache.get(location)
             if cached is not None:
                 self._metadata_cache.move_to_end(location)
                 return cached
-        io = self._load_file_io(location=location)
-        try:
-            metadata = FromInputFile.table_metadata(io.new_input(location))
-        except OSError as exc:
-            raise oe.StorageError(f"cannot read Iceberg metadata ({exc})", location) from exc
+        metadata = read_table_metadata(self._load_file_io(location=location), location, table)
         self._remember(location, metadata)
         return metadata
 
@@ -331,6 +339,32 @@ class CatalogSession(MetastoreCatalog):
         # the catalog's own settings outrank table properties (anyone who can commit to a
         # table can set those; endpoints and credentials stay the operator's)
         return load_file_io({**properties, **self.properties}, location)
+
+    # --- table locations ----------------------------------------------------------------
+
+    def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
+        """``<namespace location>/<table>``, else ``<warehouse>/<namespace>/<table>``, each
+        name escaped to one folder name and checked to stay under its root.
+
+        Raises:
+            TableLocationError: a location would leave its root.
+            ValueError: neither a namespace location nor a warehouse is set.
+        """
+        what = f"table {database_name}.{table_name}"
+        properties = self.load_namespace_properties((database_name,))
+        if properties.get(LOCATION):
+            return derived_location(properties[LOCATION], table_name, what)
+        warehouse = self.properties.get(WAREHOUSE)
+        if warehouse:
+            folder = derived_location(warehouse, database_name, f"namespace {database_name}")
+            return derived_location(folder, table_name, what)
+        raise ValueError("No default path is set, please specify a location when creating "
+                         "a table")
+
+    def _live_tables(self, ns: str, name: str) -> list[LiveTable]:
+        """Every live table of the catalog as this session reads it, except ``ns.name``."""
+        _, definitions, _ = self._reader().load_all()
+        return live_tables(definitions, (ns, name))
 
     # --- staging metadata -------------------------------------------------------------
 
@@ -352,7 +386,14 @@ class CatalogSession(MetastoreCatalog):
                         io: FileIO, previous: TableDef | None,
                         before: TableMetadata | None = None) -> None:
         """Write a new metadata file and stage the definition pointing at it; the version
-        records what happened to the table (``iceberg.<ns>.<table>`` in ``olympia log``)."""
+        records what happened to the table (``iceberg.<ns>.<table>`` in ``olympia log``).
+
+        Raises:
+            LocationInUseError: a new table location overlaps another live table's.
+        """
+        if before is None or metadata.location != before.location:
+            check_free(f"table {ns}.{name}", metadata.location, location,
+                       self._live_tables(ns, name))
         if not self._dry_run:
             self._write_metadata(metadata, io, location)
             self._written.append((io, location))

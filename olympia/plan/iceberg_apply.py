@@ -38,7 +38,7 @@ from pyiceberg.transforms import parse_transform
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.objects import Column, assign_column_ids
 from olympia.catalog.transaction import Transaction
-from olympia.exceptions import InvalidArgumentError
+from olympia.exceptions import InvalidArgumentError, OlympiaError
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.iceberg.typemap import column_from_field, iceberg_type, schema_from_columns
 from olympia.spec.iceberg import SortTerm, Term, as_stored
@@ -67,6 +67,8 @@ def create_table(txn: Transaction, store: OlympiaStore, op: CreateIcebergTable,
     Raises:
         InvalidArgumentError: a column type Iceberg cannot hold, a malformed term, or no
             location (none declared, no namespace ``location``, no catalog ``warehouse``).
+        TableLocationError: the location derived from its name would leave the warehouse;
+            LocationInUseError: its location overlaps another live table's.
     """
     catalog = bound(txn, store, dry_run)
     ns, name = op.identifier
@@ -86,6 +88,8 @@ def create_table(txn: Transaction, store: OlympiaStore, op: CreateIcebergTable,
     try:
         created = catalog.create_table((ns, name), schema, op.location or None, spec, order,
                                        properties)
+    except OlympiaError:  # names the table already (its location, its metadata file)
+        raise
     except (ValidationError, ValueError) as exc:  # what pyiceberg refuses, named
         if "No default path" in str(exc):
             raise InvalidArgumentError(
@@ -106,6 +110,7 @@ def alter_table(txn: Transaction, store: OlympiaStore, op: AlterIcebergTable,
     Raises:
         InvalidArgumentError: the table is not an Iceberg table with metadata, or a term
             does not fit its columns.
+        IcebergMetadataError: its metadata file is missing or unreadable.
     """
     catalog = bound(txn, store, dry_run)
     try:
@@ -116,6 +121,8 @@ def alter_table(txn: Transaction, store: OlympiaStore, op: AlterIcebergTable,
     try:
         with table.transaction() as itx:
             _evolve(itx, op)
+    except OlympiaError:
+        raise
     except (ValidationError, ValueError) as exc:  # what pyiceberg refuses, named
         raise InvalidArgumentError(f"table {ns}.{name}: Iceberg refuses the change: "
                                    f"{exc}") from None
