@@ -61,8 +61,8 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Lake:
     props = s3_properties(server, prefix)
     props["warehouse"] = f"s3://{server.bucket}/{prefix}/outside/a/b/wh"
     fs = server.filesystem()
-    top = f"{server.bucket}/{prefix}/outside"
-    return Lake(props, props["warehouse"], lambda: set(fs.find(top)),
+    root = f"{server.bucket}/{prefix}/outside"
+    return Lake(props, props["warehouse"], lambda: set(fs.find(root)),
                 lambda f: f.startswith(f"{server.bucket}/{prefix}/outside/a/b/wh/"))
 
 
