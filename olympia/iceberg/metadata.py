@@ -63,8 +63,11 @@ def _unreadable(exc: BaseException) -> str:
         errors = cause.errors(include_input=False, include_url=False)
         first = errors[0] if errors else {"msg": str(cause), "loc": ()}
         if first.get("type") == "json_invalid":
-            return f"not JSON ({first['msg']})"
-        where = ".".join(str(p) for p in first["loc"])
+            return f"not JSON ({first['msg'].removeprefix('Invalid JSON: ')})"
+        loc = list(first["loc"])
+        if loc and str(loc[0]).isdigit():  # the format version pydantic chose the model by
+            loc = loc[1:]
+        where = ".".join(str(p) for p in loc)
         more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
         return f"not Iceberg table metadata: {where}: {first['msg']}{more}"
     return str(cause).splitlines()[0] if str(cause) else type(cause).__name__
