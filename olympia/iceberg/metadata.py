@@ -61,8 +61,10 @@ def _unreadable(exc: BaseException) -> str:
         return f"not JSON ({cause.msg} at line {cause.lineno} column {cause.colno})"
     if isinstance(cause, pydantic.ValidationError):
         errors = cause.errors(include_input=False, include_url=False)
-        first = errors[0] if errors else {"msg": str(cause), "loc": ()}
-        if first.get("type") == "json_invalid":
+        if not errors:
+            return "not Iceberg table metadata"
+        first = errors[0]
+        if first["type"] == "json_invalid":
             return f"not JSON ({first['msg'].removeprefix('Invalid JSON: ')})"
         loc = list(first["loc"])
         if loc and str(loc[0]).isdigit():  # the format version pydantic chose the model by
