@@ -14,16 +14,19 @@ this package installed. See docs/SPARK.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from olympia.spark.options import CONF_PREFIX, PARALLELISM, properties_from_storage_options
 
-__all__ = ["properties_from_storage_options", "register"]
+if TYPE_CHECKING:
+    from olympia.spark.source import OlympiaDataSource
+
+__all__ = ["properties_from_storage_options", "register", "write"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def register(spark: Any) -> type:
+def register(spark: Any) -> type[OlympiaDataSource]:
     """Register the ``olympia`` data source with a SparkSession.
 
     The Spark configuration ``spark.olympia.<option>`` (``spark.olympia.catalog``,
@@ -42,8 +45,9 @@ def register(spark: Any) -> type:
                 if k.startswith(CONF_PREFIX)}
     defaults.setdefault(PARALLELISM, str(spark.sparkContext.defaultParallelism))
     # a class made here is pickled by value, so the defaults travel with it to the workers
-    source = type("RegisteredOlympiaDataSource", (OlympiaDataSource,),
-                  {"defaults": defaults, "__doc__": OlympiaDataSource.__doc__})
+    source: type[OlympiaDataSource] = type(
+        "RegisteredOlympiaDataSource", (OlympiaDataSource,),
+        {"defaults": defaults, "__doc__": OlympiaDataSource.__doc__})
     spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(source)
     return source
@@ -55,3 +59,13 @@ def _session_conf(spark: Any) -> dict[str, str]:
         return dict(spark.conf.getAll)
     except (AttributeError, TypeError):
         return {}
+
+
+def write(df: Any, table: str, *, catalog: str | None = None, mode: str = "append",
+          options: dict[str, str] | None = None) -> None:
+    """Write ``df`` to ``table`` distributed by the table's partition spec and sorted by its
+    sort order: see :func:`olympia.spark.distribute.write` (imported lazily, so importing
+    this package needs no pyspark)."""
+    from olympia.spark.distribute import write as distributed_write
+
+    distributed_write(df, table, catalog=catalog, mode=mode, options=options)

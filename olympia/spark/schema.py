@@ -79,12 +79,19 @@ def _quote(name: str) -> str:
 
 
 def check_write_schema(table_schema: Schema, columns: list[tuple[str, str, bool]],
-                       table: str) -> None:
-    """Refuse a DataFrame whose columns do not match the table's top-level columns.
+                       table: str, *, check_nullability: bool = True) -> None:
+    """Refuse a DataFrame whose columns do not fit the table's top-level columns.
 
-    ``columns`` are the DataFrame's (name, Spark type, nullable). Names must match exactly
-    (order may differ); a nullable column cannot fill a required one. Type compatibility is
-    checked by pyiceberg when the Arrow schema is compared (see ``writer``).
+    Args:
+        table_schema: the table's current schema.
+        columns: the DataFrame's (name, Spark type, nullable).
+        table: the table's name, for messages.
+        check_nullability: False lets a nullable column fill a required one (a null value
+            then fails the task that meets it).
+
+    Names must match exactly (order may differ); optional columns of the table may be left
+    out (they are written as nulls), required ones may not. Type compatibility is checked by
+    pyiceberg when the Arrow schema is compared (see ``writer``).
 
     Raises:
         InvalidArgumentError: naming the missing, unknown or nullable columns.
@@ -92,13 +99,15 @@ def check_write_schema(table_schema: Schema, columns: list[tuple[str, str, bool]
     wanted = {f.name: f for f in table_schema.fields}
     given = {name: nullable for name, _, nullable in columns}
     problems = []
-    if missing := sorted(set(wanted) - set(given)):
-        problems.append(f"missing columns {', '.join(missing)}")
+    if missing := sorted(n for n, f in wanted.items() if f.required and n not in given):
+        problems.append(f"missing required columns {', '.join(missing)}")
     if extra := sorted(set(given) - set(wanted)):
         problems.append(f"columns not in the table: {', '.join(extra)}")
-    if nullable := sorted(n for n, f in wanted.items() if f.required and given.get(n)):
+    if check_nullability and (nullable := sorted(n for n, f in wanted.items()
+                                                 if f.required and given.get(n))):
         problems.append(f"nullable DataFrame columns for required table columns: "
-                        f"{', '.join(nullable)}")
+                        f"{', '.join(nullable)} (option check-nullability=false lets them "
+                        "fill it; a null then fails the write)")
     if problems:
         raise InvalidArgumentError(
             f"cannot write to table {table}: the DataFrame does not match its schema "

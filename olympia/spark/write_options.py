@@ -15,9 +15,11 @@ OVERWRITE_MODE_CONF = "spark.sql.sources.partitionOverwriteMode"
 REPLACE_WHERE = "replacewhere"
 CHECK_NULLABILITY = "check-nullability"
 TARGET_FILE_SIZE = "target-file-size-bytes"
+# set by olympia.spark.write: every task's rows are sorted by this sort order of the table
+SORT_ORDER_ID = "sort-order-id"
 # lower-cased names, as options are keyed case-insensitively
 WRITE_OPTION_NAMES = frozenset({OVERWRITE_MODE, REPLACE_WHERE, CHECK_NULLABILITY,
-                                TARGET_FILE_SIZE})
+                                TARGET_FILE_SIZE, SORT_ORDER_ID})
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,15 @@ class WriteOptions:
         check_nullability: False lets a nullable Spark column fill a required field.
         target_file_size: bytes a data file is aimed at (None: the table's
             ``write.target-file-size-bytes``).
+        sort_order_id: the table's sort order every task's rows are sorted by (recorded on
+            the data files); None when the rows are not known to be sorted.
     """
 
     overwrite_mode: str | None = None
     replace_where: str | None = None
     check_nullability: bool = True
     target_file_size: int | None = None
+    sort_order_id: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -54,16 +59,20 @@ class WriteOptions:
         if check not in ("true", "false"):
             raise InvalidArgumentError(
                 f"option {CHECK_NULLABILITY} must be true or false, not {check!r}")
-        size = (options.get(TARGET_FILE_SIZE) or "").strip()
-        target: int | None = None
-        if size:
-            try:
-                target = int(size)
-            except ValueError:
-                target = 0
-            if target < 1:
-                raise InvalidArgumentError(
-                    f"option {TARGET_FILE_SIZE} must be a positive whole number of bytes, "
-                    f"not {size!r}")
         replace_where = (options.get(REPLACE_WHERE) or "").strip() or None
-        return cls(mode, replace_where, check == "true", target)
+        return cls(mode, replace_where, check == "true",
+                   _whole(options, TARGET_FILE_SIZE, 1, "a positive whole number of bytes"),
+                   _whole(options, SORT_ORDER_ID, 0, "a sort order id of the table"))
+
+
+def _whole(options: Mapping[str, str], key: str, minimum: int, what: str) -> int | None:
+    raw = (options.get(key) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise InvalidArgumentError(f"option {key} must be {what}, not {raw!r}")
+    return value
