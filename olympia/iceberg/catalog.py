@@ -142,7 +142,15 @@ class OlympiaCatalog(CatalogSession):
         return [(ns,) for ns in reader.list_namespaces()]
 
     def namespace_exists(self, namespace: str | Identifier) -> bool:
-        return self._reader().namespace_exists(self._namespace(namespace))
+        """Whether the namespace exists (a name the format forbids never does).
+
+        Raises:
+            InvalidArgumentError: a multi-level namespace.
+        """
+        try:
+            return self._reader().namespace_exists(self._namespace(namespace))
+        except oe.InvalidNameError:
+            return False
 
     def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
         """The namespace's properties.
@@ -205,8 +213,16 @@ class OlympiaCatalog(CatalogSession):
                               definition.location)
 
     def table_exists(self, identifier: str | Identifier) -> bool:
+        """Whether the table exists (a name the format forbids never does).
+
+        Raises:
+            InvalidArgumentError: a multi-level namespace.
+        """
         ns, name = self._table_ident(identifier)
-        return self._reader().table_exists(ns, name)
+        try:
+            return self._reader().table_exists(ns, name)
+        except oe.InvalidNameError:
+            return False
 
     def _definition(self, reader: CatalogReader, ns: str, name: str) -> TableDef:
         try:
@@ -423,8 +439,16 @@ class OlympiaCatalog(CatalogSession):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
 
     def view_exists(self, identifier: str | Identifier) -> bool:
+        """Whether the Olympia view exists (a name the format forbids never does).
+
+        Raises:
+            InvalidArgumentError: a multi-level namespace.
+        """
         ns, name = self._table_ident(identifier)
-        return self._reader().view_exists(ns, name)
+        try:
+            return self._reader().view_exists(ns, name)
+        except oe.InvalidNameError:
+            return False
 
     def drop_view(self, identifier: str | Identifier) -> None:
         """Drop an Olympia view.
