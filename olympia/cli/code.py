@@ -274,7 +274,8 @@ def schema_cmd(out: str | None) -> None:
 @handle_errors
 def fmt_cmd(spec: str, check: bool) -> None:
     """Rewrite SPEC's YAML files in the canonical layout (indentation, key order, quoting,
-    blank lines), keeping comments and every value."""
+    blank lines), keeping comments and every value. Each file is replaced whole, keeping its
+    mode; read-only files and links leading outside SPEC are refused (exit 1)."""
     changed = format_spec(spec, write=not check)
     for file in changed:
         click.echo(f"{'would reformat' if check else 'reformatted'} {file}")

@@ -44,9 +44,10 @@ from ruamel.yaml.emitter import Emitter
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.resolver import VersionedResolver
 
-from olympia.exceptions import SpecError
+from olympia.exceptions import InvalidArgumentError, SpecError
 from olympia.inputs import MIB
 from olympia.spec.loader import spec_files
+from olympia.spec.rewrite import replace_file
 from olympia.spec.yamlpos import CoreLoader, Document, Problem, load_documents, read_text
 
 _COLUMN = ("name", "renamed_from", "type", "nullable", "comment", "fields", "element", "key",
@@ -80,19 +81,32 @@ _EMPTY = re.compile("^$")
 def format_spec(path: str | Path, write: bool = True) -> list[str]:
     """Format every spec file under ``path`` (as :func:`load_spec` finds them).
 
+    The spec tree is ``path`` resolved, or for a file the folder it is named in: a file
+    that links outside it is refused, one that links inside it is formatted through the
+    link. A file is written as :func:`replace_file` writes, never when it is read-only.
+
     Returns:
         The files that changed (or, with ``write`` False, would change).
 
     Raises:
+        InvalidArgumentError: files link outside the spec tree, or (``write``) files to
+            change are read-only or cannot be written; each line names one.
         SpecError: every problem of every file at once; then nothing is written.
     """
     root = Path(path)
     if not root.exists():
         raise SpecError([f"{root}: no such file or directory"])
+    tree = (root if root.is_dir() else root.absolute().parent).resolve()
+    # realpath, not resolve: a link loop is left for read_text to report
+    targets = {file: Path(os.path.realpath(file)) for file in spec_files(root)}
+    outside = [f"{file}: links outside the spec tree {tree} (to {target}); not formatted"
+               for file, target in targets.items() if not target.is_relative_to(tree)]
+    if outside:
+        raise InvalidArgumentError("\n".join(outside))
     problems: list[Problem] = []
-    changed: dict[Path, str] = {}
+    changed: dict[Path, tuple[Path, str]] = {}  # target: (file, its formatted text)
     failed: list[str] = []
-    for file in spec_files(root):
+    for file, target in targets.items():
         text = read_text(file, problems)
         if text is None:
             continue
@@ -102,14 +116,32 @@ def format_spec(path: str | Path, write: bool = True) -> list[str]:
             failed += exc.problems
             continue
         if formatted != text:
-            changed[file] = formatted
+            changed.setdefault(target, (file, formatted))
     if problems or failed:
         raise SpecError(sorted([str(p) for p in problems] + failed))
-    for file, formatted in changed.items() if write else ():
-        temporary = file.with_name(f".{file.name}.fmt-tmp")
-        temporary.write_text(formatted, "utf-8", newline="")
-        os.replace(temporary, file)
-    return [str(f) for f in changed]
+    if write:
+        _write(changed)
+    return [str(file) for file, _ in changed.values()]
+
+
+def _write(changed: dict[Path, tuple[Path, str]]) -> None:
+    """Write each target's formatted text, after checking none is read-only."""
+    read_only = [f"{file}: is read-only; not formatted (make it writable first)"
+                 for target, (file, _) in changed.items() if _read_only(target)]
+    if read_only:
+        raise InvalidArgumentError("\n".join(read_only))
+    for target, (file, formatted) in changed.items():
+        try:
+            replace_file(target, formatted.encode("utf-8"))
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"{file}: cannot be written: {exc.strerror or exc}") from None
+
+
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` has no write permission bit, or this process may not write it (a
+    superuser may write any file: the bits tell what its owner meant)."""
+    return not os.stat(path).st_mode & 0o222 or not os.access(path, os.W_OK)
 
 
 def format_text(text: str, file: str) -> str:
