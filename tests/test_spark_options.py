@@ -19,6 +19,7 @@ from olympia.spark.options import (
     WRITE_SIDE_NAMES,
     SourceOptions,
     is_catalog_property,
+    properties_from_storage_options,
     spelled,
 )
 from olympia.spark.write_options import WRITE_OPTION_NAMES, WriteOptions
@@ -85,6 +86,13 @@ def test_catalog_properties_pass_and_only_they() -> None:
     assert not is_catalog_property("olympia.storage.")
     assert not is_catalog_property("uri")  # the catalog option names the catalog
     assert "(nearest: " in refused({"uri": "/x"})
+
+
+def test_properties_made_from_storage_options_are_accepted() -> None:
+    produced = properties_from_storage_options({
+        "key": "k", "secret": SECRET, "token": "t", "profile": "p", "anon": True,
+        "host_dir": "/h", "client_kwargs": {"endpoint_url": "http://e", "region_name": "r"}})
+    assert parse(produced).properties == produced
 
 
 def test_keys_are_case_insensitive_like_sparks() -> None:
