@@ -4,7 +4,7 @@ the write distribution and ordering)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -68,7 +68,7 @@ def write(df: Any, table: str, *, catalog: str | None = None, mode: str = "appen
     finally:
         opened.close()
     schema, spec, order = metadata.schema(), metadata.spec(), metadata.sort_order()
-    columns: list[tuple[str, Any, int]] = []  # (key column, transform, source id)
+    columns: list[tuple[str, Any]] = []  # (key column, its expression)
     partition_keys: list[Any] = []
     for field in spec.fields:
         partition_keys.append(_key(df, schema, field.transform, field.source_id, columns,
@@ -81,14 +81,12 @@ def write(df: Any, table: str, *, catalog: str | None = None, mode: str = "appen
         sort_keys.append((key.asc_nulls_first() if nulls_first else key.asc_nulls_last())
                          if ascending else
                          (key.desc_nulls_first() if nulls_first else key.desc_nulls_last()))
-    shaped = df
-    if columns:
-        shaped = shaped.mapInArrow(_with_keys(schema, columns), _key_schema(df, columns, schema))
+    shaped = df.withColumns(dict(columns)) if columns else df
     if partition_keys:
         shaped = shaped.repartition(*partition_keys)
     if partition_keys or sort_keys:
         shaped = shaped.sortWithinPartitions(*partition_keys, *sort_keys)
-    shaped = shaped.drop(*(name for name, _, _ in columns))
+    shaped = shaped.drop(*(name for name, _ in columns))
     if order.fields:
         given[SORT_ORDER_ID] = str(order.order_id)
     lowered = {k.lower() for k in given}
@@ -100,7 +98,7 @@ def write(df: Any, table: str, *, catalog: str | None = None, mode: str = "appen
 
 
 def _key(df: Any, schema: Schema, transform: Any, source_id: int,
-         columns: list[tuple[str, Any, int]], table: str) -> Any:
+         columns: list[tuple[str, Any]], table: str) -> Any:
     """The column to distribute or sort by: the source column for an identity transform, else
     a column of transformed values (added to ``columns``)."""
     from pyspark.sql import functions
@@ -117,38 +115,23 @@ def _key(df: Any, schema: Schema, transform: Any, source_id: int,
     if isinstance(transform, IdentityTransform):
         return functions.col(name)
     key = f"{KEY_PREFIX}{len(columns)}"
-    columns.append((key, transform, source_id))
+    kind = df.schema[name].dataType if isinstance(transform, TruncateTransform) else "int"
+    columns.append((key, _transform_udf(schema, transform, source_id, kind)(
+        functions.col(name))))
     return functions.col(key)
 
 
-def _key_schema(df: Any, columns: list[tuple[str, Any, int]], schema: Schema) -> Any:
-    """The DataFrame's schema with the key columns: ``int`` for bucket and the time
-    transforms, the source column's type for truncate."""
-    from pyspark.sql.types import IntegerType, StructField, StructType
+def _transform_udf(schema: Schema, transform: Any, source_id: int, kind: Any) -> Any:
+    """An Arrow UDF (no pandas needed) applying ``transform`` with pyiceberg: ``int`` for
+    bucket and the time transforms, the source column's type for truncate."""
+    from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 
-    fields = list(df.schema.fields)
-    for name, transform, source_id in columns:
-        source = df.schema[schema.find_column_name(source_id)]
-        kind = source.dataType if isinstance(transform, TruncateTransform) else IntegerType()
-        fields.append(StructField(name, kind, True))
-    return StructType(fields)
+    name = schema.find_column_name(source_id) or ""
 
+    def apply(values: pa.Array) -> pa.Array:
+        out = transformed(transform, schema, source_id, pa.table({name: values}))
+        if isinstance(out, pa.ChunkedArray):
+            out = out.combine_chunks()
+        return out if isinstance(transform, TruncateTransform) else out.cast(pa.int32())
 
-def _with_keys(schema: Schema, columns: list[tuple[str, Any, int]]) -> Any:
-    """The ``mapInArrow`` function adding the key columns to each batch."""
-
-    def add(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows = pa.Table.from_batches([batch])
-            arrays, names = list(batch.columns), list(batch.schema.names)
-            for name, transform, source_id in columns:
-                values = transformed(transform, schema, source_id, rows)
-                if isinstance(values, pa.ChunkedArray):
-                    values = values.combine_chunks()
-                if not isinstance(transform, TruncateTransform):
-                    values = values.cast(pa.int32())
-                arrays.append(values)
-                names.append(name)
-            yield pa.RecordBatch.from_arrays(arrays, names=names)
-
-    return add
+    return arrow_udf(apply, kind, ArrowUDFType.SCALAR)

@@ -414,6 +414,8 @@ class OlympiaWriter(DataSourceArrowWriter):
                 files are deleted.
         """
         files = _data_files(messages)
+        for data_file in files:  # not pickled with the file: tasks write the default spec
+            data_file.spec_id = self._metadata.default_spec_id
         catalog = self._options.open_catalog()
         try:
             table = catalog.load_table(self._options.table)
