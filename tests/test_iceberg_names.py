@@ -225,3 +225,24 @@ def test_purge_never_deletes_another_live_tables_files(lake: Lake) -> None:
     assert not any(f.endswith(".parquet") for f in lake.files())
     with pytest.raises(NoSuchTableError):
         catalog.load_table("sales.alias")
+
+
+def test_locations_in_one_transaction_see_its_own_changes(lake: Lake) -> None:
+    catalog = OlympiaCatalog("names", **lake.props)
+    catalog.create_namespace("sales")
+    base = f"{lake.warehouse}/shared"
+    catalog.create_table("sales.old", SCHEMA, location=f"{base}/old")
+    with catalog.transaction() as tx:
+        tx.create_table("sales.a", SCHEMA, location=f"{base}/a")
+        with pytest.raises(LocationInUseError, match="live table sales.a"):
+            tx.create_table("sales.b", SCHEMA, location=f"{base}/a/inner")
+        tx.rename_table("sales.a", "sales.renamed")
+        with pytest.raises(LocationInUseError, match="live table sales.renamed"):
+            tx.create_table("sales.b", SCHEMA, location=f"{base}/a")
+        tx.drop_table("sales.renamed")
+        tx.drop_table("sales.old")  # staged drops free their folders at once
+        tx.create_table("sales.b", SCHEMA, location=f"{base}/a")
+        tx.create_table("sales.c", SCHEMA, location=f"{base}/old/c")
+        with pytest.raises(LocationInUseError, match="live table sales.b"):
+            tx.create_table("sales.d", SCHEMA, location=base)
+    assert sorted(catalog.list_tables("sales")) == [("sales", "b"), ("sales", "c")]

@@ -44,7 +44,6 @@ from pyiceberg.view import View
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader
-from olympia.iceberg.locations import check_free, owner_of
 from olympia.iceberg.metadata import (
     identifier_parts,
     is_iceberg,
@@ -299,8 +298,8 @@ class OlympiaCatalog(CatalogSession):
                 previous: TableDef | None = txn.load_table(ns, name)
             else:
                 previous = bound._require_new(ns, name, adopt=True)
-            check_free(f"table {ns}.{name}", metadata.location, metadata_location,
-                       bound._live_tables(ns, name))
+            bound._live().check_free(f"table {ns}.{name}", metadata.location,
+                                     metadata_location, (ns, name))
             txn.put_table(table_definition(ns, name, metadata, metadata_location, previous),
                           create=previous is None)
 
@@ -383,15 +382,14 @@ class OlympiaCatalog(CatalogSession):
         ns, name = self._table_ident(identifier)
         table = self.load_table((ns, name))
         files = _table_files(table)
-        live = self._live_tables(ns, name)
-        for kind, paths in files.items():
-            for path in sorted(paths):
-                other = owner_of(path, live)
-                if other is not None:
-                    raise oe.LocationInUseError(
-                        f"purge_table {ns}.{name} refused, nothing dropped or deleted: its "
-                        f"{kind} file {path} lies in the location of live table {other.name}",
-                        other.name)
+        live = self._live()
+        for path in sorted(p for paths in files.values() for p in paths):
+            other = live.owner(path, (ns, name))
+            if other is not None:
+                raise oe.LocationInUseError(
+                    f"purge_table {ns}.{name} refused, nothing dropped or deleted: its file "
+                    f"{path} belongs to live table {other.name} (in its location, or its "
+                    "metadata file)", other.name)
         self.drop_table((ns, name))
         for kind, paths in files.items():
             delete_files(table.io, paths, kind)

@@ -14,9 +14,10 @@ path with ``.``/``..`` steps and repeated slashes resolved; ``\\`` counts as a s
 
 from __future__ import annotations
 
+import bisect
 import posixpath
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from olympia.catalog.objects import Table as TableDef
@@ -34,7 +35,10 @@ def escape_part(name: str) -> str:
     return escaped
 
 
-def _normal(location: str) -> tuple[str, str, tuple[str, ...]]:
+Place = tuple[str, str, tuple[str, ...]]  # scheme, bucket or host, path steps
+
+
+def _normal(location: str) -> Place:
     """(scheme, authority, path steps) of ``location`` with ``.``/``..`` resolved."""
     scheme, sep, rest = location.partition("://")
     if not sep:
@@ -52,15 +56,20 @@ def _normal(location: str) -> tuple[str, str, tuple[str, ...]]:
     return scheme, authority, tuple(p for p in path.split("/") if p)
 
 
+def _within(place: Place, top: Place) -> bool:
+    steps = len(top[2])
+    return place[:2] == top[:2] and len(place[2]) > steps and place[2][:steps] == top[2]
+
+
 def inside(location: str, root: str) -> bool:
     """Whether ``location`` lies strictly under ``root`` after normalisation."""
-    loc, top = _normal(location), _normal(root)
-    return loc[:2] == top[:2] and len(loc[2]) > len(top[2]) and loc[2][:len(top[2])] == top[2]
+    return _within(_normal(location), _normal(root))
 
 
 def overlaps(a: str, b: str) -> bool:
     """Whether two table locations share files: the same folder, or one inside the other."""
-    return _normal(a) == _normal(b) or inside(a, b) or inside(b, a)
+    x, y = _normal(a), _normal(b)
+    return x == y or _within(x, y) or _within(y, x)
 
 
 def derived_location(root: str, part: str, what: str) -> str:
@@ -83,59 +92,110 @@ def derived_location(root: str, part: str, what: str) -> str:
     return location
 
 
+Key = tuple[str, str]  # namespace, table
+
+
 @dataclass(frozen=True)
 class LiveTable:
     """A table of the catalog and the files it uses: its location and, for an Iceberg
-    table, its current metadata file."""
+    table, its current metadata file (both also kept normalised)."""
 
-    name: str
+    key: Key
     location: str
     metadata_file: str = ""
+    place: Place = field(init=False, repr=False, compare=False)
+    metadata_place: Place | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "place", _normal(self.location))
+        object.__setattr__(self, "metadata_place",
+                           _normal(self.metadata_file) if self.metadata_file else None)
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.key)
 
     @classmethod
     def of(cls, definition: TableDef) -> LiveTable | None:
         """The files ``definition`` uses (None: a table declared without a location)."""
-        name = f"{definition.namespace}.{definition.name}"
+        key = (definition.namespace, definition.name)
         table_location = definition.format_properties.get("table-location", "")
         if definition.format == "iceberg" and table_location:
-            return cls(name, table_location, definition.location)
-        return cls(name, definition.location) if definition.location else None
+            return cls(key, table_location, definition.location)
+        return cls(key, definition.location) if definition.location else None
 
 
-def live_tables(definitions: Iterable[TableDef], exclude: tuple[str, str]) -> list[LiveTable]:
-    """The live tables among ``definitions``, leaving out the table ``exclude``."""
-    found = (LiveTable.of(d) for d in definitions if (d.namespace, d.name) != exclude)
-    return [t for t in found if t is not None]
+class LiveIndex:
+    """The live tables of a catalog by location and metadata file: a check costs a few
+    dictionary and bisection steps, however many tables there are."""
 
+    def __init__(self) -> None:
+        self._tables: dict[Key, LiveTable] = {}
+        self._by_place: dict[Place, list[LiveTable]] = {}
+        self._by_metadata: dict[Place, list[LiveTable]] = {}
+        self._places: list[Place] = []  # sorted: a folder's descendants follow it
 
-def check_free(what: str, location: str, metadata_file: str, live: Iterable[LiveTable]) -> None:
-    """Refuse a table location (and metadata file) another live table uses.
+    def put(self, key: Key, table: LiveTable | None) -> None:
+        """Record what table ``key`` uses now (None: nothing, or it is gone)."""
+        old = self._tables.pop(key, None)
+        if old is not None:
+            self._by_place[old.place].remove(old)
+            if not self._by_place[old.place]:
+                del self._by_place[old.place]
+                del self._places[bisect.bisect_left(self._places, old.place)]
+            if old.metadata_place is not None:
+                self._by_metadata[old.metadata_place].remove(old)
+                if not self._by_metadata[old.metadata_place]:
+                    del self._by_metadata[old.metadata_place]
+        if table is None:
+            return
+        self._tables[key] = table
+        if table.place not in self._by_place:
+            bisect.insort(self._places, table.place)
+        self._by_place.setdefault(table.place, []).append(table)
+        if table.metadata_place is not None:
+            self._by_metadata.setdefault(table.metadata_place, []).append(table)
 
-    Args:
-        what: The table about to use them, for the error (``table sales.orders``).
-        location: Its table location.
-        metadata_file: Its metadata file ("" for none).
-        live: The other live tables.
+    def _around(self, place: Place) -> Iterator[LiveTable]:
+        """Live tables at ``place``, above it, or below it."""
+        scheme, authority, steps = place
+        for depth in range(len(steps), -1, -1):
+            yield from self._by_place.get((scheme, authority, steps[:depth]), ())
+        for below in self._places[bisect.bisect_right(self._places, place):]:
+            if not _within(below, place):
+                break
+            yield from self._by_place[below]
 
-    Raises:
-        LocationInUseError: the metadata file is another table's, or the locations overlap.
-    """
-    for other in live:
-        if metadata_file and other.metadata_file and \
-                _normal(metadata_file) == _normal(other.metadata_file):
-            raise LocationInUseError(
-                f"{what}: metadata file {metadata_file} is the current metadata of live table "
-                f"{other.name}", other.name)
-        if overlaps(location, other.location):
-            raise LocationInUseError(
-                f"{what}: location {location} overlaps the location {other.location} of live "
-                f"table {other.name}", other.name)
+    def check_free(self, what: str, location: str, metadata_file: str, exclude: Key) -> None:
+        """Refuse a table location (and metadata file) another live table uses.
 
+        Args:
+            what: The table about to use them, for the error (``table sales.orders``).
+            location: Its table location.
+            metadata_file: Its metadata file ("" for none).
+            exclude: That table itself.
 
-def owner_of(path: str, live: Iterable[LiveTable]) -> LiveTable | None:
-    """The live table whose location holds ``path`` (or whose metadata file it is)."""
-    for other in live:
-        if inside(path, other.location) or (
-                other.metadata_file and _normal(path) == _normal(other.metadata_file)):
-            return other
-    return None
+        Raises:
+            LocationInUseError: the metadata file is another live table's, or the location
+                equals, contains or lies in another live table's location.
+        """
+        if metadata_file:
+            for other in self._by_metadata.get(_normal(metadata_file), ()):
+                if other.key != exclude:
+                    raise LocationInUseError(
+                        f"{what}: metadata file {metadata_file} is the current metadata of "
+                        f"live table {other.name}", other.name)
+        for other in self._around(_normal(location)):
+            if other.key != exclude:
+                raise LocationInUseError(
+                    f"{what}: location {location} overlaps the location {other.location} of "
+                    f"live table {other.name}", other.name)
+
+    def owner(self, path: str, exclude: Key) -> LiveTable | None:
+        """The live table (but ``exclude``) whose location holds the file ``path``, or whose
+        metadata file it is."""
+        scheme, authority, steps = _normal(path)
+        candidates = [*self._by_metadata.get((scheme, authority, steps), ()),
+                      *(t for depth in range(len(steps) - 1, -1, -1)
+                        for t in self._by_place.get((scheme, authority, steps[:depth]), ()))]
+        return next((t for t in candidates if t.key != exclude), None)

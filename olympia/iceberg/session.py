@@ -32,10 +32,11 @@ from pyiceberg.utils.config import Config
 
 from olympia import exceptions as oe
 from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.iceberg.locations import LiveTable, check_free, derived_location, live_tables
+from olympia.iceberg.locations import LiveIndex, LiveTable, derived_location
 from olympia.iceberg.metadata import (
     ICEBERG,
     describe,
@@ -64,6 +65,8 @@ class CatalogSession(MetastoreCatalog):
     _txn: Transaction | None
     _written: list[tuple[FileIO, str]]
     _metadata_cache: OrderedDict[str, TableMetadata]
+    _index: LiveIndex | None
+    _seen: int  # the staged actions of the transaction _index includes
     _cache_lock: threading.Lock
     _cache_size: int
     _root: bool
@@ -104,6 +107,7 @@ class CatalogSession(MetastoreCatalog):
         self._txn = None
         self._written = []
         self._metadata_cache = OrderedDict()
+        self._index, self._seen = None, 0
         self._cache_lock = threading.Lock()
         self._cache_size = cache_size
         self._root = False
@@ -155,6 +159,7 @@ class CatalogSession(MetastoreCatalog):
               txn: Transaction | None = None) -> Self:
         other = copy.copy(self)
         other._pinned, other._txn, other._written, other._root = pinned, txn, [], False
+        other._index, other._seen = None, 0
         return other
 
     def close(self) -> None:
@@ -361,10 +366,29 @@ class CatalogSession(MetastoreCatalog):
         raise ValueError("No default path is set, please specify a location when creating "
                          "a table")
 
-    def _live_tables(self, ns: str, name: str) -> list[LiveTable]:
-        """Every live table of the catalog as this session reads it, except ``ns.name``."""
-        _, definitions, _ = self._reader().load_all()
-        return live_tables(definitions, (ns, name))
+    def _live(self) -> LiveIndex:
+        """The live tables as this session reads them. The latest or a pinned version is
+        indexed afresh; in a transaction, its base version is indexed once and the tables
+        its staged actions touched are read again as the actions come (so the many creates
+        of one apply stay cheap)."""
+        if self._txn is None:
+            return _index_of(self._reader())
+        txn = self._txn
+        if self._index is None:
+            self._index, self._seen = _index_of(txn.base), 0
+        staged = txn.actions
+        for action in staged[self._seen:]:
+            if action.object.type != int(ObjectType.TABLE):
+                continue
+            ns, names = action.object.namespace, [action.object.name]
+            if action.HasField("rename"):
+                names.append(action.rename.to_name)
+            for name in names:
+                exists = txn.table_exists(ns, name)
+                self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
+                                if exists else None)
+        self._seen = len(staged)
+        return self._index
 
     # --- staging metadata -------------------------------------------------------------
 
@@ -392,8 +416,8 @@ class CatalogSession(MetastoreCatalog):
             LocationInUseError: a new table location overlaps another live table's.
         """
         if before is None or metadata.location != before.location:
-            check_free(f"table {ns}.{name}", metadata.location, location,
-                       self._live_tables(ns, name))
+            self._live().check_free(f"table {ns}.{name}", metadata.location, location,
+                                    (ns, name))
         if not self._dry_run:
             self._write_metadata(metadata, io, location)
             self._written.append((io, location))
@@ -408,3 +432,12 @@ class CatalogSession(MetastoreCatalog):
         # In a transaction the "old" files are still the committed ones until it commits.
         if self._txn is None:
             MetastoreCatalog._delete_old_metadata(io, base, metadata)
+
+
+def _index_of(reader: CatalogReader) -> LiveIndex:
+    """The live tables of the version ``reader`` reads."""
+    index = LiveIndex()
+    _, tables, _ = reader.load_all()
+    for definition in tables:
+        index.put((definition.namespace, definition.name), LiveTable.of(definition))
+    return index
