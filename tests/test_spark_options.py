@@ -127,6 +127,8 @@ def test_write_options_are_parsed_for_writes_only() -> None:
     written = parse({"replacewhere": "part = 1"}, {"target-file-size-bytes": "1000"}, write=True)
     assert written.write == WriteOptions(None, "part = 1", True, 1000)
     assert parse({}, {"target-file-size-bytes": "1000"}).write == WriteOptions()
+    message = refused({"check-nullability": "maybe"}, write=True)
+    assert message.startswith("table sales.orders: option check-nullability must be")
 
 
 def test_spark_configuration_defaults_are_checked() -> None:

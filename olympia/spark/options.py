@@ -66,17 +66,30 @@ CATALOG_NAME = "olympia"
 
 
 def is_catalog_property(name: str) -> bool:
-    """Whether ``name`` (lower-cased) is a catalog property the source passes to
-    ``OlympiaCatalog``: ``warehouse``, ``py-io-impl``, ``olympia.create``,
-    ``olympia.metadata-cache-size``, ``olympia.storage.<option>``, or a property pyiceberg's
-    FileIO reads (the ``s3.*``, ``client.*``, ``gcs.*``, ``adls.*``, ``hdfs.*`` and ``hf.*``
-    names :mod:`pyiceberg.io` defines)."""
+    """Whether an option is a catalog property the source passes to ``OlympiaCatalog``.
+
+    Args:
+        name: the option's lower-cased key.
+
+    Returns:
+        True for ``warehouse``, ``py-io-impl``, ``olympia.create``,
+        ``olympia.metadata-cache-size``, ``olympia.storage.<option>`` and the properties
+        pyiceberg's FileIO reads (the ``s3.*``, ``client.*``, ``gcs.*``, ``adls.*``,
+        ``hdfs.*`` and ``hf.*`` names :mod:`pyiceberg.io` defines).
+    """
     return (name in CATALOG_PROPERTY_NAMES or name in FILE_IO_PROPERTY_NAMES
             or (name.startswith(STORAGE_PREFIX) and len(name) > len(STORAGE_PREFIX)))
 
 
 def spelled(name: str) -> str:
-    """An option's documented spelling (``replacewhere`` -> ``replaceWhere``)."""
+    """An option's documented spelling, for messages.
+
+    Args:
+        name: the option's lower-cased key.
+
+    Returns:
+        ``replaceWhere`` for ``replacewhere``, and so on; most names are lower-case already.
+    """
     return SPELLING.get(name, name)
 
 
@@ -153,24 +166,28 @@ class SourceOptions:
                 ".save('namespace.table')")
         _at_most_one(given, TIME_TRAVEL, "a catalog version", where)
         _at_most_one(given, SNAPSHOT_CHOICE, "a snapshot", where)
-        snapshot_id = _number(given, SNAPSHOT_ID)
+        snapshot_id = _number(given, SNAPSHOT_ID, where)
         if snapshot_id is None:
-            snapshot_id = _number(given, SNAPSHOT_ID_ALIAS)
+            snapshot_id = _number(given, SNAPSHOT_ID_ALIAS, where)
+        try:
+            write_options = WriteOptions.parse(merged) if write else WriteOptions()
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: {exc}") from None
         return cls(
             catalog_uri=uri, table=table,
             properties={k: v for k, v in merged.items() if is_catalog_property(k)},
-            version=_number(given, "version", minimum=0),
+            version=_number(given, "version", where, minimum=0),
             as_of=given.get("as_of") or None,
             export=given.get("export") or None,
             snapshot_id=snapshot_id,
-            as_of_timestamp=_number(given, AS_OF_TIMESTAMP, minimum=0),
+            as_of_timestamp=_number(given, AS_OF_TIMESTAMP, where, minimum=0),
             branch=given.get(BRANCH) or None,
             tag=given.get(TAG) or None,
-            split_size=_number(merged, SPLIT_SIZE, minimum=1) or DEFAULT_SPLIT_SIZE,
-            parallelism=_number(merged, PARALLELISM, minimum=1) or 1,
+            split_size=_number(merged, SPLIT_SIZE, where, minimum=1) or DEFAULT_SPLIT_SIZE,
+            parallelism=_number(merged, PARALLELISM, where, minimum=1) or 1,
             columns=tuple(c.strip() for c in (given.get(COLUMNS) or "").split(",")
                           if c.strip()),
-            write=WriteOptions.parse(merged) if write else WriteOptions(),
+            write=write_options,
         )
 
     @property
@@ -292,14 +309,17 @@ def properties_from_storage_options(options: Mapping[str, Any]) -> dict[str, str
     return out
 
 
-def _number(options: Mapping[str, str], key: str, minimum: int | None = None) -> int | None:
+def _number(options: Mapping[str, str], key: str, where: str,
+            minimum: int | None = None) -> int | None:
     raw = options.get(key)
     if raw in (None, ""):
         return None
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise InvalidArgumentError(f"option {key} must be a whole number, not {raw!r}") from None
+        raise InvalidArgumentError(
+            f"{where}: option {key} must be a whole number, not {raw!r}") from None
     if minimum is not None and value < minimum:
-        raise InvalidArgumentError(f"option {key} must be at least {minimum}, not {value}")
+        raise InvalidArgumentError(
+            f"{where}: option {key} must be at least {minimum}, not {value}")
     return value
