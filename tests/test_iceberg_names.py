@@ -25,7 +25,7 @@ from olympia import Catalog
 from olympia.cli import main
 from olympia.exceptions import InvalidNameError, LocationInUseError, SpecError
 from olympia.iceberg import OlympiaCatalog
-from olympia.iceberg.locations import escape_part, inside, overlaps
+from olympia.iceberg.locations import LiveIndex, LiveTable, escape_part, inside
 from olympia.iceberg.options import storage_options
 from olympia.plan import apply_plan
 
@@ -80,8 +80,22 @@ def test_escaping_rules() -> None:
     assert inside("s3://b/wh/x", "s3://b/wh") and not inside("s3://b/wh", "s3://b/wh")
     assert not inside("s3://b/wh/../x", "s3://b/wh") and not inside("s3://c/wh/x", "s3://b/wh")
     assert not inside("file:///wh/..\\x", "/wh") and inside("file:///wh/x", "/wh/")
-    assert overlaps("s3a://b/t/", "s3://b/t") and overlaps("/a/b", "file:///a/b/c")
-    assert not overlaps("/a/b", "/a/bc")
+    index = LiveIndex()
+    index.put(("n", "t"), LiveTable(("n", "t"), "s3://b/t", "s3://b/t/metadata/1.json"))
+    index.put(("n", "local"), LiveTable(("n", "local"), "/a/b"))
+    for clash in ("s3a://b/t/", "s3://b/t/x/..", "s3://b", "s3://b/t/in", "file:///a/b/c", "/a"):
+        with pytest.raises(LocationInUseError):
+            index.check_free("table n.new", clash, "", ("n", "new"))
+    with pytest.raises(LocationInUseError, match="current metadata of live table n.t"):
+        index.check_free("table n.new", "s3://c/x", "s3://b/t/metadata/1.json", ("n", "new"))
+    for free in ("s3://b/tt", "s3://c/t", "/a/bc", "/x"):
+        index.check_free("table n.new", free, "", ("n", "new"))
+    index.check_free("table n.t", "s3://b/t", "s3://b/t/metadata/1.json", ("n", "t"))  # itself
+    owner = index.owner("s3://b/t/data/f.parquet", ("n", "x"))
+    assert owner is not None and owner.name == "n.t"
+    assert index.owner("s3://b/t/data/f.parquet", ("n", "t")) is None
+    index.put(("n", "t"), None)
+    index.check_free("table n.new", "s3://b/t", "s3://b/t/metadata/1.json", ("n", "new"))
 
 
 def test_pyiceberg_names_stay_in_the_warehouse(lake: Lake) -> None:

@@ -66,12 +66,6 @@ def inside(location: str, root: str) -> bool:
     return _within(_normal(location), _normal(root))
 
 
-def overlaps(a: str, b: str) -> bool:
-    """Whether two table locations share files: the same folder, or one inside the other."""
-    x, y = _normal(a), _normal(b)
-    return x == y or _within(x, y) or _within(y, x)
-
-
 def derived_location(root: str, part: str, what: str) -> str:
     """``<root>/<escaped part>``, checked to lie under ``root``.
 
