@@ -80,6 +80,18 @@ def test_register_table(ice: OlympiaCatalog, tmp_path: Path, kind: str) -> None:
     assert ice.olympia.refresh() == version and not ice.table_exists("sales.copy")
 
 
+@pytest.mark.parametrize(("name", "content", "reason"), [
+    ("00000-a.gz.metadata.json", b"plain text", "not gzip data"),
+    ("00000-b.metadata.json", b"[1, 2]", "not Iceberg table metadata: Input should be an object"),
+    ("00000-c.metadata.json", b'{"format-version": 7}', "not Iceberg table metadata: "),
+])
+def test_register_table_more_shapes(ice: OlympiaCatalog, tmp_path: Path, name: str,
+                                    content: bytes, reason: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(IcebergMetadataError, match=f"table sales.t is unreadable: {reason}"):
+        ice.register_table("sales.t", f"file://{tmp_path}/{name}")
+
+
 def run(tmp_path: Path, *args: str) -> Result:
     env = {"OLYMPIA_CATALOG": str(tmp_path / "catalog"), "NO_COLOR": "1"}
     return CliRunner().invoke(main, list(args), env=env)

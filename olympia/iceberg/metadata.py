@@ -3,7 +3,9 @@ what a commit did to it, and pyiceberg's identifier and property conventions."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -43,6 +45,8 @@ def read_table_metadata(io: FileIO, location: str, table: str) -> TableMetadata:
         return FromInputFile.table_metadata(io.new_input(location))
     except FileNotFoundError:
         reason = "the file does not exist"
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        reason = f"not gzip data, as its name says ({exc})"
     except OSError as exc:
         raise oe.StorageError(f"table {table}: cannot read its Iceberg metadata ({exc})",
                               location) from exc
@@ -70,8 +74,9 @@ def _unreadable(exc: BaseException) -> str:
         if loc and str(loc[0]).isdigit():  # the format version pydantic chose the model by
             loc = loc[1:]
         where = ".".join(str(p) for p in loc)
+        at = f"{where}: " if where else ""
         more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-        return f"not Iceberg table metadata: {where}: {first['msg']}{more}"
+        return f"not Iceberg table metadata: {at}{first['msg']}{more}"
     return str(cause).splitlines()[0] if str(cause) else type(cause).__name__
 
 
