@@ -132,7 +132,7 @@ def test_write_options_are_parsed_for_writes_only() -> None:
 
 
 def test_spark_configuration_defaults_are_checked() -> None:
-    values = {"partitionoverwritemode": "static", "check-nullability": "false"}
+    values = {"check-nullability": "false"}
     for key in CONFIGURABLE - {"catalog"}:
         for write in (False, True):  # a default for one side does not break the other
             parse({}, {key: values.get(key, "1")}, write=write)
@@ -140,7 +140,8 @@ def test_spark_configuration_defaults_are_checked() -> None:
     assert "Spark configuration spark.olympia.verison is not an option" in message
     assert "(nearest: spark.olympia." in message
     assert "spark.olympia.s3.endpoint" in refused({}, {"s3.endpiont": SECRET}, write=True)
-    for key in ("version", "snapshot-id", "columns", "replacewhere", "path"):
+    for key in ("version", "snapshot-id", "columns", "replacewhere", "partitionoverwritemode",
+                "sort-order-id", "path"):
         message = refused(defaults={key: "1"})
         assert f"Spark configuration spark.olympia.{key} cannot be set once" in message
     assert parse(defaults={"catalog": "/other", "parallelism": "4"}).parallelism == 4

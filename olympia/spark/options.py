@@ -22,8 +22,10 @@ from olympia.exceptions import InvalidArgumentError
 from olympia.iceberg.options import STORAGE_PREFIX
 from olympia.iceberg.session import CACHE_PROPERTY, CREATE_PROPERTY, WAREHOUSE
 from olympia.spark.write_options import (
+    CHECK_NULLABILITY,
     OVERWRITE_MODE,
     REPLACE_WHERE,
+    TARGET_FILE_SIZE,
     WRITE_OPTION_NAMES,
     WriteOptions,
 )
@@ -49,8 +51,9 @@ READ_OPTION_NAMES = frozenset({CATALOG, PATH, *TIME_TRAVEL, *SNAPSHOT_CHOICE, SP
 WRITE_SIDE_NAMES = frozenset({CATALOG, PATH, *WRITE_OPTION_NAMES})
 # options that may be set once in the Spark configuration (spark.olympia.<option>); the
 # others choose what one query reads or replaces, so they are options of that query only
-CONFIGURABLE = frozenset({CATALOG, SPLIT_SIZE, PARALLELISM,
-                          *(WRITE_OPTION_NAMES - {REPLACE_WHERE})})
+# (partitionOverwriteMode follows Spark's own spark.sql.sources.partitionOverwriteMode)
+CONFIGURABLE = frozenset({CATALOG, SPLIT_SIZE, PARALLELISM, CHECK_NULLABILITY,
+                          TARGET_FILE_SIZE})
 # documented spelling of the names Spark lower-cases
 SPELLING = {OVERWRITE_MODE: "partitionOverwriteMode", REPLACE_WHERE: "replaceWhere"}
 
