@@ -67,8 +67,8 @@ def create_table(txn: Transaction, store: OlympiaStore, op: CreateIcebergTable,
     Raises:
         InvalidArgumentError: a column type Iceberg cannot hold, a malformed term, or no
             location (none declared, no namespace ``location``, no catalog ``warehouse``).
-        TableLocationError: the location derived from its name would leave the warehouse;
-            LocationInUseError: its location overlaps another live table's.
+        TableLocationError: the location derived from its name would leave the warehouse.
+        LocationInUseError: its location overlaps another live table's.
     """
     catalog = bound(txn, store, dry_run)
     ns, name = op.identifier
@@ -121,8 +121,6 @@ def alter_table(txn: Transaction, store: OlympiaStore, op: AlterIcebergTable,
     try:
         with table.transaction() as itx:
             _evolve(itx, op)
-    except OlympiaError:
-        raise
     except (ValidationError, ValueError) as exc:  # what pyiceberg refuses, named
         raise InvalidArgumentError(f"table {ns}.{name}: Iceberg refuses the change: "
                                    f"{exc}") from None
