@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from iceberg_helpers import local_properties, s3_properties
 from pyiceberg.expressions import EqualTo
@@ -17,9 +18,14 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType as SparkStruct
 
 import olympia.spark
+from olympia.exceptions import InvalidArgumentError
 from olympia.iceberg import OlympiaCatalog
+from olympia.spark.options import SourceOptions
+from olympia.spark.writer import DataFilesMessage, OlympiaWriter
 
 pytestmark = pytest.mark.spark
 
@@ -284,14 +290,16 @@ def test_insert_overwrite_through_a_temp_view(source: Any, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("other_part", [1, 4])
 def test_commit_to_a_replaced_partition_fails_the_job_cleanly(
-        source: Any, where: dict[str, str], filled: tuple[str, OlympiaCatalog],
-        other_part: int) -> None:
+        source: Any, tmp_path: Path, other_part: int) -> None:
     """Another writer appends a row while the dynamic overwrite of partitions 1 and 3 runs
     (from inside the job, so it lands first): into partition 1 the job fails, deletes its
-    files and commits nothing; into partition 4 the job commits on top of it."""
+    files and commits nothing; into partition 4 the job commits on top of it. (Local disk,
+    as tests/test_spark_source.py's commit during a job.)"""
     from pyspark.sql.functions import udf
 
-    table, catalog = filled
+    where = local_properties(tmp_path)
+    table, catalog = new_table(where)
+    write(rows(source, list(range(PARTS)), "a"), where, table)
     before = stored(catalog, table)
 
     @udf("string")
@@ -319,3 +327,29 @@ def test_commit_to_a_replaced_partition_fails_the_job_cleanly(
     current = {f.file_path for f in catalog.load_table(table).scan().plan_files()
                for f in [f.file]}
     assert stored(catalog, table) == before | {p.removeprefix("file://") for p in current}
+
+
+def test_an_overwrite_that_cannot_tell_its_mode_is_refused(tmp_path: Path) -> None:
+    """The commit decides static or dynamic from the session mode the tasks report: with no
+    task reporting, or tasks that disagree, a plain overwrite is refused (never taken as
+    "replace the table") and its files are deleted."""
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    spark_schema = SparkStruct.fromJson({"type": "struct", "fields": [
+        {"name": f.name, "type": t, "nullable": True, "metadata": {}}
+        for f, t in zip(SCHEMA.fields, ["long", "string", "integer"], strict=True)]})
+    parsed = SourceOptions.parse({"path": table, **options(properties)}, {}, write=True)
+    batch = pa.RecordBatch.from_pylist([{"id": 1, "name": "a", "part": 1}],
+                                       schema=to_arrow_schema(spark_schema, timezone="UTC"))
+    version = catalog.olympia.refresh()
+    for modes in ([], ["dynamic", None]):
+        writer = OlympiaWriter.create(parsed, spark_schema, overwrite=True)
+        written = writer.write(iter([batch]))
+        messages = [DataFilesMessage(written.data_files, mode) for mode in modes]
+        with pytest.raises(InvalidArgumentError, match=rf"table {table}: cannot tell whether "
+                                                       "this overwrite is static"):
+            writer.commit(list(messages))
+        assert catalog.olympia.refresh() == version
+        for message in messages:
+            assert all(not Path(f.file_path.removeprefix("file://")).exists()
+                       for f in message.data_files)

@@ -63,9 +63,35 @@ def _session_conf(spark: Any) -> dict[str, str]:
 
 def write(df: Any, table: str, *, catalog: str | None = None, mode: str = "append",
           options: dict[str, str] | None = None) -> None:
-    """Write ``df`` to ``table`` distributed by the table's partition spec and sorted by its
-    sort order: see :func:`olympia.spark.distribute.write` (imported lazily, so importing
-    this package needs no pyspark)."""
+    """Write ``df`` to ``table`` through the ``olympia`` source with well-shaped files.
+
+    The rows are distributed by the table's partition spec (each row's Iceberg partition
+    value computed with pyiceberg's transforms; all rows of one value go to one task) and
+    sorted within each task by partition value, then by the table's sort order. Each task
+    writes one file per partition value (more only past ``target-file-size-bytes``), sorted
+    as the table declares, and the data files record the sort order's id. Registers the
+    source with the DataFrame's session (:func:`register`).
+
+    Args:
+        df: the rows; columns named as the table's (optional ones may be left out).
+        table: ``namespace.table``.
+        catalog: the catalog URI (else the ``catalog`` option or ``spark.olympia.catalog``).
+        mode: ``append`` or ``overwrite`` (static, dynamic or ``replaceWhere``: see
+            docs/SPARK.md, Overwriting safely; the session's partitionOverwriteMode is passed
+            as the option when neither it nor ``replaceWhere`` is given).
+        options: further write options and catalog properties (``partitionOverwriteMode``,
+            ``replaceWhere``, ``target-file-size-bytes``, ``s3.endpoint``, ...).
+
+    Returns:
+        None, once the job's snapshot is committed (one catalog version).
+
+    Raises:
+        InvalidArgumentError: another mode, an option the source refuses, or a partition or
+            sort field on a nested column; nothing is written.
+        NoSuchTableError: the table does not exist.
+        CommitConflict: a commit since the job started conflicts with it; its files are
+            deleted.
+    """
     from olympia.spark.distribute import write as distributed_write
 
     distributed_write(df, table, catalog=catalog, mode=mode, options=options)

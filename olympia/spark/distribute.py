@@ -28,28 +28,11 @@ KEY_PREFIX = "_olympia_key_"  # columns of transformed values, dropped before th
 
 def write(df: Any, table: str, *, catalog: str | None = None, mode: str = "append",
           options: Mapping[str, str] | None = None) -> None:
-    """Write ``df`` to ``table`` through the ``olympia`` source with well-shaped files.
-
-    The rows are distributed by the table's partition spec (the Iceberg partition value of
-    each row is computed with pyiceberg's transforms; all rows of one value go to one task)
-    and sorted within each task by partition value, then by the table's sort order, so each
-    task writes one file per partition value (more only past ``target-file-size-bytes``),
-    each sorted as the table declares; the data files record the sort order's id. The source
-    is registered with the DataFrame's session (:func:`olympia.spark.register`).
-
-    Args:
-        df: the rows; columns named as the table's (optional ones may be left out).
-        table: ``namespace.table``.
-        catalog: the catalog URI (else the ``catalog`` option or ``spark.olympia.catalog``).
-        mode: ``append`` or ``overwrite`` (see docs/SPARK.md, Overwriting safely).
-        options: further write options and catalog properties (``partitionOverwriteMode``,
-            ``replaceWhere``, ``target-file-size-bytes``, ``s3.endpoint``, ...).
+    """:func:`olympia.spark.write`, which documents it (arguments, errors).
 
     Raises:
-        InvalidArgumentError: another mode, an option the source refuses, or a partition or
-            sort field on a nested column; nothing is written.
-        NoSuchTableError: the table does not exist.
-        CommitConflict: the commit conflicted with another (see the source's writer).
+        InvalidArgumentError: another mode, a refused option, a nested partition or sort
+            column; nothing is written.
     """
     from olympia.spark import register
 
