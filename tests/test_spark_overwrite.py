@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from iceberg_helpers import local_properties, s3_properties
+from pyiceberg.exceptions import ValidationException
 from pyiceberg.expressions import EqualTo
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -353,3 +354,41 @@ def test_an_overwrite_that_cannot_tell_its_mode_is_refused(tmp_path: Path) -> No
         for message in messages:
             assert all(not Path(f.file_path.removeprefix("file://")).exists()
                        for f in message.data_files)
+
+
+@pytest.mark.parametrize("other_part", [1, 4])
+def test_a_commit_pyiceberg_retries_is_checked_against_the_replaced_partitions(
+        tmp_path: Path, other_part: int) -> None:
+    """Another commit lands between the driver's check and its commit (the driver commits on
+    the table as it loaded it): pyiceberg retries on the refreshed table, and the retry runs
+    the writer's conflict rule on what landed: an append into a replaced partition fails the
+    commit, one into another partition does not."""
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    catalog.load_table(table).append(pa.table(
+        {"id": list(range(10)), "name": [f"a{i}" for i in range(10)],
+         "part": [i % PARTS for i in range(10)]}, schema=SCHEMA.as_arrow()))
+    spark_schema = SparkStruct.fromJson({"type": "struct", "fields": [
+        {"name": f.name, "type": t, "nullable": True, "metadata": {}}
+        for f, t in zip(SCHEMA.fields, ["long", "string", "integer"], strict=True)]})
+    parsed = SourceOptions.parse(
+        {"path": table, **options(properties, partitionOverwriteMode="dynamic")}, {},
+        write=True)
+    writer = OlympiaWriter.create(parsed, spark_schema, overwrite=True)
+    batch = pa.RecordBatch.from_pylist(
+        [{"id": 100 + p, "name": "new", "part": p} for p in (1, 3)],
+        schema=to_arrow_schema(spark_schema, timezone="UTC"))
+    files = writer.write(iter([batch])).data_files
+    stale = catalog.load_table(table)
+    other = OlympiaCatalog("other", **properties)
+    other.load_table(table).append(pa.table(
+        {"id": [999], "name": ["other"], "part": [other_part]}, schema=SCHEMA.as_arrow()))
+    replacement = writer._replacement([DataFilesMessage(files, None)], files)
+    if other_part == 1:
+        with pytest.raises(ValidationException, match="changed files in the partitions"):
+            writer._replace(stale, files, replacement)
+        assert "new" not in {n for p in contents(catalog, table).values() for n in p}
+        return
+    writer._replace(stale, files, replacement)
+    got = contents(catalog, table)
+    assert got[1] == got[3] == {"new"} and "other" in got[4]

@@ -238,7 +238,11 @@ class _Replacement:
 
 class _CheckedOverwrite(_OverwriteFiles):
     """pyiceberg's overwrite producer; when pyiceberg retries it on a refreshed table, the
-    commits that landed meanwhile are also checked by the writer's own conflict rule."""
+    commits that landed meanwhile are checked by the writer's conflict rule instead of
+    pyiceberg's (which, without a row filter, refuses any data file added meanwhile). The
+    rule also covers pyiceberg's checks of the files this commit deletes: a commit that
+    removed one of them, or added deletes for it, touched a replaced partition or rows the
+    predicate may match."""
 
     def __init__(self, table: Table, transaction: Any, properties: dict[str, str],
                  conflict: Callable[[Table, int | None, int], str | None]) -> None:
@@ -248,7 +252,6 @@ class _CheckedOverwrite(_OverwriteFiles):
         self._conflict = conflict
 
     def _validate_concurrency(self) -> None:
-        super()._validate_concurrency()
         window = self._commit_window
         if window is None or window.head is None or window.is_empty():
             return
@@ -414,8 +417,6 @@ class OlympiaWriter(DataSourceArrowWriter):
                 files are deleted.
         """
         files = _data_files(messages)
-        for data_file in files:  # not pickled with the file: tasks write the default spec
-            data_file.spec_id = self._metadata.default_spec_id
         catalog = self._options.open_catalog()
         try:
             table = catalog.load_table(self._options.table)
@@ -471,8 +472,9 @@ class OlympiaWriter(DataSourceArrowWriter):
             (kind,) = seen
         if kind == STATIC:
             return _Replacement(STATIC)
-        return _Replacement(DYNAMIC, partitions=frozenset(
-            (f.spec_id, f.partition) for f in files))
+        # tasks write with the default spec (a DataFile's spec id does not survive pickling)
+        spec_id = self._metadata.default_spec_id
+        return _Replacement(DYNAMIC, partitions=frozenset((spec_id, f.partition) for f in files))
 
     def _check_unchanged(self, table: Table, replacement: _Replacement | None) -> None:
         written = self._metadata
