@@ -172,9 +172,10 @@ def test_session_conf_dynamic_set_after_register(
         spark.conf.unset(MODE_CONF)
 
 
-def test_static_overwrite_replaces_the_table(
-        source: Any, where: dict[str, str], filled: tuple[str, OlympiaCatalog]) -> None:
-    table, catalog = filled
+def test_static_overwrite_replaces_the_table(source: Any, tmp_path: Path) -> None:
+    where = local_properties(tmp_path)
+    table, catalog = new_table(where)
+    write(rows(source, [0, 1, 2], "a"), where, table)
     write(rows(source, [1], "e"), where, table, mode="overwrite")
     assert contents(catalog, table) == names("e", [1])
 
@@ -245,6 +246,9 @@ def test_replace_where_refusals(source: Any, tmp_path: Path) -> None:
     for extra, mode, message in cases:
         with pytest.raises(Exception, match=rf"table {table}: .*{message}"):
             write(df, properties, table, mode=mode, **extra)
+    with pytest.raises(Exception, match=rf"table {table}: option replaceWhere names columns "
+                                        r"the DataFrame does not have \(name\)"):
+        write(df.drop("name"), properties, table, mode="overwrite", replaceWhere="name = 'x'")
     assert catalog.olympia.refresh() == version
     assert stored(catalog, table) == files
 

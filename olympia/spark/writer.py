@@ -26,6 +26,7 @@ from pyiceberg.expressions.visitors import (
     _InclusiveMetricsEvaluator,
     _StrictMetricsEvaluator,
     bind,
+    extract_field_ids,
 )
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import (
@@ -319,7 +320,13 @@ class OlympiaWriter(DataSourceArrowWriter):
             catalog.close()
         schema = table.schema()
         if write.replace_where is not None:
-            replace_predicate(write.replace_where, schema, name)
+            named = extract_field_ids(bind(schema, replace_predicate(
+                write.replace_where, schema, name), case_sensitive=True))
+            if absent := sorted(str(schema.find_column_name(i)) for i in named
+                                if schema.find_column_name(i) not in spark_schema.names):
+                raise InvalidArgumentError(
+                    f"table {name}: option replaceWhere names columns the DataFrame does not "
+                    f"have ({', '.join(absent)}): its rows could not be checked against it")
         if write.sort_order_id is not None and table.metadata.sort_order_by_id(
                 write.sort_order_id) is None:
             raise InvalidArgumentError(
