@@ -293,13 +293,15 @@ def test_insert_overwrite_through_a_temp_view(source: Any, tmp_path: Path) -> No
 # --- commits while the job runs ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("how", [{"partitionOverwriteMode": "dynamic"},
+                                 {"replaceWhere": "part in (1, 3)"}], ids=["dynamic", "where"])
 @pytest.mark.parametrize("other_part", [1, 4])
 def test_commit_to_a_replaced_partition_fails_the_job_cleanly(
-        source: Any, tmp_path: Path, other_part: int) -> None:
-    """Another writer appends a row while the dynamic overwrite of partitions 1 and 3 runs
-    (from inside the job, so it lands first): into partition 1 the job fails, deletes its
-    files and commits nothing; into partition 4 the job commits on top of it. (Local disk,
-    as tests/test_spark_source.py's commit during a job.)"""
+        source: Any, tmp_path: Path, other_part: int, how: dict[str, str]) -> None:
+    """Another writer appends a row while an overwrite of partitions 1 and 3 runs (from
+    inside the job, so it lands first): into partition 1 the job fails, deletes its files and
+    commits nothing; into partition 4 the job commits on top of it. (Local disk, as
+    tests/test_spark_source.py's commit during a job.)"""
     from pyspark.sql.functions import udf
 
     where = local_properties(tmp_path)
@@ -320,17 +322,16 @@ def test_commit_to_a_replaced_partition_fails_the_job_cleanly(
 
     job = rows(source, [1, 3], "k").withColumn("name", commit_meanwhile("name"))
     if other_part == 4:
-        write(job, where, table, mode="overwrite", partitionOverwriteMode="dynamic")
+        write(job, where, table, mode="overwrite", **how)
         got = contents(catalog, table)
         assert "other" in got[4] and got[1] == names("k", [1, 3])[1]
         return
     with pytest.raises(Exception, match=rf"table {table}: the overwrite of \d+ data files was "
-                                        r"not committed .*changed files in the partitions"):
-        write(job, where, table, mode="overwrite", partitionOverwriteMode="dynamic")
+                                        r"not committed .*changed files in"):
+        write(job, where, table, mode="overwrite", **how)
     got = contents(catalog, table)
     assert "other" in got[1] and not any(n.startswith("k") for p in got.values() for n in p)
-    current = {f.file_path for f in catalog.load_table(table).scan().plan_files()
-               for f in [f.file]}
+    current = {task.file.file_path for task in catalog.load_table(table).scan().plan_files()}
     assert stored(catalog, table) == before | {p.removeprefix("file://") for p in current}
 
 
