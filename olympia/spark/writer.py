@@ -144,12 +144,14 @@ class _OpenFile:
 class _Files:
     """The data files one task (or one rewrite on the driver) writes: one open file per
     partition value of the table's spec, closed and replaced by a new one when it reaches the
-    target size. Rows keep their order within a partition value."""
+    target size. Rows keep their order within a partition value; ``sort_order_id`` is recorded
+    on the files (the sort order the rows come in, None when unknown)."""
 
-    def __init__(self, writer: OlympiaWriter, prefix: str) -> None:
+    def __init__(self, writer: OlympiaWriter, prefix: str, sort_order_id: int | None) -> None:
         metadata = writer._metadata
         self._writer = writer
         self._prefix = prefix
+        self._sort_order_id = sort_order_id
         self.io = load_file_io(writer._io_properties, metadata.location)
         self._table_schema = metadata.schema()
         self._file_schema = sanitize_column_names(self._table_schema)
@@ -222,7 +224,7 @@ class _Files:
             file_format=FileFormat.PARQUET,
             partition=open_file.key.partition if open_file.key else Record(),
             file_size_in_bytes=len(self.io.new_input(open_file.path)),
-            sort_order_id=self._writer._sort_order_id,
+            sort_order_id=self._sort_order_id,
             spec_id=self._writer._metadata.default_spec_id, equality_ids=None,
             key_metadata=None, **statistics.to_serialized_dict())
 
@@ -276,7 +278,6 @@ class OlympiaWriter(DataSourceArrowWriter):
         self._io_properties = dict(table.io.properties)
         self._base_snapshot_id = table.metadata.current_snapshot_id
         self._filled_required = filled_required
-        self._sort_order_id = options.write.sort_order_id
         self._target_file_size = options.write.target_file_size or int(
             table.metadata.properties.get(TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
                                           TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT))
@@ -365,7 +366,7 @@ class OlympiaWriter(DataSourceArrowWriter):
         task = f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
         session_mode = context.getLocalProperty(OVERWRITE_MODE_CONF) if context else None
         outside = self._outside_filter()
-        files = _Files(self, f"{task}-{self._write_id}")
+        files = _Files(self, f"{task}-{self._write_id}", self._options.write.sort_order_id)
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -436,7 +437,7 @@ class OlympiaWriter(DataSourceArrowWriter):
                 elif replacement.kind == STATIC:
                     if files or table.current_snapshot() is not None:
                         self._replace_table(table, files)
-                elif files or replacement.kind == WHERE:
+                elif files or (replacement.kind == WHERE and table.current_snapshot()):
                     self._replace(table, files, replacement)
             except (CommitFailedException, ValidationException) as exc:
                 self._delete(files)
@@ -583,7 +584,7 @@ class OlympiaWriter(DataSourceArrowWriter):
         might = _InclusiveMetricsEvaluator(schema, predicate)
         every = _StrictMetricsEvaluator(schema, predicate)
         keep = _expression_to_complementary_pyarrow(bind(schema, predicate, True), schema)
-        rewrite = _Files(self, f"rewrite-{self._write_id}")
+        rewrite = _Files(self, f"rewrite-{self._write_id}", None)  # rows of several files
         try:
             for task in table.scan().plan_files():
                 if not might.eval(task.file):
