@@ -397,3 +397,25 @@ def test_a_commit_pyiceberg_retries_is_checked_against_the_replaced_partitions(
     writer._replace(stale, files, replacement)
     got = contents(catalog, table)
     assert got[1] == got[3] == {"new"} and "other" in got[4]
+
+
+def test_an_empty_dataframe_still_reports_the_session_mode(
+        source: Any, tmp_path: Path) -> None:
+    """A DataFrame of no partitions still runs one (empty) write task, so the session's mode
+    reaches the commit: dynamic replaces nothing, static empties the table."""
+    spark = source
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    write(rows(spark, [0, 1], "a"), properties, table)
+    version = catalog.olympia.refresh()
+    empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), "id BIGINT, name STRING, "
+                                                                 "part INT")
+    assert empty.rdd.getNumPartitions() == 0
+    spark.conf.set(MODE_CONF, "dynamic")
+    try:
+        write(empty, properties, table, mode="overwrite")
+    finally:
+        spark.conf.unset(MODE_CONF)
+    assert catalog.olympia.refresh() == version
+    write(empty, properties, table, mode="overwrite")
+    assert contents(catalog, table) == {}
