@@ -118,7 +118,7 @@ def _writer(uri: str, options: dict[str, Any], names: list[str], writer: int,
                  "node_reads": log.count("read", "node"), "node_writes": log.count("write", "node"),
                  "def_writes": log.count("write", "def"), "hint_reads": log.count("read", "hint"),
                  "hint_writes": log.count("write", "hint"),
-                 "exists": log.count("exists"), "host_reads": stats["host_reads"],
+                 "exists": log.count("exists"),
                  "bytes_written": stats["bytes_written"],
                  "bytes_read": stats["bytes_read"]}})
 

@@ -9,14 +9,14 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from olympia import Catalog
 from olympia.catalog.files import LATEST, OLDEST
 from olympia.catalog.keys import path_version
-from olympia.storage import Backend, FileInfo, StagedFile, Storage
+from olympia.storage import Backend, FileInfo, Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [{"name": "id", "type": "int8", "nullable": False}, {"name": "payload", "type": "json"},
@@ -99,14 +99,13 @@ def workdir() -> Iterator[Path]:
 def s3_location(name: str, latency_s: float = 0.0) -> Iterator[tuple[str, dict[str, Any]]]:
     """A prefix on a real SeaweedFS S3 server started for this benchmark; with
     ``latency_s``, reached through a relay that delays every request by that much (the
-    round trip to a real S3 region, where the server does not share this machine's CPU).
-    The writers' host turns (one host: this machine) are kept in a folder of the run's own."""
+    round trip to a real S3 region, where the server does not share this machine's CPU)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from s3server import FaultProxy, SeaweedS3Server
 
-    with SeaweedS3Server() as server, tempfile.TemporaryDirectory() as host:
+    with SeaweedS3Server() as server:
         uri = f"s3://{server.bucket}/{name}"
-        options = {**server.storage_options, "host_dir": host}
+        options = dict(server.storage_options)
         if not latency_s:
             yield uri, options
             return
@@ -137,12 +136,12 @@ class OpLog:
         return sum(n for (o, k), n in self.counts.items() if o == op and kind in (None, k))
 
 
-class _RecordingBackend:
+class _RecordingBackend(Backend):
     """Forwards every call to the real backend and notes it in an :class:`OpLog`."""
 
     def __init__(self, inner: Backend, root: str, log: OpLog) -> None:
         self.inner, self.root, self.log = inner, root, log
-        self.remote, self.shared_turns = inner.remote, inner.shared_turns
+        self.remote = inner.remote
 
     def _note(self, op: str, path: str) -> None:
         self.log.note(op, path.removeprefix(self.root))
@@ -159,15 +158,11 @@ class _RecordingBackend:
         self._note("create_exclusive", path)
         self.inner.create_exclusive(path, data)
 
-    def stage(self, path: str) -> StagedFile | None:
-        staged = self.inner.stage(path)
-        if staged is not None:  # written now, named later: counted as what it becomes
-            root = file_kind(path.removeprefix(self.root)) == "root"
-            self._note("create_exclusive" if root else "write", path)
-        return staged
-
-    def hold_turn(self, path: str, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
-        return self.inner.hold_turn(path, wait)
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
+        for name in files:
+            self._note("write", name)
+        self._note("create_exclusive", path)
+        self.inner.publish(files, path, data)
 
     def exists(self, path: str) -> bool:
         self._note("exists", path)
@@ -176,10 +171,6 @@ class _RecordingBackend:
     def list(self, prefix: str) -> list[FileInfo]:
         self._note("list", prefix)
         return self.inner.list(prefix)
-
-    def delete(self, path: str) -> None:
-        self._note("delete", path)
-        self.inner.delete(path)
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
         for path in paths:

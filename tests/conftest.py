@@ -35,12 +35,11 @@ class Location:
         return Location(f"{self.uri}/{name}", self.storage_options, self.kind)
 
     def elsewhere(self) -> Location:
-        """This location as a writer on another host reaches it (on S3: with a folder for
-        host turns of its own, so it shares no turn and no copies with this host's)."""
+        """This location as a writer on another host reaches it (on S3: with a client of
+        its own; writers share nothing else)."""
         if self.kind != "s3":
             return self
-        return Location(self.uri, {**self.storage_options,
-                                   "host_dir": self.storage_options["host_dir"] + "-elsewhere"},
+        return Location(self.uri, {**self.storage_options, "skip_instance_cache": True},
                         self.kind)
 
 
@@ -56,13 +55,10 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Loca
     unique = uuid.uuid4().hex[:12]
     if kind == "memory":
         return Location(f"memory://{unique}", {}, kind)
-    # this test's own folder for host turns (and letters): the same "host" for its writers,
-    # no other test's, and nothing left in the user's temporary folder
-    host_dir = str(tmp_path / "host")
     if kind == "local":
-        return Location(str(tmp_path / "warehouse"), {"host_dir": host_dir}, kind)
+        return Location(str(tmp_path / "warehouse"), {}, kind)
     server = request.getfixturevalue("s3_server")
-    options = {**server.storage_options, "host_dir": host_dir}
+    options = dict(server.storage_options)
     return Location(f"s3://{server.bucket}/{unique}", options, kind)
 
 

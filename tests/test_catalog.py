@@ -331,7 +331,8 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
         monkeypatch.setattr(storage, op, alone(getattr(storage, op)))
     version = catalog.version
     assert catalog.refresh() == version
-    assert rounds == [[LATEST, OLDEST, version_path(version + 1)]]
+    # the loaded root is read too: a prefix restored from a copy may hold another
+    assert rounds == [[LATEST, OLDEST, version_path(version), version_path(version + 1)]]
     other = Catalog.open(location.uri, location.storage_options)
     other.create_namespace("t")
     other.create_namespace("u")
@@ -361,8 +362,10 @@ def test_refresh_past_a_stale_hint_reads_only_the_newest_root_where_probes_are_f
     assert catalog.refresh() == version + 3
     roots = [p for p in read if p.startswith("vn/") and p not in (LATEST, OLDEST)]
     newest = version_path(version + 3)
-    expected = [version_path(version + 1), newest] if location.kind == "s3" else [newest]
-    assert roots == expected
+    hinted = [version_path(version + 1)] if location.kind == "s3" else []
+    # the loaded root is read with the hints (a restored prefix may hold another)
+    assert sorted(roots[:-1]) == sorted([version_path(version), *hinted])
+    assert roots[-1] == newest
 
 
 def test_corrupt_node_file_is_named(location: Location) -> None:

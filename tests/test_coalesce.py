@@ -6,11 +6,6 @@ storage; counts are asserted, never times."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import fcntl
-import itertools
-import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -25,27 +20,27 @@ from olympia.catalog.commit import (
     Change,
     CommitOptions,
     _disjoint,
-    _land_batch,
     _Member,
-    _read_letter,
     commit_group,
 )
-from olympia.catalog.keys import path_version, version_path
+from olympia.catalog.keys import path_version
 from olympia.exceptions import CommitConflict
-from olympia.storage import Backend, FileInfo, host
+from olympia.storage import Backend, FileInfo
 
 COLUMNS = [{"name": "id", "type": "int8"}]
 
 
-class _Gate:
+class _Gate(Backend):
     """Forwards every call to the real backend; the first look at a root once a commit has
     started (``started()``: a creation, or the check that the version is free) waits until
-    ``ready()`` (every caller has submitted its commit), so the batches are known."""
+    ``ready()`` (every caller has submitted its commit), so the batches are known. Roots
+    are published by the contract's default (files, then the root's exclusive create),
+    so every root created is counted."""
 
     def __init__(self, inner: Backend, root: str, started: Callable[[], bool],
                  ready: Callable[[], bool]) -> None:
         self.inner, self.root, self.started, self.ready = inner, root, started, ready
-        self.remote, self.shared_turns = inner.remote, inner.shared_turns
+        self.remote = inner.remote
         self.roots_created = 0
         self._opened = False
 
@@ -67,12 +62,6 @@ class _Gate:
             self.roots_created += 1
         self.inner.create_exclusive(path, data)
 
-    def stage(self, path: str) -> None:
-        return None  # roots are created whole, through create_exclusive, and counted
-
-    def hold_turn(self, path: str, wait: bool = True) -> Any:
-        return self.inner.hold_turn(path, wait)
-
     def read(self, path: str) -> bytes:
         return self.inner.read(path)
 
@@ -86,9 +75,6 @@ class _Gate:
 
     def list(self, prefix: str) -> list[FileInfo]:
         return self.inner.list(prefix)
-
-    def delete(self, path: str) -> None:
-        self.inner.delete(path)
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
         return self.inner.delete_many(paths)
@@ -211,8 +197,7 @@ def test_conflicting_concurrent_commits_one_wins(location: Location) -> None:
 def test_conflict_with_another_writer_takes_out_only_its_caller(location: Location) -> None:
     """Another writer (its own catalog object) creates ``s.x`` after both threads began:
     the thread creating ``s.x`` gets the conflict naming that version, the other commits.
-    (On S3 the other writer is on another host: a neighbour's version would be caught up
-    on before the gate's first look at a root.)"""
+    """
     catalog, gate = _gated_catalog(location, 2)
     other = Catalog.open(location.uri, location.elsewhere().storage_options)
 
@@ -268,146 +253,3 @@ def test_a_dropped_catalog_leaves_no_group_behind() -> None:
     del catalog
     gc.collect()
     assert files() is None and group() is None
-
-
-# --- writers in several processes of one host: letters to the turn's holder ---
-# (the host turn on S3, the local turn of vn/ on local disk)
-
-
-def _letters(letters: Any, kinds: tuple[str, ...] = ("p-",)) -> int:
-    """Letters (and claims, answers: ``kinds``) in the host folder, once in place (not a
-    temporary file still being written under its name)."""
-    if not os.path.isdir(letters.folder):
-        return 0
-    return sum(name[:2] in kinds and host._is_digest(name[2:], 32)
-               for name in os.listdir(letters.folder))
-
-
-def _letters_posted(letters: Any, count: int) -> None:
-    """Wait (at most 30 s) until ``count`` letters wait for the turn's holder."""
-    deadline = time.monotonic() + 30
-    while _letters(letters) < count:
-        assert time.monotonic() < deadline, "the writers left no letters"
-        time.sleep(0.005)
-
-
-def _commit_elsewhere(catalog: Catalog, name: str) -> tuple[threading.Thread, list[Any]]:
-    """Create table ``name`` on a thread (as another process's writer would, through a
-    catalog object of its own); the outcome (version or error) lands in the list."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            catalog.create_table("s", name, columns=COLUMNS)
-            outcome.append(catalog.version)
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
-
-
-def _host_writers(shared_location: Location, count: int) -> list[Catalog]:
-    """``count`` catalog objects on one catalog, as writers in separate processes of one
-    host hold them (each has its own commit group), coalescing on."""
-    uri = shared_location.uri
-    options = shared_location.storage_options
-    Catalog.create(uri, options).create_namespace("s")
-    return [Catalog.open(uri, options, coalesce_commits=True) for _ in range(count)]
-
-
-def _turn(catalog: Catalog) -> contextlib.AbstractContextManager[bool]:
-    """The turn a writer of ``catalog`` leads in, held as while landing."""
-    return catalog.storage.hold_turn(version_path(catalog.version + 1), catalog.catalog_def.id)
-
-
-def test_writers_of_one_host_share_the_version_of_the_turns_holder(
-        shared_location: Location) -> None:
-    """While one writer holds the turn, the others leave letters; it lands their changes
-    with its own as one version, and each learns that version."""
-    leader, *others = _host_writers(shared_location, 3)
-    base = leader.version
-    letters = leader.storage.host_folder(leader.catalog_def.id)
-    with _turn(leader) as held:
-        assert held
-        waiting = [_commit_elsewhere(other, f"t{i}") for i, other in enumerate(others)]
-        _letters_posted(letters, 2)
-        leader.create_table("s", "mine", columns=COLUMNS)
-    for thread, outcome in waiting:
-        thread.join()
-        assert outcome == [base + 1]
-    final = Catalog.open(leader.storage.uri, leader.storage.options)
-    assert final.version == base + 1 == leader.version
-    assert final.list_tables("s") == ["mine", "t0", "t1"]
-    assert _letters(letters, ("p-", "c-", "a-")) == 0
-
-
-def test_a_letter_left_out_for_a_conflict_is_landed_by_its_writer(
-        shared_location: Location) -> None:
-    """Two letters creating the same table: the holder lands one; the other is answered
-    "again", and its writer, once it has the turn, gets the conflict with that version."""
-    leader, *others = _host_writers(shared_location, 3)
-    base = leader.version
-    letters = leader.storage.host_folder(leader.catalog_def.id)
-    with _turn(leader):
-        waiting = [_commit_elsewhere(other, "same") for other in others]
-        _letters_posted(letters, 2)
-        leader.create_table("s", "mine", columns=COLUMNS)
-    outcomes = []
-    for thread, outcome in waiting:
-        thread.join()
-        outcomes += outcome
-    assert base + 1 in outcomes
-    (conflict,) = [o for o in outcomes if isinstance(o, CommitConflict)]
-    assert conflict.object_name.endswith("same") and conflict.version == base + 1
-    final = Catalog.open(leader.storage.uri, leader.storage.options)
-    assert final.version == base + 1 and final.list_tables("s") == ["mine", "same"]
-
-
-@pytest.mark.parametrize("landed", [False, True])
-def test_a_letter_whose_holder_died_is_found_or_landed_once(
-        shared_location: Location, landed: bool) -> None:
-    """A holder that claimed a letter and died (no answer) may or may not have landed it:
-    its writer, once it has the turn, looks for its action rows in the versions after its
-    base, and lands the change only where it finds none."""
-    holder, writer = _host_writers(shared_location, 2)
-    base = holder.version
-    letters = holder.storage.host_folder(holder.catalog_def.id)
-    with _turn(holder):
-        thread, outcome = _commit_elsewhere(writer, "t")
-        _letters_posted(letters, 1)
-        ((_, body),) = letters.claim()
-        if landed:  # the holder landed the letter's change, then died before answering
-            members = _read_letter(holder.files, body, holder.commit_options)
-            assert members is not None
-            _land_batch(holder.files, members, None)
-    thread.join()
-    assert outcome == [base + 1]
-    final = Catalog.open(holder.storage.uri, holder.storage.options)
-    assert final.version == base + 1 and final.list_tables("s") == ["t"]
-
-
-def test_a_letter_no_holder_takes_is_taken_back_when_the_budget_is_spent(
-        shared_location: Location, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The turn stays held and nobody claims the letter: once the time budget is spent
-    its writer takes it back and gives up with CommitConflict; nothing landed, nothing
-    left in the folder."""
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.05)  # each wait for the turn runs out
-    holder, writer = _host_writers(shared_location, 2)
-    ticks = itertools.count()
-    writer.commit_options = dataclasses.replace(
-        writer.commit_options, clock=lambda: float(next(ticks)), sleep=lambda _: None)
-    letters = holder.storage.host_folder(holder.catalog_def.id)
-    assert letters is not None
-    turn = (os.open(os.path.join(shared_location.uri, "vn"), os.O_RDONLY | os.O_DIRECTORY)
-            if shared_location.kind == "local"
-            else os.open(os.path.join(letters.folder, "turn"), os.O_RDONLY))
-    try:  # held as a writer in another process holds it
-        fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(CommitConflict, match="holding this host's turn"):
-            writer.create_table("s", "t", columns=COLUMNS)
-    finally:
-        os.close(turn)
-    assert _letters(letters, ("p-", "c-", "a-")) == 0
-    assert Catalog.open(holder.storage.uri, holder.storage.options).list_tables("s") == []

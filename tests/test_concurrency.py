@@ -164,19 +164,18 @@ def test_exclusive_create_memory_across_storage_instances() -> None:
 CRASHING_WRITER = textwrap.dedent("""
     import os, sys, json
     from olympia import Catalog
-    from olympia.storage import Storage
 
     uri, options = sys.argv[1], json.loads(sys.argv[2])
-    real = Storage._exclusive
-
-    def crash(self, path, data, create):
-        if path.startswith("vn/"):
-            os._exit(17)  # killed after node and def files (and, on local disk, the
-            # root's content, staged unnamed), before the root is named
-        return real(self, path, data, create)
-
-    Storage._exclusive = crash
     catalog = Catalog.open(uri, options)
+    backend = type(catalog.storage.backend)
+    real = backend.create_exclusive
+
+    def crash(self, path, data):
+        if "vn/" in path:
+            os._exit(17)  # killed after node and def files, before the root is created
+        return real(self, path, data)
+
+    backend.create_exclusive = crash
     with catalog.transaction() as txn:
         for i in range(50):
             txn.create_table("s", f"lost{i}", columns=[{"name": "x", "type": "int4"}])

@@ -4,15 +4,12 @@ per-key errors (a SeaweedFS server whose DeleteObjects answers are doctored per 
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import json
 import os
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -30,7 +27,7 @@ from olympia.exceptions import (
     TransientStorageError,
 )
 from olympia.expire.reachability import delete_paths
-from olympia.storage import FileInfo, Storage, backends, classify
+from olympia.storage import Backend, FileInfo, Storage, classify
 
 
 def test_stats_count_every_read_including_misses(location: Location) -> None:
@@ -51,19 +48,18 @@ def test_stats_count_every_read_including_misses(location: Location) -> None:
     assert (cold.storage.stats.reads, cold.storage.stats.misses) == (1, 1)
 
 
-class _Refusing:
+class _Refusing(Backend):
     """A backend that fails reads of one path (by default as a permission problem would)."""
 
-    def __init__(self, inner: Any, path: str, error: Exception | None = None) -> None:
+    def __init__(self, inner: Backend, path: str, error: Exception | None = None) -> None:
         self.inner, self.path = inner, path
-        self.remote, self.shared_turns = inner.remote, inner.shared_turns
+        self.remote = inner.remote
         self.error = error or PermissionError(f"access denied: {path}")
 
     def read(self, path: str) -> bytes:
         if path == self.path:
             raise self.error
-        data: bytes = self.inner.read(path)
-        return data
+        return self.inner.read(path)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.inner.write(path, data, durable)
@@ -71,23 +67,14 @@ class _Refusing:
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.inner.create_exclusive(path, data)
 
-    def stage(self, path: str) -> None:
-        return None
-
-    def hold_turn(self, path: str, wait: bool = True) -> Any:
-        return self.inner.hold_turn(path, wait)
-
     def exists(self, path: str) -> bool:
-        return bool(self.inner.exists(path))
+        return self.inner.exists(path)
 
     def list(self, prefix: str) -> list[FileInfo]:
-        return list(self.inner.list(prefix))
+        return self.inner.list(prefix)
 
-    def delete(self, path: str) -> None:
-        self.inner.delete(path)
-
-    def delete_many(self, paths: list[str]) -> dict[str, str]:
-        return dict(self.inner.delete_many(paths))
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        return self.inner.delete_many(paths)
 
 
 def test_stats_count_failed_operations() -> None:
@@ -683,40 +670,30 @@ def test_a_local_file_created_during_a_write_is_replaced(
 
 
 def test_publish_names_the_file_after_writing_the_others(location: Location) -> None:
-    """publish() writes the files, then creates the named one exclusively, and says when
-    the files are in place; a lost race leaves the existing file as it was. On local disk
-    the loss is found in the writer's turn, before any file is written; elsewhere the
-    files are written first."""
+    """publish() writes the files, then creates the named one exclusively; a lost race
+    leaves the existing file as it was (the files were written, and are orphans)."""
     storage = Storage(location.uri, location.storage_options)
-    noted: list[str] = []
-    storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"root",
-                    written=lambda: noted.append(str(storage.exists("vn/1"))))
+    storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"root")
     assert [storage.read(p) for p in ("node/a.arrow", "def/b.binpb", "vn/1")] == [
         b"a", b"b", b"root"]
-    assert noted == ["False"]  # called once, before the root was created
-    noted.clear()
     with pytest.raises(FileAlreadyExists):
-        storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other",
-                        written=lambda: noted.append("c"))
+        storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other")
     assert storage.read("vn/1") == b"root"
     assert [f.path for f in storage.list("vn/")] == ["vn/1"]
-    assert bool(noted) == storage.exists("node/c.arrow")
-    assert bool(noted) == (location.kind != "local" or not _UNNAMED)
+    assert storage.exists("node/c.arrow")
 
 
 @needs_unnamed_files
-def test_local_publish_stages_the_content_and_names_it_last(
+def test_local_publish_syncs_every_file_before_naming_it_and_the_root_last(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On local disk every file is written unnamed, then all are written back (a refusal
-    only leaves the syncs more to do), then synced, then named, the published one last;
-    no temp file is named."""
+    """On local disk each file is written unnamed, synced, then linked at its name, the
+    root last: a crash leaves no partly written file under a name, and never a root
+    without its files. A lost race (the root exists) names no root and leaves it as it
+    was."""
     storage = Storage(str(tmp_path / "c"))
     storage.write("vn/.keep", b"")  # the folders exist: every link below is a file's
-    staged = _without_named_temps(monkeypatch)
     steps: list[str] = []
     real_link, real_fsync = os.link, os.fsync
-    monkeypatch.setattr(backends, "_SYNC_FILE_RANGE",
-                        lambda fd, offset, length, flags: (steps.append("write-back"), -1)[1])
 
     def linking(src: str, dst: str, **kwargs: Any) -> None:
         real_link(src, dst, **kwargs)
@@ -729,563 +706,17 @@ def test_local_publish_stages_the_content_and_names_it_last(
     monkeypatch.setattr(os, "link", linking)
     monkeypatch.setattr(os, "fsync", syncing)
     storage.publish({"node/a.arrow": b"a", "node/b.arrow": b"b"}, "vn/1", b"root")
-    assert steps == (["write-back"] * 3 + ["sync"] * 3
-                     + ["node/a.arrow", "node/b.arrow", "vn/1"])
-    assert staged == [] and storage.read("vn/1") == b"root"
-    assert storage.stats.writes == 4  # .keep, and the three published
-
-
-@needs_unnamed_files
-def test_local_publish_creates_the_file_whole_where_naming_staged_content_is_refused(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage = Storage(str(tmp_path / "c"))
-    real_link = os.link
-
-    def linking(src: str, dst: str, **kwargs: Any) -> None:
-        if src.startswith("/proc/") and "/vn/" in dst:
-            raise OSError(errno.EXDEV, "cross-device link", src)
-        real_link(src, dst, **kwargs)
-
-    monkeypatch.setattr(os, "link", linking)
-    staged = _without_named_temps(monkeypatch)
-    storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-    assert storage.read("vn/1") == b"root" and storage.read("node/a.arrow") == b"a"
-    assert staged == [str(tmp_path / "c" / "vn" / "1")]  # created whole, once
-    assert storage.stats.writes == 2
+    assert steps == ["sync", "node/a.arrow", "sync", "node/b.arrow", "sync", "vn/1"]
+    assert storage.read("vn/1") == b"root"
     with pytest.raises(FileAlreadyExists):
-        storage.publish({"node/b.arrow": b"b"}, "vn/1", b"other")
+        storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other")
     assert storage.read("vn/1") == b"root"
     assert not [f for f in os.listdir(tmp_path / "c" / "vn") if f.startswith(".tmp-")]
 
 
-@needs_unnamed_files
-def test_local_unnamed_files_of_a_lost_publish_hold_the_next_files(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A publish that loses its race keeps its unnamed files open (closing one frees an
-    inode, which ext4 without a journal makes every later allocation scan past) and
-    the next publish in those folders writes into them: no new unnamed file, the old
-    content replaced whole. A forked child closes its copies and opens its own."""
-    storage = Storage(str(tmp_path / "c"))
-    storage.publish({"node/a.arrow": b"a" * 5000}, "vn/1", b"root")
-    opened: list[str] = []
-    real_open = os.open
-
-    def opening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if flags & os.O_TMPFILE == os.O_TMPFILE:
-            opened.append(os.path.relpath(path, tmp_path / "c"))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", opening)
-    with pytest.raises(FileAlreadyExists):
-        storage.publish({"node/b.arrow": b"b" * 5000}, "vn/1", b"lost root")
-    assert opened == ["node", "vn"] and not storage.exists("node/b.arrow")
-    storage.publish({"node/c.arrow": b"c"}, "vn/2", b"2")
-    assert opened == ["node", "vn"]  # both written into the lost attempt's files
-    assert storage.read("node/c.arrow") == b"c" and storage.read("vn/2") == b"2"
-    assert storage.read("vn/1") == b"root"
-    with pytest.raises(FileAlreadyExists):
-        storage.publish({"node/d.arrow": b"d"}, "vn/2", b"lost")
-    assert len(opened) == 4  # the last ones were named: this attempt opened its own
-    child = os.fork()
-    if child == 0:  # the child: its own unnamed files, never the parent's inodes
-        code = 1
-        try:
-            storage.publish({"node/e.arrow": b"e"}, "vn/3", b"3")
-            code = 0 if opened[4:] == ["node", "vn"] else 2
-        finally:
-            os._exit(code)
-    assert os.waitpid(child, 0)[1] == 0
-    storage.publish({"node/f.arrow": b"f"}, "vn/4", b"4")
-    assert len(opened) == 4  # the parent still writes into its own
-    assert [storage.read(p) for p in ("node/e.arrow", "vn/3", "node/f.arrow", "vn/4")] == [
-        b"e", b"3", b"f", b"4"]
-
-
-def _hold_turn(folder: Any) -> int:
-    """Take the local writers' turn on ``folder`` (as another writer would) and keep it."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd
-
-
-@needs_unnamed_files
-def test_local_publish_syncs_and_names_in_its_turn(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The files are synced and named while the writer holds the turn on the folder of
-    the file that decides the race: another writer cannot take it meanwhile."""
-    storage = Storage(str(tmp_path / "c"))
-    storage.write("vn/.keep", b"")
-    real_fsync = os.fsync
-    taken: list[bool] = []
-
-    def syncing(fd: int) -> None:
-        real_fsync(fd)
-        try:
-            os.close(_hold_turn(tmp_path / "c" / "vn"))
-            taken.append(True)
-        except BlockingIOError:
-            taken.append(False)
-
-    monkeypatch.setattr(os, "fsync", syncing)
-    storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-    assert taken == [False, False] and storage.read("vn/1") == b"root"
-
-
-@needs_unnamed_files
-def test_a_local_writer_that_lost_while_waiting_for_its_turn_writes_nothing(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A writer whose turn is taken looks for the name while it waits: when another
-    writer has created it, it gives up its staged files unsynced and unnamed."""
-    storage = Storage(str(tmp_path / "c"))
-    storage.create_exclusive("vn/1", b"theirs")
-    holder = _hold_turn(tmp_path / "c" / "vn")
-    synced: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    noted: list[str] = []
-    try:
-        with pytest.raises(FileAlreadyExists):
-            storage.publish({"node/a.arrow": b"a", "def/b.binpb": b"b"}, "vn/1", b"ours",
-                            written=lambda: noted.append("written"))
-    finally:
-        os.close(holder)
-    assert synced == [] and noted == [] and storage.read("vn/1") == b"theirs"
-    assert [f.path for f in storage.list("")] == ["vn/1"]
-
-
-@needs_unnamed_files
-def test_a_local_writer_goes_on_without_a_turn_held_too_long(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The turn only saves work: a writer whose turn is held past the longest wait (its
-    holder stalled) goes on, and the exclusive link alone decides."""
-
-    monkeypatch.setattr(backends, "TURN_WAIT_S", 0.01)
-    storage = Storage(str(tmp_path / "c"))
-    storage.write("vn/.keep", b"")
-    holder = _hold_turn(tmp_path / "c" / "vn")
-    try:
-        storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-        with pytest.raises(FileAlreadyExists):
-            storage.publish({"node/b.arrow": b"b"}, "vn/1", b"other")
-    finally:
-        os.close(holder)
-    assert storage.read("vn/1") == b"root" and storage.read("node/a.arrow") == b"a"
-
-
-@needs_unnamed_files
-def test_local_publish_without_advisory_locks(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file system that refuses advisory locks is asked once; publishing goes on."""
-    asked: list[int] = []
-
-    def refusing(fd: int, operation: int) -> None:
-        asked.append(fd)
-        raise OSError(errno.ENOLCK, "no locks available")
-
-    monkeypatch.setattr(fcntl, "flock", refusing)
-    storage = Storage(str(tmp_path / "c"))
-    storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-    storage.publish({"node/b.arrow": b"b"}, "vn/2", b"root 2")
-    assert len(asked) == 1 and storage.read("vn/2") == b"root 2"
-
-
-@needs_unnamed_files
-def test_a_held_turn_keeps_other_writers_out_and_serves_its_own_publishes(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a thread holds the turn (``hold_turn``), no other writer can take it, whether
-    or not the file appears meanwhile; that thread's own publishes name their files in it
-    without waiting for it; it ends with the block."""
-    from olympia.storage.backends import LocalBackend
-
-    storage = Storage(str(tmp_path / "c"))
-    storage.write("vn/.keep", b"")
-    real_take = LocalBackend._take_turn
-    taken: list[bool] = []
-    monkeypatch.setattr(LocalBackend, "_take_turn",
-                        lambda self, *a, **k: taken.append(True) or real_take(self, *a, **k))
-
-    def others_can_take_it() -> bool:
-        try:
-            os.close(_hold_turn(tmp_path / "c" / "vn"))
-            return True
-        except BlockingIOError:
-            return False
-
-    with storage.hold_turn("vn/1") as held:
-        assert held and not others_can_take_it()
-        storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-        with storage.hold_turn("vn/2") as again:  # the same folder: already held
-            assert again
-        assert not others_can_take_it() and taken == [True]
-    assert others_can_take_it() and storage.read("vn/1") == b"root"
-
-
-def test_a_turn_is_held_on_local_disk_and_on_this_host_for_s3(location: Location) -> None:
-    """Local disk has turns on the folder; S3 has host turns (this host's writers); memory
-    has none: holding one yields False and changes nothing."""
-    storage = Storage(location.uri, location.storage_options)
-    storage.write("vn/0", b"root 0")  # a catalog's folder of roots
-    with storage.hold_turn("vn/1", "catalog-id") as held:
-        storage.publish({"node/a.arrow": b"a"}, "vn/1", b"root")
-    assert held == (location.kind != "memory") and storage.read("vn/1") == b"root"
-    assert storage.host_turns == (location.kind == "s3")
-
-
-@pytest.mark.s3
-def test_a_host_turns_holder_copies_what_it_published_for_this_hosts_writers(
-        s3_server: Any, tmp_path: Any) -> None:
-    """What a host turn's holder published is known to exist and read from this host's
-    copies by the writers of the catalog here (no request), not by another host's, nor
-    for another catalog (scope) at the same place."""
-    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
-
-    def opened(host: str) -> Storage:
-        return Storage(uri, {**s3_server.storage_options, "host_dir": str(tmp_path / host)})
-
-    holder, neighbour, elsewhere = opened("a"), opened("a"), opened("b")
-    with holder.hold_turn("vn/1", "catalog-1") as held:
-        holder.publish({"node/a.arrow": b"node"}, "vn/1", b"root 1")
-    assert held
-    with neighbour.hold_turn("vn/2", "catalog-1"):  # this process has met the catalog
-        pass
-    neighbour.stats.reset()
-    assert neighbour.known_to_exist("vn/1") and neighbour.known_to_exist("node/a.arrow")
-    assert neighbour.read("vn/1") == b"root 1" and neighbour.probe("vn/1")
-    assert neighbour.stats.snapshot()["reads"] == 0
-    assert neighbour.stats.snapshot()["exists"] == 0
-    assert neighbour.stats.snapshot()["host_reads"] == 1
-    assert not neighbour.known_to_exist("vn/2")  # never published here: not known
-    with elsewhere.hold_turn("vn/2", "catalog-1"):
-        assert not elsewhere.known_to_exist("vn/1")
-    other_catalog = opened("a")
-    with other_catalog.hold_turn("vn/2", "catalog-2"):
-        assert not other_catalog.known_to_exist("vn/1")
-    assert elsewhere.read("vn/1") == b"root 1" and elsewhere.stats.snapshot()["reads"] == 1
-
-
-@pytest.mark.s3
-def test_a_torn_host_copy_is_read_from_the_store(s3_server: Any, tmp_path: Any) -> None:
-    """A copy whose digest does not match (a crash tore it) is removed and the store read."""
-    uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
-    storage = Storage(uri, {**s3_server.storage_options, "host_dir": str(tmp_path)})
-    with storage.hold_turn("vn/1", "c"):
-        storage.publish({}, "vn/1", b"root 1")
-    copies = [p for p in tmp_path.rglob("*") if p.is_file() and len(p.name) == 40]
-    assert len(copies) == 1
-    copies[0].write_bytes(copies[0].read_bytes()[:-1] + b"?")
-    storage.stats.reset()
-    assert storage.read("vn/1") == b"root 1" and storage.stats.snapshot()["reads"] == 1
-    assert not copies[0].exists()
-
-
-def test_host_turns_exclude_one_another_and_end_with_the_block(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One holder per catalog on a host; another catalog's turn is its own; a writer whose
-    wait runs out goes on without the turn; a thread holding it holds it on."""
-    from olympia.storage import host
-
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.01)
-    first, second = host.HostTurns(str(tmp_path), "c1"), host.HostTurns(str(tmp_path), "c1")
-    other = host.HostTurns(str(tmp_path), "c2")
-    outcome: list[bool] = []
-
-    def try_second() -> None:
-        with second.hold() as held:
-            outcome.append(held)
-
-    with first.hold() as held:
-        assert held and first.held()
-        with first.hold() as again:
-            assert again
-        waiter = threading.Thread(target=try_second)
-        waiter.start()
-        waiter.join()
-        with other.hold() as others:
-            assert others
-    assert outcome == [False] and not first.held()
-    _join_host_turn_waits()  # the wait that ran out lets go once it gets the lock
-    with second.hold() as held:
-        assert held
-
-
-def _join_host_turn_waits() -> None:
-    """Wait for the threads of host-turn waits that ran out (each ends once it got the lock
-    and let it go)."""
-    for thread in threading.enumerate():
-        if thread.name == "olympia-host-turn":
-            thread.join()
-
-
-def test_host_notes_are_read_across_processes_torn_records_skipped_old_files_removed(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A version's note, appended by one writer, is read by another (one read for all the
-    notes since its last look); a record not complete yet is read once complete, a torn
-    one (its digest does not match) is skipped once records follow it, one for a version
-    nobody noted is None; a writer starting a notes file removes those before the
-    previous one; a note over NOTE_MAX_BYTES is not written."""
-    from olympia.storage import host
-
-    monkeypatch.setattr(host, "NOTES_PER_FILE", 4)
-    writer, reader = host.HostTurns(str(tmp_path), "c1"), host.HostTurns(str(tmp_path), "c1")
-    assert reader.noted(1) is None
-    writer.note(1, b"one")
-    writer.note(2, b"two")
-    assert reader.noted(1) == b"one" and reader.noted(2) == b"two"
-    assert host.HostTurns(str(tmp_path), "c2").noted(1) is None  # another catalog's
-    notes = os.path.join(writer.folder, f"n-{0:032x}")
-    head = host._NOTE_HEAD.pack(3, 5)
-    record = head + b"three" + hashlib.sha256(head + b"three").digest()
-    with open(notes, "ab") as f:
-        f.write(record[:10])  # being appended
-    assert reader.noted(3) is None
-    with open(notes, "ab") as f:
-        f.write(record[10:])
-    assert reader.noted(3) == b"three"
-    torn = host._NOTE_HEAD.pack(4, 4) + b"four" + b"\0" * 32
-    with open(notes, "ab") as f:
-        f.write(torn)
-    assert reader.noted(4) is None
-    writer.note(5, b"five")  # the next file
-    writer.note(4, b"late")
-    assert reader.noted(4) == b"late" and reader.noted(5) == b"five"
-    monkeypatch.setattr(host, "NOTE_MAX_BYTES", 8)
-    writer.note(9, b"nine")  # starts file 2: file 0 goes
-    writer.note(10, b"x" * 9)
-    assert not os.path.exists(notes)
-    assert host.HostTurns(str(tmp_path), "c1").noted(9) == b"nine"
-    assert host.HostTurns(str(tmp_path), "c1").noted(10) is None
-    assert host.HostTurns(str(tmp_path), "c1").noted(5) == b"five"  # file 1 is kept
-
-
-def test_host_copies_are_bounded_and_kept_only_in_a_folder_of_ones_own(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Copies beyond COPIES_KEPT are pruned, oldest first, when a process looks (every
-    PRUNE_EVERY puts); catalogs' folders beyond CATALOGS_KEPT go, least recently used
-    first, and nothing else in the base folder (which ``host_dir`` may name) is touched; a
-    base folder others may write is never used."""
-    from olympia.storage import host
-
-    monkeypatch.setattr(host, "COPIES_KEPT", 4)
-    monkeypatch.setattr(host, "PRUNE_EVERY", 3)
-    monkeypatch.setattr(host, "CATALOGS_KEPT", 2)
-    base = tmp_path / "base"
-    base.mkdir(mode=0o700)
-    turns = host.HostTurns(str(base), "c1")
-    (base / "notes.txt").write_text("the user's")  # not a copy: never pruned
-    for i in range(5):
-        turns.put({f"node/{i}.arrow": b"x"})
-        os.utime(turns._copy(f"node/{i}.arrow"), ns=(i, i))  # distinct ages
-    assert all(turns.has(f"node/{i}.arrow") for i in range(5))  # not looked since the 3rd
-    turns.put({"node/5.arrow": b"x"})  # the 6th put looks: 6 copies, the 4 oldest go
-    assert [turns.has(f"node/{i}.arrow") for i in range(6)] == [False] * 4 + [True] * 2
-    with turns.hold():
-        pass
-    os.utime(turns.folder, ns=(0, 0))  # the least recently used catalog
-    theirs = base / ("0" * 32)  # named like one, but no turn file: not ours
-    theirs.mkdir()
-    os.utime(theirs, ns=(0, 0))
-    for key in ("c2", "c3"):
-        with host.HostTurns(str(base), key).hold():
-            pass
-    assert not os.path.exists(turns.folder)  # c1's folder, the oldest, went
-    assert sorted(p.name for p in base.iterdir() if p.name != theirs.name and (
-        p.is_dir())) == sorted(os.path.basename(host.HostTurns(str(base), k).folder)
-                               for k in ("c2", "c3"))
-    assert theirs.exists() and (base / "notes.txt").exists()
-    shared = tmp_path / "shared"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)
-    loose = host.HostTurns(str(shared), "c1")
-    loose.put({"vn/1": b"r"})
-    with loose.hold() as held:
-        assert not held and not loose.has("vn/1")
-    assert list(shared.iterdir()) == []
-
-
-@pytest.mark.parametrize("options", [{"host_turns": "sometimes"}, {"host_dir": "relative"},
-                                     {"host_dir": 7}])
-def test_host_turn_options_are_checked(options: dict[str, Any]) -> None:
-    with pytest.raises(InvalidArgumentError, match="host_"):
-        Storage("memory://x", options)
-
-
-@pytest.mark.s3
-def test_host_turns_can_be_turned_off(s3_server: Any) -> None:
-    storage = Storage(f"s3://{s3_server.bucket}/off", {**s3_server.storage_options,
-                                                        "host_turns": "false"})
-    assert not storage.host_turns
-    with storage.hold_turn("vn/1", "c") as held:
-        assert not held
-
-
-HELD_ACROSS_FORK = """
-import fcntl, os, sys
-from olympia.storage import Storage
-
-storage = Storage(sys.argv[1])
-storage.write("vn/.keep", b"")
-read_end, write_end = os.pipe()
-ready_read, ready_write = os.pipe()
-if sys.argv[2] == "host":
-    from olympia.storage.host import HostTurns
-    host = HostTurns(sys.argv[1] + "-host", "catalog")
-    turn, holding, locked = host.hold(), host.held, os.path.join(host.folder, "turn")
-else:
-    turn = storage.hold_turn("vn/1") if sys.argv[2] == "hold" else storage.backend.turn(
-        storage.full("vn/1"))
-    holding = lambda: storage.backend._holding(storage.full("vn/1"))
-    locked = storage.full("vn")
-with turn:
-    child = os.fork()
-    if child == 0:  # runs (its fork handlers done) until the parent has looked
-        os.write(ready_write, b"h" if holding() else b"r")
-        os.read(read_end, 1)
-        os._exit(0)
-child_holds = os.read(ready_read, 1) == b"h"
-other = os.open(locked, os.O_RDONLY)
-try:
-    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    print("believed held by the child" if child_holds else "free")
-except BlockingIOError:
-    print("held by the child")
-os.write(write_end, b"x")
-os.waitpid(child, 0)
-"""
-
-
-@needs_unnamed_files
-@pytest.mark.parametrize("kind", ["turn", "hold", "host"])
-def test_a_turn_ends_with_its_holder_when_the_process_forked_meanwhile(
-        tmp_path: Any, kind: str) -> None:
-    """A child forked while a thread holds a turn (to name files, held for a whole
-    attempt, or a host turn) neither keeps the lock nor believes it holds it: the parent's
-    turn ends when the parent is done, however long the child runs."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", HELD_ACROSS_FORK, str(tmp_path / "c"), kind],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "free"
-
-
-def test_a_host_turns_folder_removed_meanwhile_is_made_again(tmp_path: Any) -> None:
-    """Another process may prune a catalog's folder (CATALOGS_KEPT) while this one uses it:
-    the turn then goes on without it once, and the next is taken in a new folder."""
-    import shutil
-
-    from olympia.storage import host
-
-    turns = host.HostTurns(str(tmp_path), "c1")
-    with turns.hold() as held:
-        assert held
-    shutil.rmtree(turns.folder)
-    with turns.hold() as held:
-        assert not held
-    with turns.hold() as held:
-        assert held
-    turns.put({"vn/1": b"r"})
-    assert turns.get("vn/1") == b"r"
-
-
-def _held_elsewhere(turns: Any) -> int:
-    """A descriptor holding ``turns``' lock, as another process's writer would."""
-    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
-    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return holder
-
-
-def _hold_on_a_thread(turns: Any) -> tuple[threading.Thread, list[bool]]:
-    """A started thread taking ``turns``, and where it records whether it held it."""
-    outcome: list[bool] = []
-
-    def wait() -> None:
-        with turns.hold() as held:
-            outcome.append(held)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    return waiter, outcome
-
-
-def test_a_host_turn_is_awaited_in_the_kernel_and_a_wait_that_ran_out_lets_go(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A writer whose turn is held waits on a thread of its own (flock has no timeout) and
-    takes the turn when the holder lets go; a wait that ran out leaves its thread behind,
-    which lets the lock go once it gets it; with STALLED_WAITS_MAX such waits left, writers
-    go on without waiting."""
-    from olympia.storage import host
-
-    turns = host.HostTurns(str(tmp_path), "c1")
-    with turns.hold():  # makes the folder and the turn file
-        pass
-    holder = _held_elsewhere(turns)
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 600.0)
-    waiter, outcome = _hold_on_a_thread(turns)
-    while not any(t.name == "olympia-host-turn" for t in threading.enumerate()):
-        time.sleep(0.001)  # until the writer waits on its thread
-    os.close(holder)  # the holder lets go
-    waiter.join()
-    assert outcome == [True]
-
-    holder = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
-    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.0)
-    monkeypatch.setattr(host, "STALLED_WAITS_MAX", 1)
-    with turns.hold() as held:  # runs out at once: its thread is left behind
-        assert not held
-    with turns.hold() as held:  # one wait is left already: this writer does not wait
-        assert not held
-    assert [t.name for t in threading.enumerate()].count("olympia-host-turn") == 1
-    os.close(holder)
-    _join_host_turn_waits()
-    assert host._Wait._left == 0
-    free = os.open(os.path.join(turns.folder, "turn"), os.O_RDONLY)
-    try:  # the thread let the lock go
-        fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        os.close(free)
-
-
-def test_a_writer_waiting_long_for_the_host_turn_goes_first(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a writer that has waited HOST_TURN_URGENT_S holds the urgent lock, newcomers
-    do not take the turn even when it is free; once it lets go they do. A writer past the
-    bound takes the urgent lock while it waits, and lets it go once it has the turn."""
-    from olympia.storage import host
-
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 0.01)
-    turns = host.HostTurns(str(tmp_path), "c1")
-    with turns.hold():  # makes the folder and the turn file
-        pass
-    urgent = os.path.join(turns.folder, "urgent")
-    waiting = os.open(urgent, os.O_RDONLY | os.O_CREAT)
-    try:
-        fcntl.flock(waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer, urgent
-        with turns.hold() as held:
-            assert not held  # the turn is free, but goes to the urgent writer first
-    finally:
-        os.close(waiting)
-    _join_host_turn_waits()
-    with turns.hold() as held:
-        assert held
-
-    holder = _held_elsewhere(turns)
-    monkeypatch.setattr(host, "HOST_TURN_WAIT_S", 600.0)
-    monkeypatch.setattr(host, "HOST_TURN_URGENT_S", 0.0)
-    waiter, outcome = _hold_on_a_thread(turns)
-    probe = os.open(urgent, os.O_RDONLY)
-    try:
-        while True:  # until the waiter, urgent at once, holds the urgent lock
-            try:
-                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                break
-            fcntl.flock(probe, fcntl.LOCK_UN)
-            time.sleep(0.001)
-        os.close(holder)  # the holder lets go: the urgent writer takes the turn
-        waiter.join()
-        assert outcome == [True]
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # and let the urgent lock go
-    finally:
-        os.close(probe)
+@pytest.mark.parametrize("option", ["host_turns", "host_dir"])
+def test_removed_host_options_are_refused_by_name(option: str) -> None:
+    """The options of the removed host machinery are an error that says so (a user who
+    passed them learns that writers keep no state on their host), never silently kept."""
+    with pytest.raises(InvalidArgumentError, match=f"storage option {option} was removed"):
+        Storage("memory://x", {option: "/tmp/anywhere"})

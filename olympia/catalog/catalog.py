@@ -17,7 +17,7 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.commit import DEFAULT_COMMIT_TIMEOUT_S, CommitOptions, now_millis
-from olympia.catalog.files import LATEST, CatalogFiles, Root
+from olympia.catalog.files import LATEST, CatalogFiles, Root, root_digest
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path, version_path
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import CatalogReader, Identifier, Snapshot
@@ -124,14 +124,16 @@ class Catalog(CatalogReader):
         codec = files.codec(catalog_def)
         row = actions.encode_row(codec, actions.make(A.CATALOG_CREATE, None, cdef_path))
         root = Node((), (), None, now_millis(), catalog_def=cdef_path, actions=(row,))
+        root_bytes = encode_node(root, order)
         try:
-            storage.publish({cdef_path: content}, version_path(0), encode_node(root, order))
+            storage.publish({cdef_path: content}, version_path(0), root_bytes)
         except FileAlreadyExists:
             storage.delete(cdef_path)
             raise AlreadyExistsError(f"a catalog already exists at {storage.uri}") from None
         files.write_hint(LATEST, 0)
         files.remember_def(cdef_path, catalog_def)
-        return cls(files, Root(0, version_path(0), root, catalog_def), commit_timeout,
+        return cls(files, Root(0, version_path(0), root, catalog_def, root_digest(root_bytes)),
+                   commit_timeout,
                    coalesce_commits)
 
     @classmethod
@@ -182,11 +184,16 @@ class Catalog(CatalogReader):
         return dict(self.catalog_def.properties)
 
     def refresh(self) -> int:
-        """Load the latest version and return it."""
-        self._advance(self.files.discover_latest(self._snapshot.root))
+        """Load the latest version and return it (what the store holds: after a restore
+        from an earlier copy, an older version than the one loaded before)."""
+        latest = self.files.discover_latest(self._snapshot.root)
+        with self._lock:
+            if latest is not self._snapshot.root:
+                self._snapshot = Snapshot(self.files, latest)
         return self.version
 
     def _advance(self, root: Root) -> None:
+        """A commit made through this object landed ``root``."""
         with self._lock:
             if root.version >= self._snapshot.version:
                 self._snapshot = Snapshot(self.files, root)

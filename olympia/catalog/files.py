@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from google.protobuf.message import DecodeError, Message
 
@@ -84,10 +85,18 @@ class Root:
     path: str
     node: Node
     catalog_def: pb.CatalogDef
+    digest: str = ""  # root_digest of the root file's bytes ("": not known)
 
     @property
     def created_at_millis(self) -> int:
         return self.node.created_at_millis
+
+
+def root_digest(data: bytes) -> str:
+    """What identifies a root file's content: a restored prefix may hold another root
+    under the same name, and a version known in memory is trusted only while the store's
+    root has this digest."""
+    return hashlib.sha256(data).hexdigest()
 
 
 class CatalogFiles:
@@ -139,11 +148,13 @@ class CatalogFiles:
             self._nodes = NodeStore(self.storage, order)
         return self._nodes
 
-    def read_root(self, version: int) -> Root:
-        """The root of ``version``; NotFoundError if that version does not exist."""
+    def read_root(self, version: int, fresh: bool = False) -> Root:
+        """The root of ``version``; NotFoundError if that version does not exist.
+        ``fresh``: read from the store even if a root of that name was read before (what
+        a commit builds on; a restored prefix may hold another root under that name)."""
         path = version_path(version)
         with self._lock:
-            cached = self._roots.get(path)
+            cached = None if fresh else self._roots.get(path)
         if cached is not None:
             return cached
         try:
@@ -167,7 +178,7 @@ class CatalogFiles:
             raise CorruptFileError(self.storage.display(system["catalog_def"]),
                                    f"order {catalog_def.order} is below 3")
         node = raw.to_node(catalog_def.order, root=True)
-        return Root(version, path, node, catalog_def)
+        return Root(version, path, node, catalog_def, root_digest(data))
 
     def remember_root(self, root: Root) -> None:
         with self._lock:
@@ -193,11 +204,12 @@ class CatalogFiles:
             return True, None  # only a hint: an unreadable one is ignored
         return True, int(text)
 
-    def _ask(self, path: str) -> tuple[bool, int | None]:
-        """A hint as :meth:`_read_hint` reads it, or whether a root exists (no number)."""
-        if path in (LATEST, OLDEST):
-            return self._read_hint(path)
-        return self.storage.probe(path), None
+    def _digest_at(self, path: str) -> str | None:
+        """The :func:`root_digest` of the file at ``path``, None if it is missing."""
+        try:
+            return root_digest(self.storage.read(path))
+        except FileNotFound:
+            return None
 
     def write_hint(self, path: str, version: int) -> None:
         """Write vn/latest or vn/oldest. vn/latest is not synced to disk: discovery probes
@@ -229,21 +241,30 @@ class CatalogFiles:
         exists), is ignored.
 
         Args:
-            known: A version this process has seen (a catalog's loaded one). The version
-                after it is probed together with the hints: when vn/latest names ``known``,
-                vn/oldest is not above it and the next version is missing, the procedure
-                would stop at ``known``, so it is returned after one round trip, not two.
+            known: A version this process has seen (a catalog's loaded one). Its root and
+                the version after it are asked about together with the hints: when
+                vn/latest names ``known``, vn/oldest is not above it, the store's root of
+                ``known`` is the one in memory (same digest) and the next version is
+                missing, the procedure would stop at ``known``, so it is returned after
+                one round trip, not two.
 
         Raises:
             NoSuchCatalogError: there is no root at all.
             CorruptFileError: vn/oldest names a version whose root does not exist.
         """
         asks = [LATEST, OLDEST]
-        if known is not None and known.version < MAX_VERSION:
-            asks.append(version_path(known.version + 1))
-        (_, latest), found, *probed = self.storage.map_reads(self._ask, asks)
-        oldest = self._oldest(*found)
-        if known is not None and probed and not probed[0][0] and (
+        if known is not None and known.digest and known.version < MAX_VERSION:
+            asks += [known.path, version_path(known.version + 1)]
+
+        def ask(path: str) -> object:
+            if path in (LATEST, OLDEST):
+                return self._read_hint(path)
+            return self._digest_at(path) if path == asks[2] else self.storage.probe(path)
+
+        answers = self.storage.map_reads(ask, asks)
+        latest = cast(tuple[bool, int | None], answers[0])[1]
+        oldest = self._oldest(*cast(tuple[bool, int | None], answers[1]))
+        if known is not None and answers[2:] == [known.digest, False] and (
                 latest == known.version >= oldest):
             return known
         if latest is not None and latest > oldest:
@@ -251,7 +272,7 @@ class CatalogFiles:
                 return self._probe_from(latest)
             except NotFoundError:  # the procedure's k - 1, when k is the hint itself
                 with contextlib.suppress(NotFoundError):
-                    return self.read_root(latest - 1)
+                    return self.read_root(latest - 1, fresh=True)
             # vn/latest names a version never committed: only a hint, so it is ignored
         try:
             return self._probe_from(oldest)
@@ -263,21 +284,16 @@ class CatalogFiles:
 
     def _probe_from(self, version: int) -> Root:
         """The root of the last version of the contiguous run that starts at ``version``
-        (NoSuchVersionError when ``version`` does not exist).
+        (NoSuchVersionError when ``version`` does not exist), read from the store.
 
         Where the storage tells for free that the start and the next version exist (local
-        disk, memory, this host's copies on remote storage), the start is not read: the run
-        goes past it. Refreshing after others committed then reads only the newest root. On
-        remote storage the versions this host's writers landed are stepped over one by one
-        (free), so the store is asked only about the versions after them.
+        disk, memory), the start is not read: the run goes past it. Refreshing after others
+        committed then reads only the newest root.
         """
         skip = version < MAX_VERSION and all(
             self.storage.known_to_exist(version_path(v)) for v in (version, version + 1))
-        start = None if skip else self.read_root(version)
+        start = None if skip else self.read_root(version, fresh=True)
         low, step = version, 1
-        while self.storage.remote and low < MAX_VERSION and (
-                self.storage.known_to_exist(version_path(low + 1))):
-            low += 1  # a version this host's writers landed (free): no doubling past it
         while low + step <= MAX_VERSION and self.storage.probe(version_path(low + step)):
             low += step
             step *= 2
@@ -288,7 +304,8 @@ class CatalogFiles:
                 low = mid
             else:
                 high = mid
-        return start if start is not None and low == version else self.read_root(low)
+        return start if start is not None and low == version else self.read_root(
+            low, fresh=True)
 
     def codec(self, catalog_def: pb.CatalogDef) -> KeyCodec:
         return KeyCodec(NameLimits(catalog_def.namespace_name_max_size_bytes,

@@ -1,11 +1,13 @@
 """Storage: the files of one catalog prefix on local disk, in memory, or on S3 (fsspec/s3fs).
 
 Every path given to :class:`Storage` is relative to the catalog prefix (``vn/latest``,
-``node/<uuid>.arrow``). The one operation that makes commits safe is
-:meth:`Storage.create_exclusive`: atomic (no reader ever sees a partial file) and exclusive
-(of N racing writers exactly one wins; the others get :class:`FileAlreadyExists`).
+``node/<uuid>.arrow``), and nothing is ever written outside it. The one operation that
+makes commits safe is :meth:`Storage.create_exclusive` (and :meth:`Storage.publish`, which
+ends with one): atomic (no reader ever sees a partial file) and exclusive (of N racing
+writers exactly one wins; the others get :class:`FileAlreadyExists`).
 
-The package: :mod:`olympia.storage.backends` (the backends and the scheme table),
+The package: :mod:`olympia.storage.backends` (the backend contract, local disk, memory
+and the scheme table), :mod:`olympia.storage.s3` (S3 through s3fs),
 :mod:`olympia.storage.retry` (settings and failure classification), and here the
 :class:`Storage` facade every layer above uses.
 """
@@ -20,7 +22,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
-from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -35,22 +36,20 @@ from olympia.storage.backends import (
     SCHEMES,
     Backend,
     FileInfo,
-    FsspecBackend,
     LocalBackend,
     MemoryBackend,
-    StagedFile,
 )
-from olympia.storage.host import HostTurns, default_base
 from olympia.storage.retry import (
     DEFAULT_CONCURRENCY,
     StorageSettings,
     _not_deleted,
     classify,
 )
+from olympia.storage.s3 import FsspecBackend
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "SCHEMES", "Backend", "FileInfo", "FsspecBackend", "LocalBackend",
-    "MemoryBackend", "StagedFile", "Storage", "StorageSettings", "StorageStats", "classify",
+    "MemoryBackend", "Storage", "StorageSettings", "StorageStats", "classify",
 ]
 
 T = TypeVar("T")
@@ -64,8 +63,7 @@ class StorageStats:
     Every operation issued counts, whatever its outcome: a read of an absent file is a
     round trip too. ``misses`` counts the reads that found no file, ``failures`` the
     operations that ended in any other error (after retries), ``retries`` the tries made
-    again after a transient failure, ``host_reads`` the reads answered by this host's
-    copies (:meth:`Storage.hold_turn`), which are no round trip and not in ``reads``.
+    again after a transient failure.
     """
 
     reads: int = 0
@@ -78,7 +76,6 @@ class StorageStats:
     misses: int = 0
     failures: int = 0
     retries: int = 0
-    host_reads: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -118,11 +115,6 @@ class Storage:
         self.uri = canonical or self.uri
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
-        self._hosts: dict[str, HostTurns] = {}  # catalog id -> its turn on this host
-        self._scope = ""  # the catalog id of the host turn taken last
-        self._host_base = (self.settings.host_dir or default_base()) if (
-            self.backend.remote and self.settings.host_turns) else None
-        self._folders: dict[str, HostTurns] = {}  # catalog id -> its host folder (local disk)
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r})"
@@ -169,12 +161,6 @@ class Storage:
         raise AssertionError("unreachable")
 
     def read(self, path: str) -> bytes:
-        host = self._copies()
-        if host is not None:
-            data = host.get(path)
-            if data is not None:
-                self.stats.add(host_reads=1)
-                return data
         self.stats.add(reads=1)
         data = self._call("read", path, lambda: self.backend.read(self.full(path)))
         self.stats.add(bytes_read=len(data))
@@ -196,195 +182,55 @@ class Storage:
         self.stats.add(writes=1, bytes_written=len(data))
         self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
 
-    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                written: Callable[[], None] | None = None) -> None:
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
-        (as :meth:`create_exclusive`): a reader never finds ``path`` without all of
-        ``files``. Where the backend can stage content ahead of its name (local disk), every
-        file is written unnamed, then, in the writers' turn to name files in ``path``'s
-        folder, all are written back, then synced and named, ``path`` last: one thread
-        does it all, and the syncs after the first find little left to flush. A writer
-        whose turn comes after another took ``path`` discards its staged files unsynced.
+        (as :meth:`create_exclusive`, with its retries): a reader never finds ``path``
+        without all of ``files`` (:meth:`Backend.publish`).
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
             path: The file created last, exclusively.
             data: Its content.
-            written: Called once every file of ``files`` is in place, before ``path`` is
-                created: a race lost before that leaves none of them written.
 
         Raises:
-            FileAlreadyExists: ``path`` exists.
+            FileAlreadyExists: ``path`` exists; ``files`` were written.
+            TransientStorageError: The store kept failing, and whether ``path`` was
+                created by this call could not be learned by reading it.
         """
-        names = [*files, path]
-        staged = self._stage(names) if files else None
-        if staged is None:
-            self.write_many(files)
-            if written is not None:
-                written()
-            self.create_exclusive(path, data)
-            host = self._held_host()
-            if host is not None:
-                host.put({**files, path: data})
-            return
-        contents = [*files.values(), data]
-        try:
-            for name, content, one in zip(names, contents, staged, strict=True):
-                self._call("write", name, partial(one.fill, content))
-            with staged[-1].turn() as free:
-                if not free:
-                    raise FileAlreadyExists("file already exists", self.display(path))
-                self.stats.add(writes=len(names), bytes_written=sum(map(len, contents)))
-                for name, one in zip(names, staged, strict=True):
-                    self._call("write", name, one.write_back)
-                for name, one in zip(names, staged, strict=True):
-                    self._call("write", name, one.sync)
-                for name, content, one in zip(
-                        names[:-1], contents[:-1], staged[:-1], strict=True):
-                    if not self._link(name, one):
-                        self._call("write", name,
-                                   partial(self.backend.write, self.full(name), content, True))
-                if written is not None:
-                    written()
-                if self._exclusive(path, data, staged[-1].link) is False:
-                    # the store refused to name staged content: create the file whole
-                    self._exclusive(path, data, partial(
-                        self.backend.create_exclusive, self.full(path), data))
-        finally:
-            for one in staged:
-                one.close()
+        full = {self.full(name): content for name, content in files.items()}
+        self.stats.add(writes=len(files) + 1,
+                       bytes_written=sum(map(len, files.values())) + len(data))
+        self._exclusive(path, data, lambda: self.backend.publish(full, self.full(path), data))
 
-    def hold_turn(self, path: str, scope: str = "", wait: bool = True,
-                  ) -> contextlib.AbstractContextManager[bool]:
-        """Hold the writers' turn to name files in ``path``'s folder for the whole block.
+    def _exclusive(self, path: str, data: bytes, create: Callable[[], object]) -> None:
+        """Run ``create`` (ending with an exclusive create of ``path`` holding ``data``)
+        with retries. A try that failed transiently may have created ``path``: a later
+        try that finds it, or a read after the last try, learns the outcome from the
+        store (``path`` holding ``data`` is ours: the create succeeded).
 
-        On local disk other writers' :meth:`publish` there waits for it, while this
-        thread's publishes use it; without ``wait`` it is only taken if free at once. On
-        remote storage (with the ``host_turns`` setting) it
-        is the host turn of ``scope`` (a catalog's id; see :mod:`olympia.storage.host`):
-        the writers of this host take turns, and while this thread holds it, what it
-        publishes is copied to this host, and what holders published before is read from
-        there (:meth:`read`, :meth:`known_to_exist`) without a request. Yields whether it
-        is held (False on storage without turns, or when the wait for a stalled holder ran
-        out: the exclusive create still decides races)."""
-        if self._host_base is None:
-            return self.backend.hold_turn(self.full(path), wait)
-        return self._host(scope).hold(wait)
-
-    def _host(self, scope: str) -> HostTurns:
-        """The host turn of the catalog ``scope`` (remote storage, ``host_turns`` on)."""
-        assert self._host_base is not None
-        host = self._hosts.get(scope)
-        if host is None:
-            key = repr((self.backend.place(self.root), scope))
-            host = self._hosts.setdefault(scope, HostTurns(self._host_base, key))
-        self._scope = scope
-        return host
-
-    def await_turn(self, path: str, letters: HostTurns,
-                   ) -> contextlib.AbstractContextManager[bool]:
-        """:meth:`hold_turn` for a writer that left a letter in ``letters``, waiting in the
-        kernel (at most 2 s; see :class:`olympia.storage.host.HostTurns`) with the urgent
-        lock of their folder: on remote storage the host turn itself, on local disk the
-        turn of ``path``'s folder."""
-        if self._host_base is not None:
-            return letters.hold()
-        return letters.hold_local(self.full(path))
-
-    def host_folder(self, scope: str) -> HostTurns | None:
-        """This host's folder for the catalog ``scope`` (its id), with the ``host_turns``
-        setting on: where writers note the versions they land, so their neighbours catch
-        up without parsing every root (:meth:`HostTurns.note`), and where coalescing
-        writers leave changes for the writer holding the turn to land with its own
-        (:func:`olympia.catalog.commit.commit` with ``coalesce``). On remote storage it is
-        the host turn's folder; on local disk, a folder under ``host_dir`` too; None
-        elsewhere (memory)."""
-        if self._host_base is not None:
-            return self._host(scope)
-        if not self.backend.shared_turns or not self.settings.host_turns:
-            return None
-        folder = self._folders.get(scope)
-        if folder is None:
-            key = repr((self.backend.place(self.root), scope))
-            folder = self._folders.setdefault(scope, HostTurns(
-                self.settings.host_dir or default_base(), key))
-        return folder
-
-    @property
-    def remote(self) -> bool:
-        """Whether every file operation is a request (object stores), so a look at a file
-        is never free."""
-        return self.backend.remote
-
-    @property
-    def host_turns(self) -> bool:
-        """Whether writers take host turns here (remote storage, ``host_turns`` on)."""
-        return self._host_base is not None
-
-    def _held_host(self) -> HostTurns | None:
-        """The host turn a thread of this process holds on this storage, if any."""
-        for host in list(self._hosts.values()):
-            if host.held():
-                return host
-        return None
-
-    def _copies(self) -> HostTurns | None:
-        """Where this host keeps copies of the catalog's landed files (once this process
-        took its host turn; a catalog's files are immutable once created, so a copy reads
-        as the store would, like a cached file: readers look at vn/oldest before reading an
-        old version)."""
-        return self._held_host() or self._hosts.get(self._scope)
-
-    def _stage(self, paths: builtins.list[str]) -> builtins.list[StagedFile] | None:
-        """A staged file for each path, or None where the backend stages none."""
-        staged: builtins.list[StagedFile] = []
-        try:
-            for path in paths:
-                one = self._call("write", path, partial(self.backend.stage, self.full(path)))
-                if one is None:
-                    break
-                staged.append(one)
-        except BaseException:
-            for one in staged:
-                one.close()
-            raise
-        if len(staged) == len(paths):
-            return staged
-        for one in staged:
-            one.close()
-        return None
-
-    def _link(self, path: str, staged: StagedFile) -> bool:
-        """Name a staged file that :meth:`write` would replace: False where it exists
-        already or the store refused (the caller writes it whole)."""
-        try:
-            return bool(self._call("write", path, staged.link))
-        except FileAlreadyExists:
-            return False
-
-    def _exclusive(self, path: str, data: bytes, create: Callable[[], R]) -> R | None:
-        """Run ``create`` (an exclusive create of ``path`` holding ``data``) with retries; a
-        try after a transient failure that finds ``path`` holding ``data`` succeeded (None)."""
+        Raises:
+            FileAlreadyExists: Another writer created ``path``.
+            TransientStorageError: The outcome could not be learned.
+        """
         tried = False  # a try after a (transient) failure: our first one may have landed
 
-        def once() -> R | None:
+        def once() -> None:
             nonlocal tried
             try:
-                return create()
+                create()
             except Exception as exc:
-                if tried and classify(exc) is FileAlreadyExists and (
-                        self._read_or_none(path) == data):
-                    return None
-                raise
+                if not (tried and classify(exc) is FileAlreadyExists
+                        and self._read_or_none(path) == data):
+                    raise
             finally:
                 tried = True
 
         try:
-            return self._call("exclusive create", path, once)
+            self._call("exclusive create", path, once)
         except TransientStorageError:
             with contextlib.suppress(StorageError):  # the last try may have landed too
                 if self._read_or_none(path) == data:
-                    return None
+                    return
             raise
 
     def _read_or_none(self, path: str) -> bytes | None:
@@ -393,19 +239,27 @@ class Storage:
         except FileNotFound:
             return None
 
+    @property
+    def remote(self) -> bool:
+        """Whether every file operation is a request (object stores), so a look at a file
+        is never free."""
+        return self.backend.remote
+
     def known_to_exist(self, path: str) -> bool:
         """Whether the file exists, where telling costs no request (local disk, memory; no
-        operation is counted). On a remote store only a file that holders of the host turn
-        published is known (:meth:`hold_turn`); False otherwise."""
+        operation is counted). Always False on a remote store, and where the look failed:
+        it only saves work, and the exclusive create still decides."""
         if self.backend.remote:
-            host = self._copies()
-            return host is not None and host.has(path)
-        return self.backend.exists(self.full(path))
+            return False
+        try:
+            return self.backend.exists(self.full(path))
+        except OSError:
+            return False
 
     def probe(self, path: str) -> bool:
-        """Whether the file exists: :meth:`known_to_exist` where that says so on a remote
-        store, else :meth:`exists` (one request there)."""
-        return (self.backend.remote and self.known_to_exist(path)) or self.exists(path)
+        """Whether the file exists: :meth:`known_to_exist` where that is free, else
+        :meth:`exists` (one request)."""
+        return self.known_to_exist(path) if not self.backend.remote else self.exists(path)
 
     def exists(self, path: str) -> bool:
         self.stats.add(exists=1)
@@ -422,8 +276,7 @@ class Storage:
 
     def delete(self, path: str) -> None:
         """Delete a file; a missing file counts as deleted."""
-        self.stats.add(deletes=1)
-        self._call("delete", path, lambda: self.backend.delete(self.full(path)))
+        self.delete_many([path])
 
     # --- batched operations ---------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import random
 import re
 from collections.abc import Iterable
@@ -21,6 +20,7 @@ from olympia.exceptions import (
 )
 
 DEFAULT_CONCURRENCY = 16
+REMOVED_OPTIONS = ("host_turns", "host_dir")  # refused by name (docs/ARCHITECTURE.md)
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,8 @@ class StorageSettings:
     ``MAX_BACKOFF``). On S3, ``connect_timeout`` and ``read_timeout`` (seconds) bound each
     request, which botocore and s3fs then do not retry themselves: a dead endpoint fails
     after ``retry_attempts`` quick tries instead of their nested retries (30-45 s).
-    On remote storage, writers of one catalog on one host take turns to commit
-    (``host_turns``, see :mod:`olympia.storage.host`), in a folder under ``host_dir``
-    (an absolute path; default: this user's folder under the system's temporary folder).
-    On local disk that folder holds the changes that writers with coalesced commits leave
-    for the one holding the turn (:meth:`olympia.storage.Storage.host_folder`).
+    The removed options ``host_turns`` and ``host_dir`` are refused with an error saying
+    so (:data:`REMOVED_OPTIONS`): writers share nothing outside the catalog prefix.
     """
 
     max_concurrency: int = DEFAULT_CONCURRENCY
@@ -44,16 +41,14 @@ class StorageSettings:
     retry_backoff: float = 0.1
     connect_timeout: float = 2.0
     read_timeout: float = 15.0
-    host_turns: bool = True
-    host_dir: str = ""
 
     @classmethod
     def pop(cls, options: dict[str, Any]) -> StorageSettings:
         """Take (and validate) the settings out of ``options``.
 
         Raises:
-            InvalidArgumentError: a setting is not a number in its range (named by key; the
-                value is never echoed).
+            InvalidArgumentError: a setting is not a number in its range, or is a removed
+                option (named by key; the value is never echoed).
         """
         ints: dict[str, tuple[float, float]] = {"max_concurrency": (1, 1024),
                                                 "retry_attempts": (1, 100)}
@@ -61,20 +56,12 @@ class StorageSettings:
             "retry_backoff": (0.0, 60.0), "connect_timeout": (0.001, 3600.0),
             "read_timeout": (0.001, 3600.0)}
         values: dict[str, Any] = {}
-        if "host_turns" in options:
-            flag = options.pop("host_turns")
-            flag = {"true": True, "false": False}.get(str(flag).lower(), flag)
-            if not isinstance(flag, bool):
-                raise InvalidArgumentError("storage option host_turns must be true or false")
-            values["host_turns"] = flag
-        if "host_dir" in options:
-            folder = options.pop("host_dir")
-            if not (isinstance(folder, str) and os.path.isabs(folder)
-                    and len(folder) <= 1024 and "\x00" not in folder):
+        for key in REMOVED_OPTIONS:
+            if key in options:
                 raise InvalidArgumentError(
-                    "storage option host_dir must be an absolute path (at most 1024 "
-                    "characters)")
-            values["host_dir"] = folder
+                    f"storage option {key} was removed: writers no longer keep state on "
+                    "their host (every commit reads what it builds on from the catalog "
+                    "prefix); drop the option")
         for key, (low, high) in {**ints, **floats}.items():
             if key not in options:
                 continue
