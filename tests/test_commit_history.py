@@ -1,0 +1,525 @@
+"""The commit protocol under random interleavings (issue 33): a hypothesis state machine.
+
+Several writers commit to one catalog on local disk: threads with a catalog object each,
+threads sharing one coalescing catalog object (its queued commits), and a writer in
+another process. Every storage operation of every writer passes through a gate (a
+wrapper around the real backend) that waits for the machine's decision, so the machine
+chooses the interleaving one storage operation at a time, and for each operation whether
+it runs, fails transiently, runs and then loses its answer (a create that succeeded is
+reported as a timeout), or crashes the writer there (that operation and every later one of
+that writer never reach the store). Out of band, the machine backs the prefix up and
+restores it in place.
+
+After every run:
+
+- every commit reported successful is in the history exactly once, at the reported
+  version (unless a restore took the store back before it);
+- nothing reported as a conflict ever appears, and a commit whose outcome was unknown or
+  whose writer crashed, absent from the history when that was reported, never appears;
+- the history is a serial order of the commits it holds: each version's commits touched
+  no object that a version after their base touched (no lost update), and each version's
+  tables are the previous version's with its commits' changes applied;
+- every version reads back and passes ``olympia verify``'s checks.
+
+The suite runs a bounded number of derandomized examples; a long run is
+``benchmarks/commit_history.py`` (OLYMPIA_COMMIT_HISTORY_EXAMPLES examples).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from olympia import Catalog
+from olympia._proto import actions_pb2 as apb
+from olympia.catalog.reader import Snapshot
+from olympia.exceptions import CommitConflict, OlympiaError
+from olympia.storage import Backend, FileInfo
+from olympia.tree import btree
+
+T = TypeVar("T")
+OPTIONS = {"fsync": False, "retry_attempts": 2, "retry_backoff": 0}
+NAMES = ("a", "b", "c")
+DECISIONS = ("go",) * 8 + ("fail", "lost-ack", "crash")
+QUIET_S = 60.0  # a bounded wait for a writer to reach its next operation (not a timing)
+EXAMPLES = int(os.environ.get("OLYMPIA_COMMIT_HISTORY_EXAMPLES", "40"))
+
+
+class Crashed(BaseException):
+    """The writer's process died at this storage operation (injected)."""
+
+
+class Gate(Backend):
+    """A real backend whose every operation waits for the machine's decision, except the
+    operations of the machine's own thread (a transaction beginning and staging) and, in
+    the writer process, those made while the gate is open (the same)."""
+
+    def __init__(self, inner: Backend, ask: Callable[[str], str] | None = None) -> None:
+        self.inner = inner
+        self.remote = inner.remote
+        self.open = True  # a process's gate: closed while committing
+        self.crashed = False
+        self._ask = ask  # a process's gate asks its parent; a thread's waits here
+        self._machine = threading.get_ident()
+        self._cond = threading.Condition()
+        self.pending: str | None = None
+        self._decision: str | None = None
+
+    def _op(self, name: str, path: str, run: Callable[[], T], creates: bool = False) -> T:
+        decision = "go"
+        if self.crashed:
+            raise Crashed()
+        if self._ask is not None and not self.open:
+            decision = self._ask(f"{name} {path}")
+        elif self._ask is None and threading.get_ident() != self._machine:
+            decision = self._await(name, path)
+        if decision == "crash":
+            self.crashed = True
+            raise Crashed()
+        if decision == "fail":
+            raise TimeoutError("injected: the store did not answer")
+        result = run()
+        if decision == "lost-ack" and creates:
+            raise TimeoutError("injected: the answer to a write that succeeded was lost")
+        return result
+
+    def _await(self, name: str, path: str) -> str:
+        with self._cond:
+            self.pending = f"{name} {path}"
+            while self._decision is None:
+                self._cond.wait()
+            decision, self._decision = self._decision, None
+            return decision
+
+    def decide(self, decision: str) -> None:
+        """Let the pending operation go with ``decision`` (the machine's side)."""
+        with self._cond:
+            assert self.pending is not None and self._decision is None
+            self.pending, self._decision = None, decision
+            self._cond.notify_all()
+
+    def read(self, path: str) -> bytes:
+        return self._op("read", path, lambda: self.inner.read(path))
+
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self._op("write", path, lambda: self.inner.write(path, data, durable), creates=True)
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        self._op("create", path, lambda: self.inner.create_exclusive(path, data), creates=True)
+
+    def exists(self, path: str) -> bool:
+        return self._op("exists", path, lambda: self.inner.exists(path))
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        return self._op("list", prefix, lambda: self.inner.list(prefix))
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        return self._op("delete", ",".join(paths), lambda: self.inner.delete_many(paths))
+
+    def place(self, root: str) -> Any:
+        return self.inner.place(root)
+
+
+def gated_catalog(uri: str, coalesce: bool = False,
+                  ask: Callable[[str], str] | None = None) -> tuple[Catalog, Gate]:
+    catalog = Catalog.open(uri, OPTIONS, commit_timeout=3600, coalesce_commits=coalesce)
+    catalog.commit_options = type(catalog.commit_options)(
+        timeout_s=3600, sleep=lambda _s: None, jitter=lambda bound: 0.0, coalesce=coalesce)
+    gate = Gate(catalog.storage.backend, ask)
+    catalog.storage.backend = gate
+    return catalog, gate
+
+
+def stage(catalog: Catalog, cid: str, picks: Sequence[tuple[str, bool]]) -> Any:
+    """Begin a transaction and stage one change per picked table name, decided by the
+    base: create a missing table, else alter it (or drop it, when ``drop``).
+    Returns (the transaction, its base version, its changes as (kind, name))."""
+    txn = catalog.transaction()
+    existing = set(txn.list_tables("s"))
+    ops = []
+    for name, drop in picks:
+        if name not in existing:
+            txn.create_table("s", name, columns=[{"name": "id", "type": "int8"}],
+                             properties={"by": cid})
+            ops.append(("create", name))
+        elif drop:
+            txn.drop_table("s", name)
+            ops.append(("drop", name))
+        else:
+            txn.alter_table("s", name, set_properties={"by": cid})
+            ops.append(("alter", name))
+    txn.annotate(commit=cid)
+    return txn, txn.base.version, ops
+
+
+def outcome_of(commit: Callable[[], int]) -> tuple[str, int]:
+    """How a commit ended: committed (with its version), conflict, unknown, crashed."""
+    try:
+        return "committed", commit()
+    except Crashed:
+        return "crashed", -1
+    except CommitConflict:
+        return "conflict", -1
+    except OlympiaError:  # a storage error or an interrupted leader: outcome unknown
+        return "unknown", -1
+
+
+def process_writer(conn: Connection) -> None:
+    """A writer in another process, driven by the machine over ``conn``."""
+    catalog: Catalog | None = None
+    gate: Gate | None = None
+    txn: Any = None
+
+    def ask(what: str) -> str:
+        conn.send(("op", what))
+        decision: str = conn.recv()
+        return decision
+
+    while True:
+        message = conn.recv()
+        if message[0] == "stop":
+            return
+        if message[0] == "open":
+            catalog, gate = gated_catalog(message[1], ask=ask)
+            conn.send(("ok",))
+        elif message[0] == "begin":
+            assert catalog is not None and gate is not None
+            if gate.crashed:  # the process was restarted: a new catalog object
+                catalog, gate = gated_catalog(catalog.uri, ask=ask)
+            txn, base, ops = stage(catalog, message[1], message[2])
+            conn.send(("staged", base, ops))
+        elif message[0] == "commit":
+            assert gate is not None
+            gate.open = False
+            outcome = outcome_of(txn.commit)
+            gate.open = True
+            conn.send(("done", outcome))
+
+
+_WORKERS: list[tuple[Any, Connection]] = []
+
+
+def worker() -> tuple[Any, Connection]:
+    """The writer process (started once, reused by every example)."""
+    if not _WORKERS:
+        context = multiprocessing.get_context("forkserver")
+        ours, theirs = context.Pipe()
+        proc = context.Process(target=process_writer, args=(theirs,), daemon=True)
+        proc.start()
+        _WORKERS.append((proc, ours))
+    return _WORKERS[0]
+
+
+@dataclass
+class Txn:
+    """A transaction the machine began: its commit id, base and changes."""
+
+    cid: str
+    base: int
+    ops: list[tuple[str, str]]
+
+
+@dataclass
+class Slot:
+    """Where a transaction runs: a writer's catalog object (threads), or the process."""
+
+    writer: int
+    txn: Txn | None = None
+    committing: bool = False
+    thread: threading.Thread | None = None
+    outcome: tuple[str, int] | None = None
+    handle: Any = None  # the staged transaction (threads)
+
+
+@dataclass
+class Backup:
+    files: dict[str, bytes]
+    expected: dict[str, int] = field(default_factory=dict)
+
+
+class CommitHistory(RuleBasedStateMachine):
+    """Writers 0 and 1: threads, a catalog object each; writer 2: three threads sharing
+    one coalescing catalog object; writer 3: another process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="olympia-history-")
+        self.uri = os.path.join(self.folder, "c")
+        self.catalogs: dict[int, tuple[Catalog, Gate]] = {}
+        self.slots = [Slot(0), Slot(1), Slot(2), Slot(2), Slot(2), Slot(3)]
+        self.txns: dict[str, Txn] = {}
+        self.expected: dict[str, int] = {}  # reported committed -> version
+        self.failed: set[str] = set()  # reported as a conflict
+        self.absent: set[str] = set()  # outcome unknown or crashed, absent when reported
+        self.backups: list[Backup] = []
+        self.process_pending: str | None = None
+        self.count = 0
+
+    @initialize()
+    def create(self) -> None:
+        catalog = Catalog.create(self.uri, OPTIONS)
+        catalog.create_namespace("s")
+        for writer in (0, 1, 2):
+            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == 2)
+        _, conn = worker()
+        conn.send(("open", self.uri))
+        assert conn.recv() == ("ok",)
+
+    # --- the writers ----------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        return all(s.txn is None for s in self.slots)
+
+    @rule(data=st.data())
+    def begin(self, data: st.DataObject) -> None:
+        free = [i for i, s in enumerate(self.slots) if s.txn is None]
+        if not free:
+            return
+        slot = self.slots[data.draw(st.sampled_from(free))]
+        names = data.draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2,
+                                   unique=True))
+        picks = [(name, data.draw(st.booleans())) for name in names]
+        self.count += 1
+        cid = f"c{self.count}"
+        if slot.writer == 3:
+            _, conn = worker()
+            conn.send(("begin", cid, picks))
+            _, base, ops = conn.recv()
+            slot.txn = Txn(cid, base, [tuple(op) for op in ops])
+        else:
+            catalog, _ = self._catalog(slot.writer)
+            slot.handle, base, ops = stage(catalog, cid, picks)
+            slot.txn = Txn(cid, base, ops)
+        self.txns[cid] = slot.txn
+
+    def _catalog(self, writer: int) -> tuple[Catalog, Gate]:
+        """The writer's catalog object: after a crash, a new one (the process restarted)
+        once none of its commits is under way."""
+        _, gate = self.catalogs[writer]
+        if gate.crashed and not any(s.committing for s in self.slots if s.writer == writer):
+            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == 2)
+        return self.catalogs[writer]
+
+    @rule(data=st.data())
+    def commit(self, data: st.DataObject) -> None:
+        staged = [i for i, s in enumerate(self.slots) if s.txn and not s.committing]
+        if not staged:
+            return
+        slot = self.slots[data.draw(st.sampled_from(staged))]
+        slot.committing = True
+        if slot.writer == 3:
+            _, conn = worker()
+            conn.send(("commit",))
+            self._process_next(slot)
+            return
+        catalog, _ = self.catalogs[slot.writer]
+        txn = slot.handle
+
+        def run() -> None:
+            slot.outcome = outcome_of(txn.commit)
+
+        group = catalog.files
+        before = _submitted(group)
+        thread = slot.thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self._quiet(slot.writer, lambda: _submitted(group) > before or not thread.is_alive())
+        self._collect()
+
+    def _process_next(self, slot: Slot) -> None:
+        _, conn = worker()
+        message = conn.recv()
+        if message[0] == "op":
+            self.process_pending = message[1]
+        else:
+            self.process_pending = None
+            slot.outcome = tuple(message[1])  # type: ignore[assignment]
+
+    def _quiet(self, writer: int, started: Callable[[], bool] = lambda: True) -> None:
+        """Wait until every committing thread of ``writer`` waits at the gate, in its
+        catalog object's queue, or has finished (bounded; a hang fails the test)."""
+        _, gate = self.catalogs[writer]
+        threads = [s.thread for s in self.slots if s.writer == writer and s.thread]
+        deadline = time.monotonic() + QUIET_S
+        while not (started() and (gate.pending is not None or all(
+                not t.is_alive() for t in threads))):
+            assert time.monotonic() < deadline, "a writer neither finished nor waited"
+            time.sleep(0.0002)
+
+    @precondition(lambda self: self._pending_writers())
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        writer = data.draw(st.sampled_from(self._pending_writers()))
+        self._step(writer, data.draw(st.sampled_from(DECISIONS)))
+
+    def _pending_writers(self) -> list[int]:
+        writers = [w for w, (_, gate) in self.catalogs.items() if gate.pending is not None]
+        return writers + ([3] if self.process_pending is not None else [])
+
+    def _step(self, writer: int, decision: str) -> None:
+        if writer == 3:
+            _, conn = worker()
+            conn.send(decision)
+            slot = next(s for s in self.slots if s.writer == 3)
+            self._process_next(slot)
+        else:
+            _, gate = self.catalogs[writer]
+            gate.decide(decision)
+            self._quiet(writer)
+        self._collect()
+
+    def _collect(self) -> None:
+        """Record the outcomes of the commits that finished."""
+        for slot in self.slots:
+            if slot.committing and slot.outcome is not None and (
+                    slot.thread is None or not slot.thread.is_alive()):
+                assert slot.txn is not None
+                kind, version = slot.outcome
+                cid = slot.txn.cid
+                if kind == "committed":
+                    self.expected[cid] = version
+                elif kind == "conflict":
+                    self.failed.add(cid)
+                elif cid not in self._present():
+                    self.absent.add(cid)
+                slot.txn, slot.committing, slot.thread, slot.outcome = None, False, None, None
+                slot.handle = None
+
+    # --- out-of-band changes ------------------------------------------------------------
+
+    @precondition(lambda self: self._idle())
+    @rule()
+    def backup(self) -> None:
+        files = {}
+        for dirpath, _dirs, names in os.walk(self.uri):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    files[os.path.relpath(path, self.uri)] = f.read()
+        self.backups.append(Backup(files, dict(self.expected)))
+
+    @precondition(lambda self: self._idle() and self.backups)
+    @rule(data=st.data())
+    def restore(self, data: st.DataObject) -> None:
+        backup = data.draw(st.sampled_from(self.backups))
+        shutil.rmtree(self.uri)
+        for path, content in backup.files.items():
+            full = os.path.join(self.uri, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(content)
+        self.expected = dict(backup.expected)
+
+    # --- what must hold -----------------------------------------------------------------
+
+    def _history(self) -> list[Snapshot]:
+        reader = Catalog.open(self.uri, OPTIONS)
+        return [reader.at_version(v) for v in range(reader.version + 1)]
+
+    def _present(self) -> set[str]:
+        return {cid for snap in self._history() for cid in _commits(snap)}
+
+    @invariant()
+    def no_writer_hangs(self) -> None:
+        for slot in self.slots:
+            assert not (slot.committing and slot.thread is None and slot.writer != 3)
+
+    def teardown(self) -> None:
+        try:
+            for _ in range(10_000):  # every commit under way goes on to its end
+                writers = self._pending_writers()
+                if not writers and not any(s.committing for s in self.slots):
+                    break
+                for writer in writers:
+                    self._step(writer, "go")
+            self._collect()
+            assert not any(s.committing for s in self.slots)
+            self._check()
+        except BaseException:
+            for proc, _ in _WORKERS:  # its state is unknown: the next example starts anew
+                proc.kill()
+            _WORKERS.clear()
+            raise
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _check(self) -> None:
+        history = self._history()
+        where: dict[str, list[int]] = {}
+        for snap in history:
+            for cid in _commits(snap):
+                where.setdefault(cid, []).append(snap.version)
+        for cid, version in self.expected.items():
+            assert where.get(cid) == [version], (cid, version, where.get(cid))
+        for cid in self.failed | self.absent:
+            assert cid not in where, (cid, where[cid])
+        assert all(len(versions) == 1 for versions in where.values()), where
+        state: dict[str, str] = {}
+        touched: dict[int, set[str]] = {}
+        for snap in history:
+            btree.validate(snap.nodes, snap.root.node, snap.catalog_def.order)
+            snap.load_all()
+            if snap.version < 2:
+                continue
+            members = [self.txns[cid] for cid in _commits(snap)]
+            assert members, f"version {snap.version} records no commit of this test"
+            names = [name for m in members for _, name in m.ops]
+            assert len(names) == len(set(names)), f"version {snap.version}: {names}"
+            for m in members:  # first committer wins: nothing it touched changed since
+                for version in range(m.base + 1, snap.version):
+                    assert not touched.get(version, set()) & {n for _, n in m.ops}, (
+                        m.cid, version)
+                for kind, name in m.ops:
+                    if kind == "drop":
+                        state.pop(name, None)
+                    else:
+                        state[name] = m.cid
+            touched[snap.version] = set(names)
+            stored = {t.name: t.properties.get("by", "") for t in (
+                snap.load_table("s", name) for name in snap.list_tables("s"))}
+            assert stored == state, (snap.version, stored, state)
+
+
+def _commits(snap: Snapshot) -> list[str]:
+    """The commit ids the version records (one TRANSACTION_INFO row per member)."""
+    return [a.info["commit"] for a in snap.actions()
+            if a.type == apb.TRANSACTION_INFO and "commit" in a.info]
+
+
+def _submitted(files: Any) -> int:
+    from olympia.catalog.commit import commit_group
+
+    return commit_group(files).submitted
+
+
+CommitHistory.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestCommitHistory = CommitHistory.TestCase
+
+
+def test_the_writer_process_stops(tmp_path: Any) -> None:
+    """The writer process ends when asked (the suite leaves no process behind)."""
+    if not _WORKERS:
+        worker()
+    proc, conn = _WORKERS.pop()
+    conn.send(("stop",))
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
