@@ -151,7 +151,7 @@ class Catalog(CatalogReader):
             coalesce_commits: Commits that threads make at the same time through this
                 object may land together in one version when their changes are disjoint;
                 each caller still gets its own outcome. Without it they take turns, a
-                version each (docs/ARCHITECTURE.md, Commits).
+                version each (docs/ARCHITECTURE.md, "Life of a commit").
 
         Raises:
             NoSuchCatalogError: There is no catalog at ``uri``.
