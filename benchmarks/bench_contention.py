@@ -1,55 +1,47 @@
-"""Commit throughput under concurrent writers: 1, 2, 4, 8 processes sharing one job of
-one-table creates into one shared namespace (disjoint tables), on local disk and on S3.
+"""Commit throughput under concurrent writers (issue 33's series), measured side by side
+in paired rounds, never asserted in tests.
 
-The job is :data:`SHARES` shares of table creates (``wSS_IIIII``: share SS, its I-th
-table); 8 writers take a share each, fewer take several, and one writer makes them all,
-interleaved as the 8 would (see :func:`_names`). So every writer count builds the same
-catalog, and the 8:1 ratio compares the same work: one writer making only one share builds
-a catalog an eighth the size, whose commits are cheaper (at 2,400 tables one writer made
-576-610 commits/s against 656-689 at 300, with 0.96 node writes per commit against 0.59),
-and that part of the gap is not contention. That one-share writer, the baseline of every
-figure before this change, still runs in each round (``1_one_share``), its ratio beside
-the new one (``ratio_8_to_1_one_share``).
+Writers share nothing but the catalog prefix (separate processes, each its own storage
+client, as on separate machines). The job is :data:`SHARES` shares of one-table creates
+into one namespace (``wSS_IIIII``: share SS, its I-th table); 8 writers take a share each,
+fewer take several, interleaved as the 8 would (:func:`_names`), so every writer count
+builds the same catalog.
 
-The local series runs :data:`LOCAL_ROUNDS` times, the S3 series :data:`S3_ROUNDS` times,
-interleaved, and reports medians (see :func:`_series`). Per run: aggregate commits/s (all
-writers, from a common start to the last commit), every writer's p50/p99 and worst commit
-latency (the worst writer's shows starvation), root-creation attempts per commit (exclusive
-creates of ``vn/...``: 1.0 means no lost race), lost commits (creates that did not land;
-must be 0) and commits that gave up with CommitConflict (the writer counts them and goes on,
-so a run never waits for a writer that died). Where the time goes, in counts that do not
-depend on the machine's load: storage operations per commit by kind of file (``per_commit``:
-root reads, reads that found no file, node reads and writes, definition writes, bytes
-written), seconds paused per commit (``paused_ms_per_commit``) and the writers' CPU per
-commit (``cpu_ms_per_commit``, user and system, all writers); the load average before and
-after each run (``loadavg``), since the seconds are only as good as the machine was quiet;
-every run starts after ``sync``, its ``dirty_kb_before_sync`` saying how much write-back it
-was spared. Each round also runs 8 writers into catalogs of their own (``8_separate``): what
-8 processes reach on these cores with no contention, against which the shared catalog's 8
-writers are measured (``share_of_ceiling``). Then 8 threads of one process committing
-through one catalog object, each commit separate and coalesced (``coalesce_commits``):
-commits/s and versions written. ``local_coalesced``: one writer and 8 processes with
-``coalesce_commits`` (paired rounds), where the writers of one host share versions
-through letters to the holder of the local turn (``versions_per_commit``: versions made
-over commits); the S3 series does the same through the host turn (``s3.coalesced``).
-``local_sustained``: the job of 8 shares of
-:data:`SUSTAINED_COMMITS` creates, made by one writer and by 8, once: whether a writer
-starves while others keep committing (the worst commit's wait, commits that gave up).
-Last, the S3 series again through a relay that delays each request by :data:`LATENCY_S`
-(``s3_latency``): on this machine the S3 server shares the writers' CPU, so CPU, not
-latency, bounds even one writer; with the delay, latency bounds one writer as it does
-against a real S3 region.
+- ``local``: 1, 2, 4 and 8 writer processes on local disk (:func:`_series`, interleaved
+  rounds, medians, each round's 8:1 ratio), 8 writers into catalogs of their own as the
+  machine's ceiling (``8_separate``) and one writer making one share (``1_one_share``).
+- ``local_vs_main``: 8 writer processes of this code against 8 of an earlier checkout in
+  the same rounds (``OLYMPIA_BENCH_BASELINE``: the path of a git worktree of that commit;
+  skipped without it), ``ratio_this_to_main``.
+- ``local_sustained``: the job of 8 shares of :data:`SUSTAINED_COMMITS` creates by one
+  writer and by 8: whether a writer starves while others keep committing.
+- ``threads_local`` and ``s3.threads``: 1 thread and 8 threads of one process committing
+  through one catalog object with ``coalesce_commits`` (:func:`_paired`), versions made
+  per commit.
+- ``s3``: the local series on a SeaweedFS server on this machine (co-located: it shares
+  the writers' CPU); ``s3_latency``: the same through a relay that delays every request by
+  :data:`LATENCY_S`, as a real S3 region's round trip would.
+
+Per run: aggregate commits/s (all writers, from a common start to the last commit), every
+writer's p50/p99 and worst commit latency, root creates per commit (1.0: no lost race),
+lost commits (tables that did not land: must be 0) and commits that gave up with
+CommitConflict; storage operations, bytes and CPU per commit; the load average before and
+after, since the seconds are only as good as the machine was quiet.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks.common import guarded, recording, s3_location, stopwatch, workdir
@@ -80,11 +72,10 @@ def _names(writer: int, writers: int, shares: int, share: int) -> list[str]:
 
 
 def _writer(uri: str, options: dict[str, Any], names: list[str], writer: int,
-            start_at: float, out: Any, coalesce: bool = False) -> None:
+            start_at: float, out: Any) -> None:
     """One process: wait for the common start, then create the tables ``names``, a commit
-    each (``coalesce``: commits may share a version with other writers'); a commit that
-    gives up (CommitConflict) is counted and the writer goes on."""
-    catalog = Catalog.open(uri, options, coalesce_commits=coalesce)
+    each; a commit that gives up (CommitConflict) is counted and the writer goes on."""
+    catalog = Catalog.open(uri, options)
     latencies: list[float] = []
     gave_up: list[str] = []
     paused: list[float] = []
@@ -146,7 +137,7 @@ def _dirty_kb() -> int | None:
 
 
 def _run(uri: str, options: dict[str, Any], writers: int, share: int,
-         shared: bool = True, shares: int = SHARES, coalesce: bool = False) -> dict[str, Any]:
+         shared: bool = True, shares: int = SHARES) -> dict[str, Any]:
     """``writers`` processes making a job of ``shares`` shares of ``share`` table creates
     between them (:func:`_names`), committing into one catalog at ``uri`` or, when not
     ``shared``, each into a catalog of its own under it (the same work with no contention:
@@ -163,7 +154,7 @@ def _run(uri: str, options: dict[str, Any], writers: int, share: int,
     out = ctx.Queue()
     start_at = time.time() + 3.0 + 0.3 * writers  # after every interpreter has started
     procs = [ctx.Process(target=_writer, args=(
-        uris[w], options, _names(w, writers, shares, share), w, start_at, out, coalesce))
+        uris[w], options, _names(w, writers, shares, share), w, start_at, out))
         for w in range(writers)]
     for proc in procs:
         proc.start()
@@ -202,12 +193,12 @@ def _run(uri: str, options: dict[str, Any], writers: int, share: int,
     }
 
 
-def _threads(uri: str, options: dict[str, Any], threads: int, commits: int,
-             coalesce: bool) -> dict[str, Any]:
-    """``threads`` threads of this process committing through ONE catalog object, with
-    and without coalescing: versions written against commits made."""
+def _threads(uri: str, options: dict[str, Any], threads: int, commits: int) -> dict[str, Any]:
+    """``threads`` threads of this process, ``commits`` table creates each, through ONE
+    catalog object with ``coalesce_commits``: commits/s, versions made, each thread's
+    p99 and the worst commit."""
     Catalog.create(uri, options).create_namespace("bench")
-    catalog = Catalog.open(uri, options, coalesce_commits=coalesce)
+    catalog = Catalog.open(uri, options, coalesce_commits=True)
     start = threading.Barrier(threads)
     latencies: list[list[float]] = [[] for _ in range(threads)]
 
@@ -218,6 +209,7 @@ def _threads(uri: str, options: dict[str, Any], threads: int, commits: int,
             catalog.create_table("bench", f"t{thread:02d}_{i:05d}", columns=COLUMNS)
             latencies[thread].append(time.perf_counter() - begun)
 
+    load_before = _loadavg()
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     with stopwatch() as elapsed:
         for worker in workers:
@@ -226,16 +218,36 @@ def _threads(uri: str, options: dict[str, Any], threads: int, commits: int,
             worker.join()
     total = threads * commits
     final = Catalog.open(uri, options)
-    return {"threads": threads, "coalesce": coalesce, "commits": total,
+    return {"threads": threads, "commits": total,
             "commits_per_s": round(total / max(elapsed["seconds"], 1e-6), 1),
-            "versions": final.version - 1, "lost_commits": total - len(final.list_tables("bench")),
+            "versions": final.version, "lost_commits": total - len(final.list_tables("bench")),
+            "worst_p99_ms": round(max(_quantile(t, 0.99) for t in latencies) * 1000, 2),
             "worst_max_ms": round(max(max(t) for t in latencies) * 1000, 2),
-            "loadavg": _loadavg()}
+            "loadavg": [load_before, _loadavg()]}
 
 
-def _thread_series(location: Any, commits: int) -> dict[str, Any]:
-    return {("coalesced" if on else "separate"): guarded(lambda on=on: location(on, commits))
-            for on in (False, True)}
+BASELINE_RUN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from benchmarks.bench_contention import _run
+print(json.dumps(_run(sys.argv[2], {}, int(sys.argv[3]), int(sys.argv[4]))))
+"""
+
+
+def _run_baseline(checkout: str, uri: str, writers: int, share: int) -> dict[str, Any]:
+    """:func:`_run` of an earlier checkout of this repository (its own olympia and
+    benchmark code, in a process of its own): the same job on the same disk.
+
+    Raises:
+        RuntimeError: The run failed (its error output is in the message).
+    """
+    done = subprocess.run([sys.executable, "-c", BASELINE_RUN, checkout, uri, str(writers),
+                           str(share)], cwd=checkout, capture_output=True, text=True,
+                          timeout=3600, check=False)
+    if done.returncode:
+        raise RuntimeError(f"baseline run failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _series(location: Any, share: int, rounds: int = 1) -> dict[str, Any]:
@@ -294,28 +306,29 @@ def _by_round(ones: list[dict[str, Any]], eights: list[dict[str, Any]]) -> list[
             for one, eight in zip(ones, eights, strict=True) if one.get("commits_per_s")]
 
 
-def _coalesced(location: Any, rounds: int) -> dict[str, Any]:
-    """One writer and 8, coalescing on (``location(writers)`` runs the job), in ``rounds``
-    paired rounds: 8 writers' commits share versions through letters to the holder of the
-    turn (:func:`olympia.catalog.commit._land_shared`; the local turn on local disk, the
-    host turn on S3). ``versions_per_commit`` is
-    the share of commits that made a version of their own."""
-    trials: dict[int, list[dict[str, Any]]] = {1: [], 8: []}
+def _paired(location: Callable[[Any], dict[str, Any]], rounds: int,
+            sides: Sequence[Any] = (1, 8)) -> dict[str, Any]:
+    """Both ``sides`` (``location(side)`` runs one) in each of ``rounds`` rounds, taking
+    turns: each side's median run (by commits/s) with every round's commits/s, the
+    versions made per commit where a run reports them, and each round's ratio of the second
+    side to the first with their median (``ratio_<second>_to_<first>``)."""
+    first, second = sides
+    trials: dict[Any, list[dict[str, Any]]] = {side: [] for side in sides}
     for _ in range(rounds):
-        for writers in trials:
-            trials[writers].append(guarded(lambda w=writers: location(w)))
+        for side in sides:
+            trials[side].append(guarded(lambda side=side: location(side)))
     out: dict[str, Any] = {}
-    for writers, runs in trials.items():
+    for side, runs in trials.items():
         done = sorted((r for r in runs if "error" not in r), key=lambda r: r["commits_per_s"])
-        out[str(writers)] = done[len(done) // 2] if done else runs[0]
-        out[str(writers)]["rounds"] = [r.get("commits_per_s") for r in runs]
-        if done:
-            out[str(writers)]["versions_per_commit"] = round(
-                (out[str(writers)]["versions"] - 1) / out[str(writers)]["commits"], 2)
-    by_round = _by_round(trials[1], trials[8])
-    out["ratio_8_to_1_by_round"] = by_round
+        out[str(side)] = done[len(done) // 2] if done else runs[0]
+        out[str(side)]["rounds"] = [r.get("commits_per_s") for r in runs]
+        if done and "versions" in out[str(side)]:
+            out[str(side)]["versions_per_commit"] = round(
+                (out[str(side)]["versions"] - 1) / out[str(side)]["commits"], 2)
+    by_round = _by_round(trials[first], trials[second])
+    out[f"ratio_{second}_to_{first}_by_round"] = by_round
     if by_round:
-        out["ratio_8_to_1"] = statistics.median(by_round)
+        out[f"ratio_{second}_to_{first}"] = statistics.median(by_round)
     return out
 
 
@@ -333,52 +346,45 @@ def _sustained(location: Any, share: int) -> dict[str, Any]:
 
 def run(quick: bool) -> dict[str, Any]:
     local_commits, s3_commits = (10, 4) if quick else (LOCAL_COMMITS, S3_COMMITS)
-    s3_rounds = 1 if quick else S3_ROUNDS
+    local_rounds, s3_rounds = (2, 1) if quick else (LOCAL_ROUNDS, S3_ROUNDS)
+    baseline = os.environ.get("OLYMPIA_BENCH_BASELINE")
     result: dict[str, Any] = {}
     with workdir() as tmp:
         trial = itertools.count()
         result["local"] = _series(
             lambda w, n, shared, shares: _run(str(tmp / f"w{w}-{next(trial)}"), {}, w, n,
                                               shared, shares),
-            local_commits,
-            rounds=2 if quick else LOCAL_ROUNDS)
-        result["local_coalesced"] = _coalesced(
-            lambda w: _run(str(tmp / f"coalesced-w{w}-{next(trial)}"), {}, w, local_commits,
-                           coalesce=True),
-            rounds=2 if quick else LOCAL_ROUNDS)
+            local_commits, rounds=local_rounds)
+        if baseline:
+            def eight(side: str) -> dict[str, Any]:
+                uri = str(tmp / f"{side}-{next(trial)}")
+                if side == "main":
+                    return _run_baseline(baseline, uri, 8, local_commits)
+                return _run(uri, {}, 8, local_commits)
+
+            result["local_vs_main"] = _paired(eight, local_rounds, sides=("main", "this"))
         result["local_sustained"] = _sustained(
             lambda w, n: _run(str(tmp / f"sustained-w{w}"), {}, w, n),
             20 if quick else SUSTAINED_COMMITS)
-        result["threads_local"] = _thread_series(
-            lambda on, n: _threads(str(tmp / f"threads-{on}"), {}, THREADS, n, on),
-            local_commits)
+        result["threads_local"] = _paired(
+            lambda t: _threads(str(tmp / f"threads-{t}-{next(trial)}"), {}, t,
+                               SHARES * local_commits // t), rounds=local_rounds,
+            sides=(1, THREADS))
 
-    def on_s3() -> dict[str, Any]:
-        with s3_location("contention") as (uri, options):
+    def on_s3(latency_s: float) -> dict[str, Any]:
+        with s3_location("contention", latency_s=latency_s) as (uri, options):
             trial = itertools.count()
             series = _series(
                 lambda w, n, shared, shares: _run(
                     f"{uri}/w{w}-{shared}-{next(trial)}", options, w, n, shared, shares),
                 s3_commits, rounds=s3_rounds)
-            series["threads"] = _thread_series(
-                lambda on, n: _threads(f"{uri}/threads-{on}", options, THREADS, n, on),
-                s3_commits)
-            series["coalesced"] = _coalesced(
-                lambda w: _run(f"{uri}/coalesced-w{w}-{next(trial)}", options, w,
-                               s3_commits, coalesce=True), rounds=s3_rounds)
+            series["threads"] = _paired(
+                lambda t: _threads(f"{uri}/threads-{t}-{next(trial)}", options, t,
+                                   SHARES * s3_commits // t), rounds=s3_rounds,
+                sides=(1, THREADS))
+            series["latency_ms"] = latency_s * 1000
             return series
 
-    result["s3"] = guarded(on_s3)
-
-    def on_distant_s3() -> dict[str, Any]:
-        with s3_location("contention", latency_s=LATENCY_S) as (uri, options):
-            trial = itertools.count()
-            series = _series(
-                lambda w, n, shared, shares: _run(
-                    f"{uri}/w{w}-{shared}-{next(trial)}", options, w, n, shared, shares),
-                s3_commits, rounds=s3_rounds)
-            series["latency_ms"] = LATENCY_S * 1000
-            return series
-
-    result["s3_latency"] = guarded(on_distant_s3)
+    result["s3"] = guarded(lambda: on_s3(0.0))
+    result["s3_latency"] = guarded(lambda: on_s3(LATENCY_S))
     return result

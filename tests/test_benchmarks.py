@@ -57,9 +57,9 @@ def test_contention_writers_share_one_job(writers: int) -> None:
 
 
 def test_coalesced_contention_pairs_rounds_and_counts_versions() -> None:
-    """The coalesced series runs one writer and 8 in each round and reports the paired
+    """A paired series runs one writer and 8 in each round and reports the paired
     ratio and the versions made per commit."""
-    from benchmarks.bench_contention import _coalesced
+    from benchmarks.bench_contention import _paired
 
     rates = {1: iter([100, 200]), 8: iter([150, 100])}
     calls = []
@@ -69,7 +69,7 @@ def test_coalesced_contention_pairs_rounds_and_counts_versions() -> None:
         return {"commits_per_s": next(rates[writers]), "commits": 100,
                 "versions": 101 if writers == 1 else 26}
 
-    series = _coalesced(run, rounds=2)
+    series = _paired(run, rounds=2)
     assert calls == [1, 8, 1, 8]
     assert series["ratio_8_to_1_by_round"] == [1.5, 0.5] and series["ratio_8_to_1"] == 1.0
     assert series["1"]["versions_per_commit"] == 1.0 and series["8"]["versions_per_commit"] == 0.25
