@@ -208,7 +208,7 @@ class CommitGroup:
     :func:`_disjoint`), lands them as one version (:func:`_land_batch`) and sets each
     member's outcome; callers arriving meanwhile wait. A commit left out waits for the
     next batch, where it is checked against the version just landed as against any other.
-    The group keeps only the number of the newest version it knows of (landed or read):
+    The group keeps only the number of the newest version the last batch landed or read:
     where to look in the store, never what the store holds.
     """
 
@@ -217,7 +217,7 @@ class CommitGroup:
         self._waiting: list[_Member] = []
         self._landing: list[_Member] = []
         self._leading = False
-        self._newest = -1  # the newest version this group landed or read
+        self._newest = -1  # the newest version the last batch landed or read
 
     @property
     def submitted(self) -> int:
@@ -239,7 +239,7 @@ class CommitGroup:
                 self._landing, self._waiting = self._waiting, []
             taken, left = _disjoint(self._landing)
             try:
-                self._newest = max(self._newest, _land_batch(files, taken, self._newest))
+                self._newest = _land_batch(files, taken, self._newest)
             except BaseException as exc:
                 failed = exc if isinstance(exc, Exception) else CatalogError(
                     f"the thread committing this change was interrupted ({exc!r}); whether "
