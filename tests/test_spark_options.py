@@ -11,12 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType
-from pyspark.sql import datasource as ds
 
 from olympia.exceptions import InvalidArgumentError
-from olympia.spark.filters import pushdown
 from olympia.spark.options import (
     CONFIGURABLE,
     FILE_IO_PREFIXES,
@@ -175,13 +171,3 @@ def test_docs_options_table_matches_the_code() -> None:
     assert listed >= CONFIGURABLE
 
 
-def test_pushed_filters_name_columns_as_the_current_schema_does() -> None:
-    old = Schema(NestedField(1, "id", IntegerType()), NestedField(2, "name", StringType()),
-                 NestedField(3, "gone", StringType()))
-    current = Schema(NestedField(1, "id", LongType()), NestedField(2, "label", StringType()))
-    kept = [ds.EqualTo(("name",), "a"), ds.GreaterThan(("id",), 3)]
-    dropped = [ds.EqualTo(("gone",), "x")]
-    expression, rest = pushdown(kept + dropped, old, current)
-    assert rest == dropped  # a column dropped since cannot be pruned on
-    assert "Reference(name='label')" in repr(expression)
-    assert "Reference(name='name')" not in repr(expression)

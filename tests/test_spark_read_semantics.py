@@ -177,6 +177,11 @@ def test_columns_olympia_apply_adds_or_renames_show_at_once(source: Any,
                               "- {name: note, type: string}\n")
     rows = read(spark, where, "sales.orders").orderBy("id").collect()
     assert [tuple(r) for r in rows] == [(0, "n0", None), (1, "n1", None), (2, "n2", None)]
+    # an append that leaves the new optional column out works at once
+    spark.range(3, 5).selectExpr("id", "concat('n', id) AS name").write.format("olympia") \
+        .options(**options(where)).mode("append").save("sales.orders")
+    rows = read(spark, where, "sales.orders").where("id >= 3").orderBy("id").collect()
+    assert [tuple(r) for r in rows] == [(3, "n3", None), (4, "n4", None)]
 
     apply(where["uri"], spec, "- {name: id, type: bigint}\n"
                               "- {name: label, type: string, renamed_from: name}\n"
@@ -184,6 +189,7 @@ def test_columns_olympia_apply_adds_or_renames_show_at_once(source: Any,
     current = read(spark, where, "sales.orders")
     assert current.columns == ["id", "label", "note"]
     assert [tuple(r) for r in current.where("label = 'n1'").collect()] == [(1, "n1", None)]
+    assert current.count() == 5
     ice.load_table("sales.orders").manage_snapshots().create_tag(first, "t") \
         .create_branch(first, "b").commit()
     # the snapshot's schema for snapshot-id and tag, the table's for a branch (Iceberg's rule)

@@ -8,7 +8,7 @@
     df.write.format("olympia").option("catalog", "s3://lake/catalog").mode("append") \\
         .save("sales.orders")
 
-Needs pyspark 4.1+ (Python data sources with filter pushdown) and pyiceberg; executors need
+Needs pyspark 4.1+ (Python data sources) and pyiceberg; executors need
 this package installed. See docs/SPARK.md.
 """
 
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["properties_from_storage_options", "register", "write"]
 
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-
 
 def register(spark: Any) -> type[OlympiaDataSource]:
     """Register the ``olympia`` data source with a SparkSession.
@@ -32,7 +30,7 @@ def register(spark: Any) -> type[OlympiaDataSource]:
     The Spark configuration ``spark.olympia.<option>`` (``spark.olympia.catalog``,
     ``spark.olympia.s3.endpoint``, ...) is captured now as the default of every option, with
     ``spark.default.parallelism`` as the planning target; set it before registering (or
-    register again). Filter pushdown for Python data sources is switched on for the session.
+    register again).
 
     Returns:
         The registered DataSource class.
@@ -48,7 +46,6 @@ def register(spark: Any) -> type[OlympiaDataSource]:
     source: type[OlympiaDataSource] = type(
         "RegisteredOlympiaDataSource", (OlympiaDataSource,),
         {"defaults": defaults, "__doc__": OlympiaDataSource.__doc__})
-    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(source)
     return source
 

@@ -1,5 +1,5 @@
 """Reading: the table is resolved once on the driver (catalog version, metadata file,
-snapshot), files are planned by pyiceberg with the pushed-down filters, grouped into Spark
+snapshot), every data file of the snapshot is planned by pyiceberg, grouped into Spark
 partitions by size, and executors read them with pyiceberg's Arrow scan (schema evolution and
 positional deletes applied) as Arrow record batches."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.noop import NoopCatalog
-from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.schema import Schema
@@ -24,7 +24,6 @@ from pyiceberg.table.refs import SnapshotRefType
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from olympia.exceptions import CatalogError, InvalidArgumentError
-from olympia.spark.filters import pushdown
 from olympia.spark.options import SourceOptions
 
 log = logging.getLogger("olympia.spark")
@@ -189,12 +188,11 @@ class ScanPlan:
     all_column_bytes: int = 0
 
 
-def plan(resolved: ResolvedTable, row_filter: BooleanExpression, split_size: int,
-         parallelism: int, projected: Schema | None = None) -> ScanPlan:
-    """Plan the files to read with pyiceberg (partition and column-statistics pruning) and
-    group them into partitions of about ``split_size`` bytes, at least ``parallelism`` of
-    them when there are that many files; ``projected`` (default: every column) is what the
-    executors will read of them.
+def plan(resolved: ResolvedTable, split_size: int, parallelism: int,
+         projected: Schema | None = None) -> ScanPlan:
+    """Plan the snapshot's files with pyiceberg and group them into partitions of about
+    ``split_size`` bytes, at least ``parallelism`` of them when there are that many files;
+    ``projected`` (default: every column) is what the executors will read of them.
 
     Raises:
         CatalogError: the snapshot has equality delete files (not readable here), naming
@@ -210,7 +208,7 @@ def plan(resolved: ResolvedTable, row_filter: BooleanExpression, split_size: int
             f"{resolved.describe()} has equality delete files, which the olympia data source "
             "cannot apply: refusing to read rather than return deleted rows (compact the "
             "table with an engine that rewrites them)")
-    scan = resolved.table().scan(row_filter=row_filter, snapshot_id=resolved.snapshot_id)
+    scan = resolved.table().scan(snapshot_id=resolved.snapshot_id)
     try:
         tasks = list(scan.plan_files())
     except ValueError as exc:
@@ -266,25 +264,17 @@ class OlympiaReader(DataSourceReader):
         self._parallelism = options.parallelism
         self._spark_schema = spark_schema
         self._projected = resolved.project(list(spark_schema.fieldNames()))
-        self._filter: BooleanExpression = AlwaysTrue()
 
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        """Keep the translatable filters for file pruning; every filter is still returned,
-        so Spark checks each row (pruning skips whole files only)."""
-        # names as the read sees them, bound to the table's current schema by field id
-        self._filter, _ = pushdown(filters, self._resolved.schema,
-                                   self._resolved.metadata.schema())
-        yield from filters
-
+    # No pushFilters: Spark 4.3 keeps the partitions a filter pushdown planned on the
+    # DataFrame's data source and reuses them for a later query of the same DataFrame that
+    # pushes no filter, which would then miss every file the earlier filter skipped.
     def partitions(self) -> list[InputPartition]:
-        result = plan(self._resolved, self._filter, self._split_size, self._parallelism,
-                      self._projected)
-        log.info("olympia scan of %s: %d of %d data files planned (%d skipped), %d bytes, "
-                 "%d Spark partitions, filter %s; %d of %d columns read, %d of %d bytes of "
+        result = plan(self._resolved, self._split_size, self._parallelism, self._projected)
+        log.info("olympia scan of %s: %d of %d data files planned, %d bytes, "
+                 "%d Spark partitions; %d of %d columns read, %d of %d bytes of "
                  "column chunks", self._resolved.describe(),
-                 result.files_planned, result.files_total,
-                 result.files_total - result.files_planned, result.bytes_planned,
-                 len(result.partitions), self._filter, len(self._projected.fields),
+                 result.files_planned, result.files_total, result.bytes_planned,
+                 len(result.partitions), len(self._projected.fields),
                  len(self._resolved.schema.fields), result.column_bytes,
                  result.all_column_bytes)
         return list(result.partitions)
