@@ -1,8 +1,9 @@
 """Regressions of the commit path (issue 33, "Why"): every fact a commit builds on is read
 from the store in that attempt, so a prefix restored from an earlier copy loses no update
 and is never built on versions it no longer holds; a writer killed before its commit
-completed never has its change land; a create whose answer was lost is never reported as
-a conflict; and a default commit writes nothing outside the catalog prefix.
+completed, or told its commit gave up, never has its change land; a create whose answer
+was lost is never reported as a conflict; and a default commit writes nothing outside the
+catalog prefix.
 
 Each scenario runs on local disk and on the real S3 server (``shared_location``)."""
 
@@ -17,6 +18,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +281,38 @@ def test_a_default_commit_writes_nothing_outside_the_prefix(
         thread.join()
     assert len(Catalog.open(shared_location.uri, options).list_tables("s")) == 6
     assert list(empty.iterdir()) == []
+
+
+def test_a_commit_that_gave_up_never_lands_later(shared_location: Location) -> None:
+    """A coalescing writer's drop gives up (its time budget is spent while another writer
+    keeps winning) and is told CommitConflict; the same catalog object and another writer
+    go on committing: the drop never appears."""
+    options = shared_location.storage_options
+    _catalog(shared_location)
+    ours = Catalog.open(shared_location.uri, options, coalesce_commits=True)
+    theirs = Catalog.open(shared_location.uri, options)
+    now = [0.0]
+
+    def later() -> float:  # every look at the clock finds the budget spent
+        now[0] += 60.0
+        return now[0]
+
+    ours.commit_options = replace(ours.commit_options, timeout_s=30.0, clock=later)
+    publish = ours.storage.publish
+    rival = iter(range(1))
+
+    def racing(files: dict[str, bytes], path: str, data: bytes) -> None:
+        if next(rival, None) is not None:  # another writer takes the version first
+            theirs.create_table("s", "rival", columns=COLUMNS)
+        publish(files, path, data)
+
+    ours.storage.publish = racing  # type: ignore[method-assign]
+    with pytest.raises(CommitConflict, match="gave up"):
+        ours.drop_table("s", "t1")
+    ours.commit_options = replace(ours.commit_options, clock=time.monotonic)
+    for i in range(3):
+        ours.create_table("s", f"ours{i}", columns=COLUMNS)
+        theirs.create_table("s", f"theirs{i}", columns=COLUMNS)
+    latest = Catalog.open(shared_location.uri, options)
+    for version in range(1, latest.version + 1):
+        assert "t1" in verified(latest, version).list_tables("s")
