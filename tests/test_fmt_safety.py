@@ -160,7 +160,7 @@ def test_replace_file_never_writes_through_a_link(tmp_path: Path) -> None:
 
 
 KILLS = 8
-KILL_BUDGET = 30.0  # seconds for the kills: a run takes 3 s, more on a busy machine
+KILL_BUDGET = 40.0  # seconds for further kills: a run takes 3 s, several on a busy machine
 
 
 def test_a_killed_fmt_leaves_the_whole_old_or_the_whole_new_spec(tmp_path: Path) -> None:
@@ -198,7 +198,8 @@ def test_a_killed_fmt_leaves_the_whole_old_or_the_whole_new_spec(tmp_path: Path)
             assert content == original
             assert all(n.startswith(".big.yaml.") and n.endswith(".tmp") for n in left)
         stale |= left
-    assert kills >= 4 and in_write >= 1, (kills, in_write)
+    # the first kill always waits for the temporary file, so a busy machine still gets one
+    assert kills >= 2 and in_write >= 1, (kills, in_write)
     # stale temporary files are no specs, and the next fmt neither reads nor removes them
     assert spec_files(spec) == [file]
     leftovers = {name: (spec / name).read_bytes() for name in stale}
