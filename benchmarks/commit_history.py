@@ -3,8 +3,8 @@
 ``python -m benchmarks.commit_history --examples 200000`` runs that many examples with
 fresh random draws (hypothesis's ``explore`` profile, not the suite's derandomized one)
 and prints one JSON line: examples asked for, whether they all passed, and seconds. It is
-not a ``bench_*`` module, so ``python -m benchmarks`` does not run it: at about 13
-examples a second on a 2-core machine, 200 000 examples take about four hours.
+not a ``bench_*`` module, so ``python -m benchmarks`` does not run it: at 13-24 examples
+a second on a 2-core machine, 200 000 examples take two to four hours.
 """
 
 from __future__ import annotations
