@@ -265,7 +265,7 @@ def test_a_default_commit_writes_nothing_outside_the_prefix(
     empty.mkdir()
     monkeypatch.setenv("TMPDIR", str(empty))
     monkeypatch.setattr(tempfile, "tempdir", str(empty))
-    options = {k: v for k, v in shared_location.storage_options.items() if k != "host_dir"}
+    options = shared_location.storage_options
     catalog = Catalog.create(shared_location.uri, options)
     catalog.create_namespace("s")
     other = Catalog.open(shared_location.uri, options, coalesce_commits=True)

@@ -92,7 +92,7 @@ def test_catalog_properties_pass_and_only_they() -> None:
 def test_properties_made_from_storage_options_are_accepted() -> None:
     produced = properties_from_storage_options({
         "key": "k", "secret": SECRET, "token": "t", "profile": "p", "anon": True,
-        "host_dir": "/h", "client_kwargs": {"endpoint_url": "http://e", "region_name": "r"}})
+        "retry_attempts": 3, "client_kwargs": {"endpoint_url": "http://e", "region_name": "r"}})
     assert parse(produced).properties == produced
 
 
