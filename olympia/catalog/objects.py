@@ -1,4 +1,9 @@
-"""Catalog objects as Python values, and their protobuf definitions (objects.proto)."""
+"""Catalog objects as Python values, and their protobuf definitions (objects.proto).
+
+Over 400 lines because the column type system (spellings, parameters, nested types and their
+protobuf form) is most of it, and splitting it from the objects that carry it would leave
+each half converting the other's values.
+"""
 
 from __future__ import annotations
 
