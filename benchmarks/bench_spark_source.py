@@ -2,8 +2,9 @@
 same files, one run on local[2]: write throughput into a partitioned table against
 ``df.write.partitionBy(...).parquet`` and into an unpartitioned one against ``df.write.parquet``,
 read throughput against ``spark.read.parquet`` (goal: at least 0.7x each), and the data files
-a scan plans (from the planner's log line in Spark's Python worker logs). The machine is shared, so the two sides of each ratio alternate run by
-run and the fastest of each counts; the load average is recorded with them."""
+a scan plans (from the planner's log line in Spark's Python worker logs). The machine is
+shared, so the two sides of each ratio alternate run by run and the fastest of each counts;
+the load average is recorded with them."""
 
 from __future__ import annotations
 
