@@ -180,6 +180,12 @@ def test_write_helper_distributes_and_sorts_by_the_table(
     plain_files = [t.file for t in plain_catalog.load_table(plain).scan().plan_files()]
     assert {f.sort_order_id for f in plain_files} == {None}
     assert len(plain_files) > BUCKETS  # rows of a bucket in every input partition
+    # the option is checked, never trusted: unsorted rows that claim the order are refused
+    version = plain_catalog.olympia.refresh()
+    with pytest.raises(Exception, match=rf"table {plain}: option sort-order-id says the rows "
+                                        rf"follow sort order {order_id}, but"):
+        write(shaped_rows(spark, 10_000), properties, plain, **{"sort-order-id": str(order_id)})
+    assert plain_catalog.olympia.refresh() == version
 
 
 def test_write_helper_overwrite_keeps_to_the_written_partitions(

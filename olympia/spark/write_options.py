@@ -34,8 +34,9 @@ class WriteOptions:
         check_nullability: False lets a nullable Spark column fill a required field.
         target_file_size: bytes a data file is aimed at (None: the table's
             ``write.target-file-size-bytes``).
-        sort_order_id: the table's sort order every task's rows are sorted by (recorded on
-            the data files); None when the rows are not known to be sorted.
+        sort_order_id: the table's sort order every task's rows are sorted by (checked on
+            every row, recorded on the data files); None when the rows are not known to be
+            sorted.
     """
 
     overwrite_mode: str | None = None

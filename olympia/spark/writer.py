@@ -46,6 +46,7 @@ from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.sorting import NullOrder, SortDirection
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.typedef import Record
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -123,6 +124,7 @@ class _OpenFile:
     buffered: list[pa.Table] = field(default_factory=list)
     rows: int = 0
     nbytes: int = 0
+    last_key: pa.Table | None = None  # the sort key of the last row written, when checked
 
     def add(self, table: pa.Table) -> bool:
         """Buffer ``table``; True when that wrote the buffer as a row group."""
@@ -144,14 +146,16 @@ class _OpenFile:
 class _Files:
     """The data files one task (or one rewrite on the driver) writes: one open file per
     partition value of the table's spec, closed and replaced by a new one when it reaches the
-    target size. Rows keep their order within a partition value; ``sort_order_id`` is recorded
-    on the files (the sort order the rows come in, None when unknown)."""
+    target size. Rows keep their order within a partition value; ``sort_order_id`` (the sort
+    order the rows are said to come in) is checked on every row and recorded on the files."""
 
     def __init__(self, writer: OlympiaWriter, prefix: str, sort_order_id: int | None) -> None:
         metadata = writer._metadata
         self._writer = writer
         self._prefix = prefix
         self._sort_order_id = sort_order_id
+        self._order = (metadata.sort_order_by_id(sort_order_id)
+                       if sort_order_id is not None else None)
         self.io = load_file_io(writer._io_properties, metadata.location)
         self._table_schema = metadata.schema()
         self._file_schema = sanitize_column_names(self._table_schema)
@@ -177,12 +181,37 @@ class _Files:
             format_model=ParquetFormatModel())])
         for values, rows in split_by_partition(self._spec, self._file_schema, converted):
             open_file = self._open.get(values) or self._new(values)
+            if self._order is not None:
+                self._check_order(open_file, rows)
             if open_file.add(rows):
                 self._roll(values)
         if sum(f.nbytes for f in self._open.values()) >= FLUSH_ALL_BYTES:
             for values in list(self._open):
                 self._open[values].flush()
                 self._roll(values)
+
+    def _check_order(self, open_file: _OpenFile, rows: pa.Table) -> None:
+        """Refuse ``rows`` unless they, after the file's rows so far, follow the sort order.
+
+        Raises:
+            InvalidArgumentError: a row out of that order, naming the option.
+        """
+        assert self._order is not None
+        keys = pa.table({f"k{i}": transformed(f.transform, self._file_schema, f.source_id, rows)
+                         for i, f in enumerate(self._order.fields)})
+        checked = keys if open_file.last_key is None else pa.concat_tables(
+            [open_file.last_key, keys])
+        sort_keys = [(f"k{i}", "ascending" if f.direction == SortDirection.ASC else
+                      "descending", "at_start" if f.null_order == NullOrder.NULLS_FIRST else
+                      "at_end") for i, f in enumerate(self._order.fields)]
+        # a stable sort of rows in order leaves them where they are
+        order = pc.sort_indices(checked, sort_keys=sort_keys)
+        if not order.equals(pa.array(range(checked.num_rows), order.type)):
+            raise InvalidArgumentError(
+                f"table {self._writer._options.table}: option sort-order-id says the rows "
+                f"follow sort order {self._sort_order_id}, but a task's rows do not; nothing "
+                "is committed (sort them, or leave the option out)")
+        open_file.last_key = keys.slice(keys.num_rows - 1)
 
     def _new(self, values: tuple[Any, ...]) -> _OpenFile:
         key = PartitionKey([PartitionFieldValue(f, v) for f, v in zip(
