@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from olympia.cli import code, core, drift, expire, versions
+from olympia.cli import code, core, drift, expire, serve, versions
 from olympia.cli.common import EXIT_ERROR, EXIT_OK
 
 
@@ -43,6 +43,6 @@ def main() -> None:
     """Olympia: a storage-only data catalog, managed as code."""
 
 
-for _module in (core, code, drift, versions, expire):
+for _module in (core, code, drift, versions, expire, serve):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -18,6 +18,7 @@ and delegates to the modules named above.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableRequest, CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
@@ -319,6 +320,36 @@ class OlympiaCatalog(CatalogSession):
         ns, name = self._table_ident(table.name())
         return self._change(lambda bound: bound._stage_commit(ns, name, requirements, updates),
                             "commit_table")
+
+    def commit_tables(self, changes: Sequence[CommitTableRequest],
+                      ) -> list[CommitTableResponse]:
+        """Commit changes to several tables as ONE Olympia version, or commit nothing.
+
+        Each change's requirements are checked against its table as this transaction sees it:
+        the version the transaction reads plus the changes before it in ``changes``, so two
+        changes to one table apply in order.
+
+        Args:
+            changes: One request per table change: identifier, requirements and updates (a
+                change requiring ``assert-create`` creates its table).
+
+        Returns:
+            Each table's new metadata and metadata file, in the order of ``changes``.
+
+        Raises:
+            CommitFailedException: a requirement does not hold, or a concurrent commit changed
+                one of the same tables; no table is changed.
+            NoSuchTableError: a table does not exist (and its change is no create).
+            InvalidArgumentError: an identifier with a multi-level namespace.
+        """
+        targets = [self._table_ident((*change.identifier.namespace.root,
+                                      change.identifier.name)) for change in changes]
+
+        def stage(bound: OlympiaCatalog) -> list[CommitTableResponse]:
+            return [bound._stage_commit(ns, name, change.requirements, change.updates)
+                    for (ns, name), change in zip(targets, changes, strict=True)]
+
+        return self._change(stage, "commit_tables")
 
     def _stage_commit(self, ns: str, name: str, requirements: tuple[TableRequirement, ...],
                       updates: tuple[TableUpdate, ...]) -> CommitTableResponse:

@@ -1,0 +1,93 @@
+"""``olympia serve``: the catalog as an Apache Iceberg REST catalog (docs/REST.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import click
+
+from olympia.cli.common import catalog_options, handle_errors, key_value_pairs, open_catalog
+from olympia.exceptions import InvalidArgumentError
+
+
+@click.command("serve")
+@catalog_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True,
+              help="Port to listen on (0: any free port; the address is printed).")
+@click.option("--warehouse", metavar="LOCATION",
+              help="Where tables live; clients may place nothing outside it (default: the "
+                   "catalog's warehouse property).")
+@click.option("--client-property", "client_property", multiple=True, metavar="KEY=VALUE",
+              help="A property clients get (config defaults and every table's config), such "
+                   "as s3.endpoint for their own file access; repeatable.")
+@click.option("--max-body-bytes", type=click.IntRange(1), default=8 * 1024 * 1024,
+              show_default=True, help="Largest request body accepted.")
+@click.option("--insecure", is_flag=True,
+              help="Allow listening on a non-loopback address (no client is authenticated).")
+@handle_errors
+def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: int,
+          warehouse: str | None, client_property: tuple[str, ...], max_body_bytes: int,
+          insecure: bool) -> None:
+    """Serve the catalog to Iceberg clients (Spark, DuckDB, pyiceberg, ...) over the Iceberg
+    REST catalog protocol until interrupted."""
+    try:
+        import uvicorn
+
+        from olympia.iceberg.catalog import OlympiaCatalog
+        from olympia.server import CatalogService, create_app
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(f"olympia serve needs {exc.name}: pip install "
+                                   "'olympia-catalog[iceberg]' fastapi uvicorn") from None
+    if not insecure and not _loopback(host):
+        raise click.UsageError(f"--host {host} is not a loopback address and this server "
+                               "authenticates no client: pass --insecure to serve anyway")
+    clients = key_value_pairs("--client-property", client_property)
+    store = open_catalog(catalog_uri, storage_option)
+    catalog = OlympiaCatalog.over(store)
+    if warehouse:
+        catalog.properties["warehouse"] = warehouse
+    try:
+        service = CatalogService(catalog, clients)
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
+    app = create_app(service, max_body_bytes=max_body_bytes)
+    listener = _listen(host, port)
+    bound_host, bound_port = listener.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    click.echo(f"Serving catalog {store.uri} (version {store.version}) at "
+               f"http://{shown}:{bound_port}")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", server_header=False))
+    try:
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+        store.close()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket: connections queue from here on, before the server runs."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listener.listen(128)
+    return listener
+
+
+COMMANDS = [serve]

@@ -1,0 +1,311 @@
+"""The HTTP side of the REST catalog: routes of the Iceberg REST Catalog OpenAPI
+specification, request bodies read within a bound and parsed with pyiceberg's models, and
+every error answered as an ``ErrorModel``.
+
+Paths are routed on the bytes the client sent: a name such as ``a/b`` arrives as one
+percent-encoded segment and is decoded here, so no name can add a path step. A namespace
+segment holding the separator ``%1F`` names a multi-level namespace and is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+from urllib.parse import unquote
+
+import pydantic
+from fastapi import FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pyiceberg.typedef import IcebergBaseModel
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from olympia.server.errors import (
+    EXPECTED,
+    RestError,
+    bad_request,
+    error_response,
+    response_for,
+)
+from olympia.server.models import (
+    CommitTableBody,
+    CommitTransactionBody,
+    CreateNamespaceBody,
+    CreateTableBody,
+    RegisterTableBody,
+    RenameTableBody,
+    ReportMetricsBody,
+    UpdateNamespacePropertiesBody,
+)
+from olympia.server.service import CatalogService, Page
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+T = TypeVar("T")
+PageToken = Annotated[str | None, Query(alias="pageToken")]
+PageSize = Annotated[int | None, Query(alias="pageSize")]
+Purge = Annotated[bool, Query(alias="purgeRequested")]
+
+#: The default bound of a request body.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+#: The separator of namespace levels in a path (``%1F`` on the wire).
+NAMESPACE_SEPARATOR = "\x1f"
+
+NS = "/v1/namespaces/{namespace}"
+TABLE = NS + "/tables/{table}"
+#: What ``GET /v1/config`` lists (the specification's form: ``{prefix}`` is empty here).
+ENDPOINTS = tuple(f"{method} /v1/{{prefix}}/{path}" for method, path in (
+    ("GET", "namespaces"), ("POST", "namespaces"),
+    ("GET", "namespaces/{namespace}"), ("HEAD", "namespaces/{namespace}"),
+    ("DELETE", "namespaces/{namespace}"), ("POST", "namespaces/{namespace}/properties"),
+    ("GET", "namespaces/{namespace}/tables"), ("POST", "namespaces/{namespace}/tables"),
+    ("GET", "namespaces/{namespace}/tables/{table}"),
+    ("HEAD", "namespaces/{namespace}/tables/{table}"),
+    ("POST", "namespaces/{namespace}/tables/{table}"),
+    ("DELETE", "namespaces/{namespace}/tables/{table}"),
+    ("POST", "namespaces/{namespace}/register"), ("POST", "tables/rename"),
+    ("POST", "namespaces/{namespace}/tables/{table}/metrics"),
+    ("POST", "transactions/commit"),
+))
+
+
+class _RawPath:
+    """Route on the path as sent (percent-encoded), not as the ASGI server decoded it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw is not None:
+            scope = {**scope, "path": raw.decode("latin-1").split("?", 1)[0]}
+        await self.app(scope, receive, send)
+
+
+def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES) -> ASGIApp:
+    """The REST catalog application.
+
+    Args:
+        service: The catalog operations (one per server process).
+        max_body_bytes: The largest request body accepted; a larger one is answered 413.
+
+    Returns:
+        The ASGI application.
+    """
+    app = FastAPI(title="Olympia Iceberg REST catalog", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    async def _error(request: Request, exc: Exception) -> Response:
+        return response_for(exc, head=request.method == "HEAD")
+
+    for kind in (*EXPECTED, Exception):  # Exception: the unexpected, logged with traceback
+        app.add_exception_handler(kind, _error)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        kind = {404: "NoSuchRouteException", 405: "MethodNotAllowedException"}
+        message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
+                   else f"{request.method} is not allowed on {request.url.path}"
+                   if exc.status_code == 405 else str(exc.detail))
+        return error_response(exc.status_code, kind.get(exc.status_code, "RESTException"),
+                              message, head=request.method == "HEAD")
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_parameter(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(400, "BadRequestException", _describe(exc.errors()),
+                              head=request.method == "HEAD")
+
+    async def body(request: Request, model: type[M]) -> M:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise _too_large(max_body_bytes)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise _too_large(max_body_bytes)
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        try:
+            parsed = json.loads(data)
+        except (UnicodeDecodeError, RecursionError):
+            raise bad_request("the request body is not JSON text") from None
+        except json.JSONDecodeError as exc:
+            raise bad_request(f"malformed JSON in the request body ({exc.msg} at line "
+                              f"{exc.lineno} column {exc.colno})") from None
+        if not isinstance(parsed, dict):
+            raise bad_request("the request body must be a JSON object")
+        try:
+            return model.model_validate(parsed)
+        except pydantic.ValidationError as exc:
+            raise bad_request(_describe(exc.errors(include_input=False, include_url=False))
+                              ) from None
+
+    async def call(fn: Callable[..., T], *args: Any) -> T:
+        return await run_in_threadpool(fn, *args)
+
+    def page(page_token: str | None, page_size: int | None) -> Page:
+        if page_size is not None and page_size < 1:
+            raise bad_request(f"pageSize must be a positive number, got {page_size}")
+        return Page(page_token or None, page_size)
+
+    # --- config ---------------------------------------------------------------------
+
+    @app.get("/v1/config")
+    async def get_config(warehouse: str | None = None) -> Response:
+        return _json(service.config(warehouse, ENDPOINTS))
+
+    # --- namespaces -----------------------------------------------------------------
+
+    @app.get("/v1/namespaces")
+    async def list_namespaces(parent: str | None = None, page_token: PageToken = None,
+                              page_size: PageSize = None) -> Response:
+        where = one_level_name(parent) if parent is not None else None
+        return _json(await call(service.list_namespaces, where, page(page_token, page_size)))
+
+    @app.post("/v1/namespaces")
+    async def create_namespace(request: Request) -> Response:
+        parsed = await body(request, CreateNamespaceBody)
+        return _json(await call(service.create_namespace, parsed))
+
+    @app.get(NS)
+    async def load_namespace(namespace: str) -> Response:
+        return _json(await call(service.load_namespace, namespace_of(namespace)))
+
+    @app.head(NS)
+    async def namespace_exists(namespace: str) -> Response:
+        found = await call(service.namespace_exists, namespace_of(namespace))
+        return Response(status_code=204 if found else 404)
+
+    @app.delete(NS)
+    async def drop_namespace(namespace: str) -> Response:
+        await call(service.drop_namespace, namespace_of(namespace))
+        return Response(status_code=204)
+
+    @app.post(NS + "/properties")
+    async def update_namespace_properties(namespace: str, request: Request) -> Response:
+        parsed = await body(request, UpdateNamespacePropertiesBody)
+        return _json(await call(service.update_namespace_properties, namespace_of(namespace),
+                                parsed))
+
+    # --- tables ---------------------------------------------------------------------
+
+    @app.get(NS + "/tables")
+    async def list_tables(namespace: str, page_token: PageToken = None,
+                          page_size: PageSize = None) -> Response:
+        return _json(await call(service.list_tables, namespace_of(namespace),
+                                page(page_token, page_size)))
+
+    @app.post(NS + "/tables")
+    async def create_table(namespace: str, request: Request) -> Response:
+        parsed = await body(request, CreateTableBody)
+        return _model(await call(service.create_table, namespace_of(namespace), parsed))
+
+    @app.get(TABLE)
+    async def load_table(namespace: str, table: str, snapshots: str = "all") -> Response:
+        return _model(await call(service.load_table, namespace_of(namespace),
+                                 name_of(table), snapshots))
+
+    @app.head(TABLE)
+    async def table_exists(namespace: str, table: str) -> Response:
+        found = await call(service.table_exists, namespace_of(namespace), name_of(table))
+        return Response(status_code=204 if found else 404)
+
+    @app.post(TABLE)
+    async def commit_table(namespace: str, table: str, request: Request) -> Response:
+        parsed = await body(request, CommitTableBody)
+        return _model(await call(service.commit_table, namespace_of(namespace),
+                                 name_of(table), parsed))
+
+    @app.delete(TABLE)
+    async def drop_table(namespace: str, table: str, purge: Purge = False) -> Response:
+        await call(service.drop_table, namespace_of(namespace), name_of(table), purge)
+        return Response(status_code=204)
+
+    @app.post(NS + "/register")
+    async def register_table(namespace: str, request: Request) -> Response:
+        parsed = await body(request, RegisterTableBody)
+        return _model(await call(service.register_table, namespace_of(namespace), parsed))
+
+    @app.post("/v1/tables/rename")
+    async def rename_table(request: Request) -> Response:
+        parsed = await body(request, RenameTableBody)
+        await call(service.rename_table, parsed)
+        return Response(status_code=204)
+
+    @app.post(TABLE + "/metrics")
+    async def report_metrics(namespace: str, table: str, request: Request) -> Response:
+        await body(request, ReportMetricsBody)
+        await call(service.require_table, namespace_of(namespace), name_of(table))
+        return Response(status_code=204)
+
+    @app.post("/v1/transactions/commit")
+    async def commit_transaction(request: Request) -> Response:
+        parsed = await body(request, CommitTransactionBody)
+        await call(service.commit_transaction, parsed)
+        return Response(status_code=204)
+
+    return _RawPath(app)
+
+
+def namespace_of(segment: str) -> str:
+    """The one-level namespace a path segment (or ``parent`` parameter) names.
+
+    Raises:
+        RestError: the segment is not UTF-8 once decoded, or names several levels.
+    """
+    return one_level_name(_decoded(segment))
+
+
+def one_level_name(name: str) -> str:
+    """``name``, checked to hold no namespace separator.
+
+    Raises:
+        RestError: it names several levels.
+    """
+    levels = name.split(NAMESPACE_SEPARATOR)
+    if len(levels) > 1:
+        raise bad_request(f"namespace {'.'.join(levels)!r} has {len(levels)} levels; "
+                          "Olympia namespaces have one level")
+    return name
+
+
+def name_of(segment: str) -> str:
+    """The table name a path segment names.
+
+    Raises:
+        RestError: the segment is not UTF-8 once decoded.
+    """
+    return _decoded(segment)
+
+
+def _decoded(segment: str) -> str:
+    try:
+        return unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        raise bad_request("a name in the path is not UTF-8 once percent-decoded") from None
+
+
+def _too_large(limit: int) -> RestError:
+    return RestError(413, "BadRequestException",
+                     f"the request body is larger than this server accepts ({limit} bytes)")
+
+
+def _describe(errors: Any) -> str:
+    """Validation errors in one line: where, and what is wrong (never the input)."""
+    parts = []
+    for error in list(errors)[:3]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else
+                     str(error.get("msg", "invalid")))
+    more = f" (and {len(errors) - 3} more problems)" if len(errors) > 3 else ""
+    return "invalid request: " + "; ".join(parts) + more
+
+
+def _json(value: dict[str, Any]) -> Response:
+    return Response(json.dumps(value), media_type="application/json")
+
+
+def _model(value: IcebergBaseModel) -> Response:
+    return Response(value.model_dump_json(), media_type="application/json")

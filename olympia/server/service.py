@@ -1,0 +1,436 @@
+"""What the REST server does for each request, over ONE shared :class:`OlympiaCatalog`.
+
+One catalog object per server process: every commit goes through the library's commit path,
+whose group commit serves the requests of all threads. A table commit that loses a race to a
+concurrent commit of the same table is tried again here against the new state: it lands if
+the client's requirements still hold, and is refused (``CommitFailedException``, 409) only
+when they do not.
+
+Clients choose names, never places outside the server's warehouse: a table location,
+metadata path or registered metadata file must lie under the warehouse, and table properties
+that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pyiceberg.catalog import WAREHOUSE_LOCATION
+from pyiceberg.catalog.rest import TableResponse
+from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.table import CommitTableRequest, CommitTableResponse, Namespace, TableIdentifier
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, TableUpdate
+
+from olympia import exceptions as oe
+from olympia.iceberg.catalog import OlympiaCatalog
+from olympia.iceberg.locations import inside
+from olympia.server.errors import RestError, bad_request
+from olympia.server.models import (
+    CommitTableBody,
+    CommitTransactionBody,
+    CreateNamespaceBody,
+    CreateTableBody,
+    RegisterTableBody,
+    RenameTableBody,
+    UpdateNamespacePropertiesBody,
+)
+
+T = TypeVar("T")
+
+#: How long a commit that keeps losing races is tried again before the client gets the 409.
+COMMIT_RETRY_SECONDS = 30.0
+#: Table properties that place files the server writes.
+PLACEMENT_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path")
+#: Table properties a client may not set: they steer the server's own file IO.
+REFUSED_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "client.", "py-",
+                             "write.py-location-provider.")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing: ``token`` is where the previous page ended (``None`` or empty:
+    the first page), ``size`` the most entries to return (``None``: all)."""
+
+    token: str | None
+    size: int | None
+
+
+class CatalogService:
+    """The REST catalog's operations over one Olympia catalog.
+
+    Args:
+        catalog: The catalog every request uses (one per server process).
+        client_properties: What the operator gives clients (``--client-property``): the
+            config defaults and every loaded table's ``config``. Never the server's own
+            storage settings.
+
+    Raises:
+        InvalidArgumentError: the catalog has no warehouse (clients could place tables
+            anywhere the server can write).
+    """
+
+    def __init__(self, catalog: OlympiaCatalog, client_properties: Mapping[str, str]) -> None:
+        warehouse = catalog.properties.get(WAREHOUSE_LOCATION)
+        if not warehouse:
+            raise oe.InvalidArgumentError(
+                "the server needs a warehouse: pass --warehouse or set the catalog's "
+                "warehouse property")
+        self.catalog = catalog
+        self.warehouse = warehouse.rstrip("/")
+        self.client_properties = dict(client_properties)
+
+    # --- config ------------------------------------------------------------------------
+
+    def config(self, warehouse: str | None, endpoints: Sequence[str]) -> dict[str, Any]:
+        """``GET /v1/config``.
+
+        Args:
+            warehouse: The warehouse a client asked for (``None``: this server's).
+            endpoints: The endpoints the server supports.
+
+        Raises:
+            RestError: 400 when ``warehouse`` is another one (this server serves one).
+        """
+        if warehouse and warehouse.rstrip("/") != self.warehouse:
+            raise bad_request(f"this server serves one warehouse, {self.warehouse}; "
+                              f"warehouse {warehouse!r} is not served here")
+        return {"defaults": dict(self.client_properties), "overrides": {},
+                "endpoints": list(endpoints)}
+
+    # --- namespaces --------------------------------------------------------------------
+
+    def list_namespaces(self, parent: str | None, page: Page) -> dict[str, Any]:
+        """``GET /v1/namespaces``: every namespace, or the children of ``parent`` (none:
+        namespaces are one level).
+
+        Raises:
+            NoSuchNamespaceError: ``parent`` does not exist.
+        """
+        if parent is not None:
+            if not self.catalog.namespace_exists(parent):
+                raise NoSuchNamespaceError(f"Namespace does not exist: {parent}")
+            names: list[str] = []
+        else:
+            names = sorted(ns for (ns,) in self.catalog.list_namespaces())
+        shown, token = paginate(names, page)
+        return {"namespaces": [[name] for name in shown], "next-page-token": token}
+
+    def create_namespace(self, body: CreateNamespaceBody) -> dict[str, Any]:
+        """``POST /v1/namespaces``.
+
+        Raises:
+            RestError: a multi-level or empty namespace.
+            NamespaceAlreadyExistsError: it exists.
+        """
+        name = one_level(body.namespace)
+        self.catalog.create_namespace(name, body.properties)
+        return {"namespace": [name], "properties": body.properties}
+
+    def load_namespace(self, namespace: str) -> dict[str, Any]:
+        """``GET /v1/namespaces/{namespace}``.
+
+        Raises:
+            NoSuchNamespaceError: it does not exist.
+        """
+        return {"namespace": [namespace],
+                "properties": self.catalog.load_namespace_properties(namespace)}
+
+    def namespace_exists(self, namespace: str) -> bool:
+        """``HEAD /v1/namespaces/{namespace}``."""
+        return self.catalog.namespace_exists(namespace)
+
+    def drop_namespace(self, namespace: str) -> None:
+        """``DELETE /v1/namespaces/{namespace}``.
+
+        Raises:
+            NoSuchNamespaceError: it does not exist.
+            NamespaceNotEmptyError: it holds tables or views.
+        """
+        self.catalog.drop_namespace(namespace)
+
+    def update_namespace_properties(self, namespace: str,
+                                    body: UpdateNamespacePropertiesBody) -> dict[str, Any]:
+        """``POST /v1/namespaces/{namespace}/properties``.
+
+        Raises:
+            NoSuchNamespaceError: it does not exist.
+            RestError: 422 when a key is both removed and updated.
+        """
+        both = sorted(set(body.removals) & set(body.updates))
+        if both:
+            raise RestError(422, "UnprocessableEntityException",
+                            f"properties both removed and updated: {', '.join(both)}")
+        summary = self.catalog.update_namespace_properties(namespace, set(body.removals),
+                                                           body.updates)
+        return {"updated": summary.updated, "removed": summary.removed,
+                "missing": summary.missing or []}
+
+    # --- tables ------------------------------------------------------------------------
+
+    def list_tables(self, namespace: str, page: Page) -> dict[str, Any]:
+        """``GET /v1/namespaces/{namespace}/tables``.
+
+        Raises:
+            NoSuchNamespaceError: the namespace does not exist.
+        """
+        names = sorted(name for _, name in self.catalog.list_tables(namespace))
+        shown, token = paginate(names, page)
+        return {"identifiers": [{"namespace": [namespace], "name": name} for name in shown],
+                "next-page-token": token}
+
+    def create_table(self, namespace: str, body: CreateTableBody) -> TableResponse:
+        """``POST /v1/namespaces/{namespace}/tables``; with ``stage-create`` nothing is
+        committed and the answer has no metadata location (the client commits the create
+        later, with ``assert-create``).
+
+        Raises:
+            NoSuchNamespaceError: the namespace does not exist.
+            TableAlreadyExistsError: a table or view of that name exists.
+            RestError: a location outside the warehouse, or a refused property.
+        """
+        identifier = (namespace, body.name)
+        self._check_properties(body.properties, f"table {namespace}.{body.name}")
+        location = self.catalog._resolve_table_location(body.location, namespace, body.name)
+        self._check_place(location, f"the location of table {namespace}.{body.name}")
+        spec = body.partition_spec or UNPARTITIONED_PARTITION_SPEC
+        order = body.write_order or UNSORTED_SORT_ORDER
+        if body.stage_create:
+            if not self.catalog.namespace_exists(namespace):
+                raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+            if self.catalog.table_exists(identifier) or self.catalog.view_exists(identifier):
+                raise RestError(409, "AlreadyExistsException",
+                                f"Table {namespace}.{body.name} already exists")
+            staged = self.catalog._create_staged_table(identifier, body.table_schema, location,
+                                                       spec, order, body.properties)
+            return self._response(staged.metadata, None)
+        table = self.catalog.create_table(identifier, body.table_schema, location, spec, order,
+                                          body.properties)
+        return self._response(table.metadata, table.metadata_location)
+
+    def load_table(self, namespace: str, name: str, snapshots: str) -> TableResponse:
+        """``GET /v1/namespaces/{namespace}/tables/{table}``; ``snapshots`` is ``all`` or
+        ``refs`` (only the snapshots a branch or tag points at).
+
+        Raises:
+            NoSuchTableError: the table does not exist.
+            RestError: another ``snapshots`` value.
+        """
+        if snapshots not in ("all", "refs"):
+            raise bad_request(f"snapshots must be all or refs, got {snapshots!r}")
+        table = self.catalog.load_table((namespace, name))
+        metadata = table.metadata
+        if snapshots == "refs":
+            kept = {ref.snapshot_id for ref in metadata.refs.values()}
+            metadata = metadata.model_copy(
+                update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in kept]})
+        return self._response(metadata, table.metadata_location)
+
+    def table_exists(self, namespace: str, name: str) -> bool:
+        """``HEAD /v1/namespaces/{namespace}/tables/{table}``."""
+        return self.catalog.table_exists((namespace, name))
+
+    def drop_table(self, namespace: str, name: str, purge: bool) -> None:
+        """``DELETE /v1/namespaces/{namespace}/tables/{table}``; ``purge`` deletes its files.
+
+        Raises:
+            NoSuchTableError: the table does not exist.
+            LocationInUseError: (purge) one of its files belongs to another live table.
+        """
+        if purge:
+            self.catalog.purge_table((namespace, name))
+        else:
+            self.catalog.drop_table((namespace, name))
+
+    def rename_table(self, body: RenameTableBody) -> None:
+        """``POST /v1/tables/rename``.
+
+        Raises:
+            NoSuchTableError: the source does not exist.
+            NoSuchNamespaceError: the destination namespace does not exist.
+            TableAlreadyExistsError: the destination is taken.
+        """
+        self.catalog.rename_table(table_identifier(body.source),
+                                  table_identifier(body.destination))
+
+    def register_table(self, namespace: str, body: RegisterTableBody) -> TableResponse:
+        """``POST /v1/namespaces/{namespace}/register``.
+
+        Raises:
+            NoSuchNamespaceError, TableAlreadyExistsError: as for create.
+            RestError: the metadata file lies outside the warehouse.
+        """
+        self._check_place(body.metadata_location,
+                          f"the metadata file registered as {namespace}.{body.name}")
+        table = self.catalog.register_table((namespace, body.name), body.metadata_location,
+                                            body.overwrite)
+        self._check_place(table.location(), f"the location of table {namespace}.{body.name}")
+        return self._response(table.metadata, table.metadata_location)
+
+    def commit_table(self, namespace: str, name: str,
+                     body: CommitTableBody) -> CommitTableResponse:
+        """``POST /v1/namespaces/{namespace}/tables/{table}``: one table's requirements and
+        updates as one Olympia version.
+
+        Raises:
+            CommitFailedException: a requirement does not hold.
+            NoSuchTableError: the table does not exist (and this is no create).
+            RestError: the body names another table, or an update places files outside the
+                warehouse or sets a refused property.
+        """
+        if body.identifier is not None:
+            named = table_identifier(body.identifier)
+            if named != (namespace, name):
+                raise bad_request(f"the body names table {'.'.join(named)} but the path "
+                                  f"names {namespace}.{name}")
+        return self._commit([change_of(namespace, name, body)])[0]
+
+    def commit_transaction(self, body: CommitTransactionBody) -> None:
+        """``POST /v1/transactions/commit``: every table's changes as ONE Olympia version,
+        or none of them.
+
+        Raises:
+            CommitFailedException: a requirement of any change does not hold.
+            NoSuchTableError: a table does not exist.
+            RestError: an identifier with a multi-level namespace, or a refused update.
+        """
+        self._commit([change_of(*table_identifier(change.identifier), change)
+                      for change in body.table_changes])
+
+    def require_table(self, namespace: str, name: str) -> None:
+        """Check that a table exists (metrics reports name one).
+
+        Raises:
+            NoSuchTableError: it does not exist.
+        """
+        if not self.catalog.table_exists((namespace, name)):
+            raise RestError(404, "NoSuchTableException",
+                            f"Table does not exist: {namespace}.{name}")
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _commit(self, changes: list[CommitTableRequest]) -> list[CommitTableResponse]:
+        for change in changes:
+            what = f"table {'.'.join(table_identifier(change.identifier))}"
+            self._check_updates(change.updates, what)
+        return retry_lost_races(lambda: self.catalog.commit_tables(changes))
+
+    def _check_updates(self, updates: Sequence[TableUpdate], what: str) -> None:
+        for update in updates:
+            if isinstance(update, SetLocationUpdate):
+                self._check_place(update.location, f"the location of {what}")
+            elif isinstance(update, SetPropertiesUpdate):
+                self._check_properties(update.updates, what)
+
+    def _check_properties(self, properties: Mapping[str, str], what: str) -> None:
+        for key, value in properties.items():
+            if key.startswith(REFUSED_PROPERTY_PREFIXES):
+                raise bad_request(f"{what}: property {key} steers the server's own file "
+                                  "access and cannot be set through the REST catalog")
+            if key in PLACEMENT_PROPERTIES:
+                self._check_place(value, f"{key} of {what}")
+
+    def _check_place(self, location: str, what: str) -> None:
+        if not inside(location, self.warehouse):
+            raise bad_request(f"{what}, {location}, is outside the server's warehouse "
+                              f"{self.warehouse}")
+
+    def _response(self, metadata: TableMetadata, location: str | None) -> TableResponse:
+        return TableResponse(metadata_location=location,  # type: ignore[call-arg]
+                             metadata=metadata, config=dict(self.client_properties))
+
+
+def retry_lost_races(commit: Callable[[], T],
+                     budget_seconds: float = COMMIT_RETRY_SECONDS) -> T:
+    """Run ``commit``; when it loses a race to a concurrent commit of the same table, run it
+    again: it re-reads the tables and re-checks the client's requirements against them.
+    Every round lands at least one of the racing commits, so each makes progress.
+
+    Args:
+        commit: Stages and commits the changes (``OlympiaCatalog.commit_tables``).
+        budget_seconds: How long to keep trying after a lost race.
+
+    Returns:
+        What ``commit`` returned.
+
+    Raises:
+        CommitFailedException: a requirement does not hold (at once), or races were still
+            being lost when the budget was spent.
+    """
+    deadline = time.monotonic() + budget_seconds
+    while True:
+        try:
+            return commit()
+        except CommitFailedException as exc:
+            # OlympiaCatalog raises a lost race from the library's CommitConflict; a failed
+            # requirement carries no cause and is final.
+            if not isinstance(exc.__cause__, oe.CommitConflict) or time.monotonic() > deadline:
+                raise
+
+
+def change_of(namespace: str, name: str,
+              body: CommitTableBody | CommitTableRequest) -> CommitTableRequest:
+    """A table change naming its table by a one-level namespace and a name."""
+    return CommitTableRequest(identifier=TableIdentifier(namespace=Namespace([namespace]),
+                                                         name=name),
+                              requirements=body.requirements, updates=body.updates)
+
+
+def table_identifier(identifier: TableIdentifier) -> tuple[str, str]:
+    """``(namespace, name)`` of a body's table identifier.
+
+    Raises:
+        RestError: a multi-level or empty namespace.
+    """
+    return one_level(identifier.namespace.root), identifier.name
+
+
+def one_level(namespace: Sequence[str]) -> str:
+    """The name of a one-level namespace given as its list of levels.
+
+    Raises:
+        RestError: no level, a blank name, or more than one level.
+    """
+    if len(namespace) > 1:
+        raise bad_request(f"namespace {'.'.join(namespace)!r} has {len(namespace)} levels; "
+                          "Olympia namespaces have one level")
+    if not namespace or not namespace[0].strip():
+        raise bad_request("the namespace name is empty")
+    return namespace[0]
+
+
+def paginate(names: list[str], page: Page) -> tuple[list[str], str | None]:
+    """One page of sorted ``names`` and the token of the next page (``None``: no more).
+
+    Raises:
+        RestError: a token this server did not give out.
+    """
+    start = 0
+    if page.token:
+        after = decode_token(page.token)
+        start = next((i for i, name in enumerate(names) if name > after), len(names))
+    if page.size is None or start + page.size >= len(names):
+        return names[start:], None
+    shown = names[start:start + page.size]
+    return shown, base64.urlsafe_b64encode(shown[-1].encode()).decode()
+
+
+def decode_token(token: str) -> str:
+    """The name a page token continues after.
+
+    Raises:
+        RestError: the token is not one this server gives out.
+    """
+    try:
+        return base64.b64decode(token.encode("ascii"), altchars=b"-_",
+                                validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeError):
+        raise bad_request("pageToken is not a token this server gave out") from None
+
