@@ -1,0 +1,306 @@
+"""`olympia serve` with real clients: pyiceberg's RestCatalog, and raw HTTP for what a client
+library would never send (malformed JSON, unknown updates, hostile names, huge bodies).
+
+One server per module over a catalog on local disk; names are unique per test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import BadRequestError, CommitFailedException, NoSuchTableError
+from pyiceberg.types import IntegerType, StringType
+from restserver import RestServer, assert_error, request, version
+
+from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.versions.history import history
+
+ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
+    root = tmp_path_factory.mktemp("rest")
+    OlympiaStore.create(str(root / "catalog")).close()
+    with RestServer(str(root / "catalog"), f"file://{root}/warehouse",
+                    extra=("--client-property", "client.marker=given",
+                           "--max-body-bytes", "100000")) as started:
+        yield started
+    # every refusal of this module's tests was answered without a traceback, also in the log
+    assert not any("Traceback" in line for line in started.log), "".join(started.log)
+
+
+@pytest.fixture
+def client(server: RestServer) -> RestCatalog:
+    return server.client()
+
+
+@pytest.fixture
+def ns(client: RestCatalog) -> str:
+    name = f"rest_{uuid.uuid4().hex[:10]}"
+    client.create_namespace(name)
+    return name
+
+
+# --- config and namespaces ---------------------------------------------------------------
+
+
+def test_config_lists_the_endpoints_and_the_operators_client_properties(
+        server: RestServer) -> None:
+    status, _, body = request(server, "GET", "/v1/config")
+    assert status == 200 and body["defaults"] == {"client.marker": "given"}
+    assert "POST /v1/{prefix}/transactions/commit" in body["endpoints"]
+    assert "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}" in body["endpoints"]
+    quoted = quote(server.warehouse, safe="")
+    assert request(server, "GET", f"/v1/config?warehouse={quoted}")[0] == 200
+    assert_error(request(server, "GET", "/v1/config?warehouse=s3%3A%2F%2Fother"), 400,
+                 "BadRequestException", "one warehouse")
+
+
+def test_namespaces_list_page_by_page(server: RestServer, client: RestCatalog) -> None:
+    prefix = f"page_{uuid.uuid4().hex[:8]}"
+    mine = [f"{prefix}_{i}" for i in range(5)]
+    for name in mine:
+        client.create_namespace(name)
+    seen: list[str] = []
+    token = ""  # an empty token means the first page
+    while True:
+        status, _, body = request(server, "GET",
+                                  f"/v1/namespaces?pageSize=2&pageToken={quote(token)}")
+        assert status == 200 and len(body["namespaces"]) <= 2
+        seen += [levels[0] for levels in body["namespaces"]]
+        token = body["next-page-token"]
+        if not token:
+            break
+    assert len(seen) == len(set(seen)) and seen == sorted(seen)
+    assert [name for name in seen if name.startswith(prefix)] == mine
+    paged = server.client("paged", **{"rest-page-size": "2"})
+    assert all((name,) in paged.list_namespaces() for name in mine)
+    assert_error(request(server, "GET", "/v1/namespaces?pageSize=0"), 400,
+                 "BadRequestException", "pageSize")
+    assert_error(request(server, "GET", "/v1/namespaces?pageToken=%21%21"), 400,
+                 "BadRequestException", "pageToken")
+
+
+def test_tables_list_page_by_page(server: RestServer, client: RestCatalog, ns: str) -> None:
+    for name in ("c", "a", "b"):
+        client.create_table((ns, name), ROWS.schema)
+    status, _, first = request(server, "GET", f"/v1/namespaces/{ns}/tables?pageSize=2")
+    assert status == 200 and [t["name"] for t in first["identifiers"]] == ["a", "b"]
+    token = quote(first["next-page-token"])
+    _, _, rest = request(server, "GET", f"/v1/namespaces/{ns}/tables?pageSize=2&pageToken={token}")
+    assert [t["name"] for t in rest["identifiers"]] == ["c"] and rest["next-page-token"] is None
+    assert server.client("paged", **{"rest-page-size": "1"}).list_tables(ns) == [
+        (ns, "a"), (ns, "b"), (ns, "c")]
+
+
+def test_head_answers_without_a_body(server: RestServer, client: RestCatalog, ns: str) -> None:
+    client.create_table((ns, "t"), ROWS.schema)
+    assert request(server, "HEAD", f"/v1/namespaces/{ns}")[::2] == (204, None)
+    assert request(server, "HEAD", f"/v1/namespaces/{ns}_missing")[::2] == (404, None)
+    assert request(server, "HEAD", f"/v1/namespaces/{ns}/tables/t")[::2] == (204, None)
+    assert request(server, "HEAD", f"/v1/namespaces/{ns}/tables/u")[::2] == (404, None)
+
+
+# --- tables ----------------------------------------------------------------------------
+
+
+def test_a_table_lives_through_the_server(server: RestServer, client: RestCatalog,
+                                          ns: str) -> None:
+    """Create, append, overwrite, evolve the schema: each commit is ONE Olympia version."""
+    table = client.create_table((ns, "t"), ROWS.schema)
+    assert table.config == {"client.marker": "given"}  # what the operator gives clients
+    before = version(server)
+    table.append(ROWS)
+    table.overwrite(pa.table({"id": pa.array([9], pa.int64()), "name": ["z"]}))
+    with table.update_schema() as update:
+        update.add_column("extra", StringType())
+    table.append(pa.table({"id": pa.array([10], pa.int64()), "name": ["y"], "extra": ["e"]}))
+    assert version(server) == before + 4
+    read = client.load_table((ns, "t")).scan().to_arrow().sort_by("id")
+    assert read.column("id").to_pylist() == [9, 10]
+    assert read.column("extra").to_pylist() == [None, "e"]
+    store = OlympiaStore.open(server.catalog_uri)
+    try:
+        assert [v.info for v in history(store, limit=1)] == [
+            {f"iceberg.{ns}.t": f"append snapshot {table.current_snapshot().snapshot_id}"}]
+    finally:
+        store.close()
+
+
+def test_load_table_with_only_the_referenced_snapshots(server: RestServer,
+                                                       client: RestCatalog, ns: str) -> None:
+    table = client.create_table((ns, "t"), ROWS.schema)
+    table.append(ROWS)
+    table.append(ROWS)
+    _, _, every = request(server, "GET", f"/v1/namespaces/{ns}/tables/t?snapshots=all")
+    _, _, refs = request(server, "GET", f"/v1/namespaces/{ns}/tables/t?snapshots=refs")
+    assert len(every["metadata"]["snapshots"]) == 2
+    assert [s["snapshot-id"] for s in refs["metadata"]["snapshots"]] == [
+        table.current_snapshot().snapshot_id]
+    referenced = server.client("refs", **{"snapshot-loading-mode": "refs"})
+    assert len(referenced.load_table((ns, "t")).metadata.snapshots) == 1
+    assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/t?snapshots=some"),
+                 400, "BadRequestException", "all or refs")
+
+
+def test_two_clients_commit_one_table_one_gets_409_and_nothing_is_lost(
+        client: RestCatalog, ns: str) -> None:
+    client.create_table((ns, "t"), ROWS.schema,
+                        properties={"commit.retry.num-retries": "0"})  # no client retry
+    client.load_table((ns, "t")).append(ROWS)
+    first, second = client.load_table((ns, "t")), client.load_table((ns, "t"))
+    first.append(ROWS)
+    with pytest.raises(CommitFailedException, match="branch main has changed"):
+        second.append(ROWS)
+    assert client.load_table((ns, "t")).scan().to_arrow().num_rows == 6
+    second.refresh().append(ROWS)  # what a client's retry does
+    assert client.load_table((ns, "t")).scan().to_arrow().num_rows == 9
+    schema_a, schema_b = client.load_table((ns, "t")), client.load_table((ns, "t"))
+    with schema_a.update_schema() as update:
+        update.add_column("a", IntegerType())
+    with pytest.raises(CommitFailedException, match="current schema id has changed"), \
+            schema_b.update_schema() as update:
+        update.add_column("b", IntegerType())
+    assert [f.name for f in client.load_table((ns, "t")).schema().fields] == ["id", "name", "a"]
+
+
+def test_concurrent_commits_whose_requirements_still_hold_all_land(
+        server: RestServer, client: RestCatalog, ns: str) -> None:
+    """Eight clients set properties of one table at once: each asserts only the table's
+    uuid, so a commit that loses the race to another is retried inside the server."""
+    client.create_table((ns, "t"), ROWS.schema)
+    before = version(server)
+    tables = [server.client(f"c{i}").load_table((ns, "t")) for i in range(8)]
+    start, failures = threading.Barrier(len(tables)), []
+
+    def set_property(i: int) -> None:
+        start.wait()
+        try:
+            tables[i].transaction().set_properties({f"p{i}": str(i)}).commit_transaction()
+        except Exception as exc:  # reported below, with the others
+            failures.append(exc)
+
+    threads = [threading.Thread(target=set_property, args=(i,)) for i in range(len(tables))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    properties = client.load_table((ns, "t")).properties
+    assert {f"p{i}": str(i) for i in range(8)}.items() <= properties.items()
+    assert version(server) == before + 8
+
+
+def test_drop_with_purge_deletes_the_files(client: RestCatalog, ns: str) -> None:
+    table = client.create_table((ns, "t"), ROWS.schema)
+    table.append(ROWS)
+    client.drop_table((ns, "t"), purge_requested=True)
+    assert not table.io.new_input(table.metadata_location).exists()
+    with pytest.raises(NoSuchTableError):
+        client.load_table((ns, "t"))
+
+
+def test_metrics_reports_are_accepted(server: RestServer, client: RestCatalog,
+                                      ns: str) -> None:
+    client.create_table((ns, "t"), ROWS.schema)
+    report = json.dumps({"report-type": "commit-report", "table-name": f"{ns}.t",
+                         "snapshot-id": 1, "sequence-number": 1, "operation": "append",
+                         "metrics": {}})
+    path = f"/v1/namespaces/{ns}/tables/t/metrics"
+    assert request(server, "POST", path, report)[0] == 204
+    assert_error(request(server, "POST", f"/v1/namespaces/{ns}/tables/u/metrics", report),
+                 404, "NoSuchTableException", f"{ns}.u")
+    assert_error(request(server, "POST", path, '{"report-type": "guess"}'), 400,
+                 "BadRequestException", "report-type")
+
+
+# --- what the server refuses ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ("{not json", "malformed JSON"),
+    ("[1, 2]", "JSON object"),
+    (b"\xff\xfe", "JSON"),
+    ('{"updates": [{"action": "drop-everything"}]}', "drop-everything"),
+    ('{"requirements": [{"type": "assert-nothing"}]}', "assert-nothing"),
+    ('{"updates": "all"}', "updates"),
+])
+def test_a_malformed_commit_is_a_bad_request(server: RestServer, client: RestCatalog, ns: str,
+                                             body: str | bytes, words: str) -> None:
+    client.create_table((ns, "t"), ROWS.schema)
+    before = version(server)
+    assert_error(request(server, "POST", f"/v1/namespaces/{ns}/tables/t", body), 400,
+                 "BadRequestException", words)
+    assert version(server) == before
+
+
+def test_a_huge_body_is_refused_unread(server: RestServer, ns: str) -> None:
+    body = json.dumps({"namespace": [f"{ns}_big"], "properties": {"x": "y" * 200_000}})
+    assert_error(request(server, "POST", "/v1/namespaces", body), 413,
+                 "BadRequestException", "larger than")
+
+
+def test_names_stay_names(server: RestServer, client: RestCatalog, ns: str) -> None:
+    """``/`` and ``..`` are names like any other, their files inside the warehouse; NUL is
+    a name the format forbids."""
+    for name in ("a/b", "..", "../../escape"):
+        table = client.create_table((ns, name), ROWS.schema)
+        assert table.location().startswith(f"{server.warehouse}/{ns}/")
+        assert "/../" not in table.location() and not table.location().endswith("/..")
+    assert sorted(client.list_tables(ns)) == [(ns, ".."), (ns, "../../escape"), (ns, "a/b")]
+    status, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/..")
+    assert status == 200 and body["metadata"]["location"].endswith("/%2E%2E")
+    assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/a%00b"), 400,
+                 "BadRequestException", "forbidden characters")
+    create = json.dumps({"name": "x\u0000y", "schema": {"type": "struct", "fields": []}})
+    assert_error(request(server, "POST", f"/v1/namespaces/{ns}/tables", create), 400,
+                 "BadRequestException", "forbidden characters")
+    assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/%FF"), 400,
+                 "BadRequestException", "UTF-8")
+
+
+def test_multi_level_namespaces_are_refused(server: RestServer, client: RestCatalog,
+                                            ns: str) -> None:
+    with pytest.raises(BadRequestError, match="one level"):
+        client.create_namespace((ns, "inner"))
+    with pytest.raises(BadRequestError, match="one level"):
+        client.load_table((ns, "inner", "t"))
+    assert_error(request(server, "GET", f"/v1/namespaces/{ns}%1Finner/tables"), 400,
+                 "BadRequestException", "one level")
+    assert_error(request(server, "GET", f"/v1/namespaces?parent={ns}%1Finner"), 400,
+                 "BadRequestException", "one level")
+
+
+def test_clients_place_nothing_outside_the_warehouse(server: RestServer, client: RestCatalog,
+                                                     ns: str, tmp_path: Path) -> None:
+    outside = f"file://{tmp_path}/elsewhere"
+    with pytest.raises(BadRequestError, match="outside the server's warehouse"):
+        client.create_table((ns, "t"), ROWS.schema, location=outside)
+    with pytest.raises(BadRequestError, match="outside the server's warehouse"):
+        client.create_table((ns, "t"), ROWS.schema,
+                            properties={"write.metadata.path": outside})
+    with pytest.raises(BadRequestError, match="file access"):
+        client.create_table((ns, "t"), ROWS.schema, properties={"s3.endpoint": "http://x"})
+    table = client.create_table((ns, "t"), ROWS.schema)
+    with pytest.raises(BadRequestError, match="py-io-impl"):
+        table.transaction().set_properties({"py-io-impl": "some.module.IO"}).commit_transaction()
+    with pytest.raises(BadRequestError, match="outside the server's warehouse"):
+        client.register_table((ns, "r"), f"{outside}/00000-x.metadata.json")
+    assert client.list_tables(ns) == [(ns, "t")]
+
+
+def test_unknown_routes_and_methods_answer_an_error_model(server: RestServer) -> None:
+    assert_error(request(server, "GET", "/v1/nothing/here"), 404, "NoSuchRouteException",
+                 "/v1/nothing/here")
+    assert_error(request(server, "PUT", "/v1/namespaces"), 405, "MethodNotAllowedException",
+                 "PUT")
+
