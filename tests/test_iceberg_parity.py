@@ -1,8 +1,10 @@
 """What pyiceberg's catalogs promise, with one-level namespaces, checked against a catalog.
 
 Every test talks to the pyiceberg ``Catalog`` interface only (no Olympia API), so the same
-module runs against any catalog: :func:`catalog` is the single point to swap (a REST catalog
-server later). Names are unique per test, so a shared server needs no cleanup between tests.
+module runs against any catalog: :func:`catalog` is the single point to swap. It yields
+``OlympiaCatalog`` in process and pyiceberg's ``RestCatalog`` talking to ``olympia serve``
+(one server per module and storage kind); names are unique per test, so the shared server
+needs no cleanup between tests.
 Multi-level namespaces are out of scope here: OlympiaCatalog refuses them (see
 ``tests/test_iceberg_catalog.py``).
 """
@@ -12,17 +14,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from iceberg_helpers import local_properties, s3_properties
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
+    BadRequestError,
     CommitFailedException,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
+    NoSuchIdentifierError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    RESTError,
     TableAlreadyExistsError,
 )
 from pyiceberg.schema import Schema
@@ -30,7 +37,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BooleanType, IntegerType, NestedField, StringType
+from restserver import RestServer
 
+from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.iceberg import OlympiaCatalog
 
 SCHEMA = Schema(
@@ -46,10 +55,15 @@ ROWS = pa.table({"foo": ["a", None], "bar": pa.array([1, 2], pa.int32()),
                                   pa.field("baz", pa.bool_())]))
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3), "rest-local",
+                        pytest.param("rest-s3", marks=pytest.mark.s3)])
 def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     """The catalog under test, with a ``warehouse`` property. THE place to swap in another
-    catalog (a REST server): every test uses only what this yields."""
+    catalog: every test uses only what this yields."""
+    if request.param.startswith("rest-"):
+        server: RestServer = request.getfixturevalue(f"{request.param.replace('-', '_')}_server")
+        yield server.client("parity")
+        return
     if request.param == "local":
         props = local_properties(tmp_path)
     else:
@@ -58,10 +72,43 @@ def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]
         yield opened
 
 
+@pytest.fixture(scope="module")
+def rest_local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
+    """``olympia serve`` over a catalog on local disk."""
+    root = tmp_path_factory.mktemp("rest")
+    OlympiaStore.create(str(root / "catalog")).close()
+    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def rest_s3_server(s3_server: Any) -> Iterator[RestServer]:
+    """``olympia serve`` over a catalog on the S3 server; clients get the S3 settings they
+    need as operator-given client properties."""
+    props = s3_properties(s3_server, uuid.uuid4().hex[:12])
+    OlympiaStore.create(props["uri"], s3_server.storage_options).close()
+    clients = [f"--client-property={key}={props[key]}" for key in (
+        "s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.region", "py-io-impl")]
+    with RestServer(props["uri"], props["warehouse"], s3_server.storage_options,
+                    tuple(clients)) as server:
+        yield server
+
+
 @pytest.fixture
 def ns() -> str:
     """A namespace name no other test uses."""
     return f"parity_{uuid.uuid4().hex[:10]}"
+
+
+def raises(catalog: Catalog, in_process: type[Exception], rest: type[Exception] | None = None,
+           match: str | None = None) -> pytest.RaisesExc[Exception]:
+    """``pytest.raises`` of what ``catalog`` raises: ``in_process`` from OlympiaCatalog and,
+    where given, ``rest`` from pyiceberg's RestCatalog, whose client turns the server's
+    answer into an exception by status code per call (a 400 is ``BadRequestError``, a 404
+    from ``register_table`` a plain ``RESTError`` whose message names the server's
+    ``NoSuchNamespaceException``)."""
+    expected = rest if rest is not None and isinstance(catalog, RestCatalog) else in_process
+    return pytest.raises(expected, match=match)
 
 
 def exists(table: Table, path: str) -> bool:
@@ -93,14 +140,19 @@ def test_creating_a_namespace_twice(catalog: Catalog, ns: str) -> None:
 @pytest.mark.parametrize("empty", ["", (), ("",), " ", (" ",)])
 def test_an_empty_namespace_identifier_names_no_namespace(catalog: Catalog,
                                                           empty: str | tuple[str, ...]) -> None:
-    with pytest.raises(NoSuchNamespaceError):
+    # () never leaves the REST client; an empty name sent to the server is a bad request
+    with raises(catalog, NoSuchNamespaceError, BadRequestError if empty != () else None):
         catalog.create_namespace(empty)
 
 
 @pytest.mark.parametrize("properties", [{None: "value"}, {"key": None}])
 def test_null_namespace_properties_are_refused(catalog: Catalog, ns: str,
                                                properties: dict[str | None, str | None]) -> None:
-    with pytest.raises(ValueError, match="None"):
+    if isinstance(catalog, RestCatalog) and None in properties:
+        pytest.skip("pyiceberg's RestCatalog sends a None key as the JSON key 'null': the "
+                    "server receives a valid property")
+    with raises(catalog, ValueError, BadRequestError,
+                match="None" if not isinstance(catalog, RestCatalog) else "valid string"):
         catalog.create_namespace(ns, properties)  # type: ignore[arg-type]
     assert not catalog.namespace_exists(ns)
 
@@ -145,8 +197,9 @@ def test_updating_namespace_properties(catalog: Catalog, ns: str) -> None:
     assert catalog.load_namespace_properties(ns) == {"comment": "new", "p3": "3", "keep": "k"}
     summary = catalog.update_namespace_properties(ns, updates={"p4": "4"})
     assert (summary.removed, summary.updated, summary.missing) == ([], ["p4"], [])
-    with pytest.raises(ValueError):
+    with raises(catalog, ValueError, RESTError, match="p4"):  # REST: 422, as the spec says
         catalog.update_namespace_properties(ns, removals={"p4"}, updates={"p4": "again"})
+    assert catalog.load_namespace_properties(ns)["p4"] == "4"
 
 
 def test_dropping_namespaces(catalog: Catalog, ns: str) -> None:
@@ -204,7 +257,7 @@ def test_create_table_options(catalog: Catalog, ns: str, tmp_path: Path) -> None
 def test_create_table_errors(catalog: Catalog, ns: str) -> None:
     with pytest.raises(NoSuchNamespaceError):
         catalog.create_table((ns, "t"), SCHEMA)
-    with pytest.raises(NoSuchNamespaceError):
+    with raises(catalog, NoSuchNamespaceError, NoSuchIdentifierError):  # REST: client-side
         catalog.create_table("no_namespace_given", SCHEMA)
     catalog.create_namespace(ns)
     first = catalog.create_table((ns, "t"), SCHEMA)
@@ -318,7 +371,8 @@ def test_registering_a_metadata_file(catalog: Catalog, ns: str) -> None:
     assert catalog.load_table((ns, "registered")).scan().to_arrow().num_rows == 2
     with pytest.raises(TableAlreadyExistsError):
         catalog.register_table((ns, "registered"), location)
-    with pytest.raises(NoSuchNamespaceError):
+    with raises(catalog, NoSuchNamespaceError, RESTError, match="NoSuchNamespaceException"
+                if isinstance(catalog, RestCatalog) else None):
         catalog.register_table((f"{ns}_missing", "t"), location)
 
 
