@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError, CommitFailedException, NoSuchTableError
+from pyiceberg.serializers import ToOutputFile
 from pyiceberg.types import IntegerType, StringType
 from restserver import RestServer, assert_error, request, version
 
@@ -295,6 +296,12 @@ def test_clients_place_nothing_outside_the_warehouse(server: RestServer, client:
         table.transaction().set_properties({"py-io-impl": "some.module.IO"}).commit_transaction()
     with pytest.raises(BadRequestError, match="outside the server's warehouse"):
         client.register_table((ns, "r"), f"{outside}/00000-x.metadata.json")
+    # a metadata file inside the warehouse describing a table outside it
+    moved = f"{table.location()}/metadata/99999-moved.metadata.json"
+    ToOutputFile.table_metadata(table.metadata.model_copy(update={"location": outside}),
+                                table.io.new_output(moved))
+    with pytest.raises(BadRequestError, match=f"location of table {ns}.r, {outside}, is out"):
+        client.register_table((ns, "r"), moved)
     assert client.list_tables(ns) == [(ns, "t")]
 
 

@@ -265,13 +265,18 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create.
-            RestError: the metadata file lies outside the warehouse.
+            IcebergMetadataError: the metadata file is missing or unreadable.
+            RestError: the metadata file or the table it describes lies outside the
+                warehouse, or the table has a refused property.
         """
-        self._check_place(body.metadata_location,
-                          f"the metadata file registered as {namespace}.{body.name}")
+        what = f"table {namespace}.{body.name}"
+        self._check_place(body.metadata_location, f"the metadata file registered as {what}")
+        # read before anything is committed (the catalog keeps it cached for the register)
+        metadata = self.catalog._read_metadata(body.metadata_location, what)
+        self._check_place(metadata.location, f"the location of {what}")
+        self._check_properties(metadata.properties, what)
         table = self.catalog.register_table((namespace, body.name), body.metadata_location,
                                             body.overwrite)
-        self._check_place(table.location(), f"the location of table {namespace}.{body.name}")
         return self._response(table.metadata, table.metadata_location)
 
     def commit_table(self, namespace: str, name: str,
