@@ -107,17 +107,18 @@ def version(server: RestServer) -> int:
 
 
 def request(server: RestServer, method: str, path: str, body: bytes | str | None = None,
-            ) -> tuple[int, dict[str, str], Any]:
-    """One HTTP request with ``path`` sent exactly as given; the JSON answer or None."""
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    """One HTTP request with ``path`` sent exactly as given: status, headers (names in
+    lower case) and the JSON answer or None."""
     address = urlsplit(server.url)
     conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
     try:
         data = body.encode() if isinstance(body, str) else body
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        conn.request(method, path, body=data, headers=headers)
+        sent = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request(method, path, body=data, headers={**sent, **(headers or {})})
         answer = conn.getresponse()
         raw = answer.read()
-        return (answer.status, dict(answer.getheaders()),
+        return (answer.status, {k.lower(): v for k, v in answer.getheaders()},
                 json.loads(raw) if raw else None)
     finally:
         conn.close()

@@ -25,12 +25,16 @@ from olympia.exceptions import InvalidArgumentError
                    "as s3.endpoint for their own file access; repeatable.")
 @click.option("--max-body-bytes", type=click.IntRange(1), default=8 * 1024 * 1024,
               show_default=True, help="Largest request body accepted.")
+@click.option("--token-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Clients and their bearer tokens, one a line: '<client-id> "
+                   "<read-only|read-write> <secret>'; every request then needs one.")
 @click.option("--insecure", is_flag=True,
-              help="Allow listening on a non-loopback address (no client is authenticated).")
+              help="Allow a non-loopback address without --token-file (anyone who reaches "
+                   "the server can change the catalog).")
 @handle_errors
 def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: int,
           warehouse: str | None, client_property: tuple[str, ...], max_body_bytes: int,
-          insecure: bool) -> None:
+          token_file: str | None, insecure: bool) -> None:
     """Serve the catalog to Iceberg clients (Spark, DuckDB, pyiceberg, ...) over the Iceberg
     REST catalog protocol until interrupted."""
     try:
@@ -38,12 +42,14 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
 
         from olympia.iceberg.catalog import OlympiaCatalog
         from olympia.server import CatalogService, create_app
+        from olympia.server.auth import Tokens
     except ModuleNotFoundError as exc:
         raise click.ClickException(f"olympia serve needs {exc.name}: pip install "
                                    "'olympia-catalog[iceberg]' fastapi uvicorn") from None
-    if not insecure and not _loopback(host):
-        raise click.UsageError(f"--host {host} is not a loopback address and this server "
-                               "authenticates no client: pass --insecure to serve anyway")
+    if not insecure and token_file is None and not _loopback(host):
+        raise click.UsageError(f"--host {host} is not a loopback address: give clients tokens "
+                               "with --token-file, or pass --insecure to serve anyone")
+    tokens = Tokens.load(token_file) if token_file is not None else None
     clients = key_value_pairs("--client-property", client_property)
     store = open_catalog(catalog_uri, storage_option)
     catalog = OlympiaCatalog.over(store)
@@ -53,7 +59,7 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
         service = CatalogService(catalog, clients)
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
-    app = create_app(service, max_body_bytes=max_body_bytes)
+    app = create_app(service, max_body_bytes=max_body_bytes, tokens=tokens)
     listener = _listen(host, port)
     bound_host, bound_port = listener.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

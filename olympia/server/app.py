@@ -9,10 +9,12 @@ segment holding the separator ``%1F`` names a multi-level namespace and is refus
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 import pydantic
 from fastapi import FastAPI, Query, Request, Response
@@ -22,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from olympia.server.auth import Tokens
 from olympia.server.errors import (
     EXPECTED,
     RestError,
@@ -83,18 +86,24 @@ class _RawPath:
         await self.app(scope, receive, send)
 
 
-def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES) -> ASGIApp:
+def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
+               tokens: Tokens | None = None) -> ASGIApp:
     """The REST catalog application.
 
     Args:
         service: The catalog operations (one per server process).
         max_body_bytes: The largest request body accepted; a larger one is answered 413.
+        tokens: Who may call (``None``: anyone). Every route but ``/v1/oauth/tokens`` then
+            needs a bearer token (401 without a valid one), and a read-only client may only
+            read and report metrics (403 otherwise).
 
     Returns:
         The ASGI application.
     """
     app = FastAPI(title="Olympia Iceberg REST catalog", docs_url=None, redoc_url=None,
                   openapi_url=None)
+    if tokens is not None:
+        _add_authentication(app, tokens, max_body_bytes)
 
     async def _error(request: Request, exc: Exception) -> Response:
         return response_for(exc, head=request.method == "HEAD")
@@ -117,16 +126,7 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES)
                               head=request.method == "HEAD")
 
     async def body(request: Request, model: type[M]) -> M:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise _too_large(max_body_bytes)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise _too_large(max_body_bytes)
-            chunks.append(chunk)
-        data = b"".join(chunks)
+        data = await _read_bounded(request, max_body_bytes)
         try:
             parsed = json.loads(data)
         except (UnicodeDecodeError, RecursionError):
@@ -247,6 +247,81 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES)
         return Response(status_code=204)
 
     return _RawPath(app)
+
+
+TOKEN_PATH = "/v1/oauth/tokens"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+
+
+def _add_authentication(app: FastAPI, tokens: Tokens, max_body_bytes: int) -> None:
+    """Bearer tokens on every route, and the OAuth2 client-credentials token endpoint."""
+
+    @app.middleware("http")
+    async def _authenticate(request: Request,
+                            call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if request.url.path == TOKEN_PATH:
+            return await call_next(request)
+        head = request.method == "HEAD"
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        client = (tokens.client_for(token.strip())
+                  if scheme.lower() == "bearer" and token.strip() else None)
+        if client is None:
+            answer = error_response(401, "NotAuthorizedException", "a valid bearer token is "
+                                    "required (Authorization: Bearer <token>)", head=head)
+            answer.headers["WWW-Authenticate"] = "Bearer"
+            return answer
+        reads = request.method in ("GET", "HEAD") or (
+            request.method == "POST" and request.url.path.endswith("/metrics"))
+        if not client.writer and not reads:
+            return error_response(403, "ForbiddenException",
+                                  f"client {client.client_id} is read-only: "
+                                  f"{request.method} {request.url.path} is refused", head=head)
+        return await call_next(request)
+
+    @app.post(TOKEN_PATH)
+    async def _token(request: Request) -> Response:
+        try:
+            text = (await _read_bounded(request, max_body_bytes)).decode("utf-8")
+        except UnicodeDecodeError:
+            return _oauth_error(400, "invalid_request", "the form is not UTF-8")
+        form = {k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()}
+        if form.get("grant_type") != "client_credentials":
+            return _oauth_error(400, "unsupported_grant_type",
+                                "only the client_credentials grant is supported")
+        client_id, secret = form.get("client_id"), form.get("client_secret")
+        scheme, _, basic = request.headers.get("authorization", "").partition(" ")
+        if client_id is None and scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(basic.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                return _oauth_error(400, "invalid_request", "malformed Basic credentials")
+            client_id, _, secret = decoded.partition(":")
+        issued = tokens.issue(client_id or "", secret or "")
+        if issued is None:
+            return _oauth_error(401, "invalid_client", "unknown client id or wrong secret")
+        token, lifetime = issued
+        return _json({"access_token": token, "token_type": "bearer", "expires_in": lifetime,
+                      "issued_token_type": ACCESS_TOKEN_TYPE})
+
+
+def _oauth_error(status: int, error: str, description: str) -> Response:
+    """The OAuth2 error form (RFC 6749 section 5.2) the token endpoint answers with."""
+    return Response(json.dumps({"error": error, "error_description": description}),
+                    status_code=status, media_type="application/json")
+
+
+async def _read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def namespace_of(segment: str) -> str:
