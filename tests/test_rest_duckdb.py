@@ -1,0 +1,86 @@
+"""DuckDB (its iceberg extension, from the pinned ``duckdb-ext-*`` packages, no download) as a
+client of ``olympia serve``: it attaches the server as an Iceberg catalog, lists and reads a
+table pyiceberg wrote, inserts into it (DuckDB commits through ``/v1/transactions/commit``),
+and the rows read back through pyiceberg and through the Olympia Spark source."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import duckdb_ext
+import pyarrow as pa
+import pytest
+from restserver import RestServer, version
+
+import olympia.spark
+from olympia.catalog.catalog import Catalog as OlympiaStore
+
+ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]})
+EXTENSIONS = Path(next(iter(duckdb_ext.__path__))) / "extensions"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
+    root = tmp_path_factory.mktemp("rest")
+    OlympiaStore.create(str(root / "catalog")).close()
+    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as started:
+        yield started
+
+
+@pytest.fixture
+def written(server: RestServer) -> str:
+    """A namespace holding table ``t`` with ROWS, written by pyiceberg through the server."""
+    ns = f"duck_{uuid.uuid4().hex[:8]}"
+    client = server.client()
+    client.create_namespace(ns)
+    client.create_table((ns, "t"), ROWS.schema).append(ROWS)
+    return ns
+
+
+def attached(server: RestServer) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the server attached as catalog ``ol``."""
+    con = duckdb.connect(config={"extension_directory": str(EXTENSIONS),
+                                 "autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    for extension in ("httpfs", "avro", "iceberg"):
+        con.execute(f"LOAD {extension}")
+    con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT '{server.url}', "
+                "AUTHORIZATION_TYPE 'none')")
+    return con
+
+
+def test_duckdb_lists_reads_and_inserts(server: RestServer, written: str) -> None:
+    ns = written
+    con = attached(server)
+    try:
+        tables = con.execute("SELECT database, schema, name FROM (SHOW ALL TABLES)").fetchall()
+        assert ("ol", ns, "t") in tables
+        assert con.execute(f"SELECT id, name FROM ol.{ns}.t ORDER BY id").fetchall() == [
+            (1, "a"), (2, "b")]
+        before = version(server)
+        con.execute(f"INSERT INTO ol.{ns}.t VALUES (3, 'c'), (4, 'd')")
+        assert version(server) == before + 1  # one statement, one catalog version
+        assert con.execute(f"SELECT count(*) FROM ol.{ns}.t").fetchall() == [(4,)]
+    finally:
+        con.close()
+    read = server.client().load_table((ns, "t")).scan().to_arrow().sort_by("id")
+    assert read.column("id").to_pylist() == [1, 2, 3, 4]
+    assert read.column("name").to_pylist() == ["a", "b", "c", "d"]
+
+
+@pytest.mark.spark
+def test_rows_duckdb_inserted_read_back_through_the_spark_source(
+        spark: Any, server: RestServer, written: str) -> None:
+    con = attached(server)
+    try:
+        con.execute(f"INSERT INTO ol.{written}.t VALUES (3, 'c')")
+    finally:
+        con.close()
+    olympia.spark.register(spark)
+    df = spark.read.format("olympia").options(catalog=server.catalog_uri,
+                                              warehouse=server.warehouse).load(f"{written}.t")
+    assert sorted((r.id, r.name) for r in df.collect()) == [(1, "a"), (2, "b"), (3, "c")]
