@@ -41,13 +41,19 @@ def written(server: RestServer) -> str:
     return ns
 
 
-def attached(server: RestServer) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the server attached as catalog ``ol``."""
+def connected() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the extensions of the pinned packages loaded."""
     con = duckdb.connect(config={"extension_directory": str(EXTENSIONS),
                                  "autoinstall_known_extensions": False,
                                  "autoload_known_extensions": False})
     for extension in ("httpfs", "avro", "iceberg"):
         con.execute(f"LOAD {extension}")
+    return con
+
+
+def attached(server: RestServer) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the server attached as catalog ``ol``."""
+    con = connected()
     con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT '{server.url}', "
                 "AUTHORIZATION_TYPE 'none')")
     return con
@@ -84,3 +90,27 @@ def test_rows_duckdb_inserted_read_back_through_the_spark_source(
     df = spark.read.format("olympia").options(catalog=server.catalog_uri,
                                               warehouse=server.warehouse).load(f"{written}.t")
     assert sorted((r.id, r.name) for r in df.collect()) == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_duckdb_signs_in_with_client_credentials(tmp_path: Path) -> None:
+    OlympiaStore.create(str(tmp_path / "catalog")).close()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("etl read-write writer-secret\nanalyst read-only reader-secret\n")
+    with RestServer(str(tmp_path / "catalog"), f"file://{tmp_path}/warehouse",
+                    extra=("--token-file", str(tokens))) as server:
+        for client_id, secret in (("etl", "writer-secret"), ("analyst", "reader-secret")):
+            con = connected()
+            con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT "
+                        f"'{server.url}', CLIENT_ID '{client_id}', CLIENT_SECRET '{secret}', "
+                        f"OAUTH2_SERVER_URI '{server.url}/v1/oauth/tokens')")
+            try:
+                if client_id == "etl":
+                    con.execute("CREATE SCHEMA ol.made_by_duckdb")
+                else:
+                    with pytest.raises(duckdb.Error, match="read-only"):
+                        con.execute("CREATE SCHEMA ol.refused")
+                schemas = con.execute("SELECT schema_name FROM information_schema.schemata "
+                                      "WHERE catalog_name = 'ol'").fetchall()
+                assert ("made_by_duckdb",) in schemas and ("refused",) not in schemas
+            finally:
+                con.close()
