@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import duckdb
+import duckdb_ext
 from pyiceberg.catalog.rest import RestCatalog
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
 
 STOP_GRACE = 10.0
+DUCKDB_EXTENSIONS = Path(next(iter(duckdb_ext.__path__))) / "extensions"
 _ADDRESS = re.compile(r" at (http://127\.0\.0\.1:\d+)$")
 
 
@@ -74,8 +77,9 @@ class RestServer:
             self.log.append(line)
 
     def client(self, name: str = "rest", **properties: str) -> RestCatalog:
-        """A pyiceberg RestCatalog of this server."""
-        return RestCatalog(name, uri=self.url, warehouse=self.warehouse, **properties)
+        """A pyiceberg RestCatalog of this server (``warehouse`` defaults to the server's)."""
+        return RestCatalog(name, **{"uri": self.url, "warehouse": self.warehouse,
+                                    **properties})
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -133,3 +137,14 @@ def assert_error(answer: tuple[int, dict[str, str], Any], status: int, error_typ
     assert body["error"]["code"] == status and body["error"]["type"] == error_type
     assert words in body["error"]["message"]
     assert "Traceback" not in body["error"]["message"]
+
+
+def duckdb_connection() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the iceberg, httpfs and avro extensions of the pinned
+    ``duckdb-ext-*`` packages loaded (nothing is downloaded)."""
+    con = duckdb.connect(config={"extension_directory": str(DUCKDB_EXTENSIONS),
+                                 "autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    for extension in ("httpfs", "avro", "iceberg"):
+        con.execute(f"LOAD {extension}")
+    return con

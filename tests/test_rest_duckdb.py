@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import duckdb_ext
 import pyarrow as pa
 import pytest
-from restserver import RestServer, version
+from restserver import RestServer, duckdb_connection, version
 
 import olympia.spark
 from olympia.catalog.catalog import Catalog as OlympiaStore
 
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]})
-EXTENSIONS = Path(next(iter(duckdb_ext.__path__))) / "extensions"
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +39,9 @@ def written(server: RestServer) -> str:
     return ns
 
 
-def connected() -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the extensions of the pinned packages loaded."""
-    con = duckdb.connect(config={"extension_directory": str(EXTENSIONS),
-                                 "autoinstall_known_extensions": False,
-                                 "autoload_known_extensions": False})
-    for extension in ("httpfs", "avro", "iceberg"):
-        con.execute(f"LOAD {extension}")
-    return con
-
-
 def attached(server: RestServer) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the server attached as catalog ``ol``."""
-    con = connected()
+    con = duckdb_connection()
     con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT '{server.url}', "
                 "AUTHORIZATION_TYPE 'none')")
     return con
@@ -99,7 +87,7 @@ def test_duckdb_signs_in_with_client_credentials(tmp_path: Path) -> None:
     with RestServer(str(tmp_path / "catalog"), f"file://{tmp_path}/warehouse",
                     extra=("--token-file", str(tokens))) as server:
         for client_id, secret in (("etl", "writer-secret"), ("analyst", "reader-secret")):
-            con = connected()
+            con = duckdb_connection()
             con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT "
                         f"'{server.url}', CLIENT_ID '{client_id}', CLIENT_SECRET '{secret}', "
                         f"OAUTH2_SERVER_URI '{server.url}/v1/oauth/tokens')")

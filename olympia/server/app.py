@@ -1,6 +1,8 @@
 """The HTTP side of the REST catalog: routes of the Iceberg REST Catalog OpenAPI
 specification, request bodies read within a bound and parsed with pyiceberg's models, and
-every error answered as an ``ErrorModel``.
+every error answered as an ``ErrorModel``. The catalog routes are served twice: at ``/v1``
+(the latest catalog) and at ``/v1/version-<n>`` (catalog version ``n``, read-only; a
+write there is a 403 naming the version).
 
 Paths are routed on the bytes the client sent: a name such as ``a/b`` arrives as one
 percent-encoded segment and is decoded here, so no name can add a path step. A namespace
@@ -17,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qs, unquote
 
 import pydantic
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pyiceberg.typedef import IcebergBaseModel
 from starlette.concurrency import run_in_threadpool
@@ -42,7 +44,7 @@ from olympia.server.models import (
     ReportMetricsBody,
     UpdateNamespacePropertiesBody,
 )
-from olympia.server.service import CatalogService, Page
+from olympia.server.service import VERSION_PREFIX, CatalogService, Page
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 T = TypeVar("T")
@@ -55,7 +57,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 #: The separator of namespace levels in a path (``%1F`` on the wire).
 NAMESPACE_SEPARATOR = "\x1f"
 
-NS = "/v1/namespaces/{namespace}"
+NS = "/namespaces/{namespace}"
 TABLE = NS + "/tables/{table}"
 #: What ``GET /v1/config`` lists (the specification's form: ``{prefix}`` is empty here).
 ENDPOINTS = tuple(f"{method} /v1/{{prefix}}/{path}" for method, path in (
@@ -156,96 +158,131 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     async def get_config(warehouse: str | None = None) -> Response:
         return _json(service.config(warehouse, ENDPOINTS))
 
+    async def reading(request: Request) -> CatalogService:
+        version = request.path_params.get("version")
+        if version is None:
+            return service
+        if not version.isdigit():
+            raise bad_request(f"no catalog version {version!r}: versions are numbers")
+        return await call(service.at_version, int(version))
+
+    def writing(request: Request) -> CatalogService:
+        version = request.path_params.get("version")
+        if version is not None:
+            raise RestError(403, "ForbiddenException",
+                            f"catalog version {version} is read-only: {request.method} "
+                            f"{request.url.path} is refused; write through the latest "
+                            "catalog (a warehouse without @<version>)")
+        return service
+
+    catalog = APIRouter()
+
     # --- namespaces -----------------------------------------------------------------
 
-    @app.get("/v1/namespaces")
-    async def list_namespaces(parent: str | None = None, page_token: PageToken = None,
+    @catalog.get("/namespaces")
+    async def list_namespaces(request: Request, parent: str | None = None,
+                              page_token: PageToken = None,
                               page_size: PageSize = None) -> Response:
         where = one_level_name(parent) if parent is not None else None
-        return _json(await call(service.list_namespaces, where, page(page_token, page_size)))
+        return _json(await call((await reading(request)).list_namespaces, where,
+                                page(page_token, page_size)))
 
-    @app.post("/v1/namespaces")
+    @catalog.post("/namespaces")
     async def create_namespace(request: Request) -> Response:
+        target = writing(request)
         parsed = await body(request, CreateNamespaceBody)
-        return _json(await call(service.create_namespace, parsed))
+        return _json(await call(target.create_namespace, parsed))
 
-    @app.get(NS)
-    async def load_namespace(namespace: str) -> Response:
-        return _json(await call(service.load_namespace, namespace_of(namespace)))
+    @catalog.get(NS)
+    async def load_namespace(request: Request, namespace: str) -> Response:
+        return _json(await call((await reading(request)).load_namespace,
+                                namespace_of(namespace)))
 
-    @app.head(NS)
-    async def namespace_exists(namespace: str) -> Response:
-        found = await call(service.namespace_exists, namespace_of(namespace))
+    @catalog.head(NS)
+    async def namespace_exists(request: Request, namespace: str) -> Response:
+        found = await call((await reading(request)).namespace_exists, namespace_of(namespace))
         return Response(status_code=204 if found else 404)
 
-    @app.delete(NS)
-    async def drop_namespace(namespace: str) -> Response:
-        await call(service.drop_namespace, namespace_of(namespace))
+    @catalog.delete(NS)
+    async def drop_namespace(request: Request, namespace: str) -> Response:
+        await call(writing(request).drop_namespace, namespace_of(namespace))
         return Response(status_code=204)
 
-    @app.post(NS + "/properties")
-    async def update_namespace_properties(namespace: str, request: Request) -> Response:
+    @catalog.post(NS + "/properties")
+    async def update_namespace_properties(request: Request, namespace: str) -> Response:
+        target = writing(request)
         parsed = await body(request, UpdateNamespacePropertiesBody)
-        return _json(await call(service.update_namespace_properties, namespace_of(namespace),
+        return _json(await call(target.update_namespace_properties, namespace_of(namespace),
                                 parsed))
 
     # --- tables ---------------------------------------------------------------------
 
-    @app.get(NS + "/tables")
-    async def list_tables(namespace: str, page_token: PageToken = None,
+    @catalog.get(NS + "/tables")
+    async def list_tables(request: Request, namespace: str, page_token: PageToken = None,
                           page_size: PageSize = None) -> Response:
-        return _json(await call(service.list_tables, namespace_of(namespace),
+        return _json(await call((await reading(request)).list_tables, namespace_of(namespace),
                                 page(page_token, page_size)))
 
-    @app.post(NS + "/tables")
-    async def create_table(namespace: str, request: Request) -> Response:
+    @catalog.post(NS + "/tables")
+    async def create_table(request: Request, namespace: str) -> Response:
+        target = writing(request)
         parsed = await body(request, CreateTableBody)
-        return _model(await call(service.create_table, namespace_of(namespace), parsed))
+        return _model(await call(target.create_table, namespace_of(namespace), parsed))
 
-    @app.get(TABLE)
-    async def load_table(namespace: str, table: str, snapshots: str = "all") -> Response:
-        return _model(await call(service.load_table, namespace_of(namespace),
+    @catalog.get(TABLE)
+    async def load_table(request: Request, namespace: str, table: str,
+                         snapshots: str = "all") -> Response:
+        return _model(await call((await reading(request)).load_table, namespace_of(namespace),
                                  name_of(table), snapshots))
 
-    @app.head(TABLE)
-    async def table_exists(namespace: str, table: str) -> Response:
-        found = await call(service.table_exists, namespace_of(namespace), name_of(table))
+    @catalog.head(TABLE)
+    async def table_exists(request: Request, namespace: str, table: str) -> Response:
+        found = await call((await reading(request)).table_exists, namespace_of(namespace),
+                           name_of(table))
         return Response(status_code=204 if found else 404)
 
-    @app.post(TABLE)
-    async def commit_table(namespace: str, table: str, request: Request) -> Response:
+    @catalog.post(TABLE)
+    async def commit_table(request: Request, namespace: str, table: str) -> Response:
+        target = writing(request)
         parsed = await body(request, CommitTableBody)
-        return _model(await call(service.commit_table, namespace_of(namespace),
+        return _model(await call(target.commit_table, namespace_of(namespace),
                                  name_of(table), parsed))
 
-    @app.delete(TABLE)
-    async def drop_table(namespace: str, table: str, purge: Purge = False) -> Response:
-        await call(service.drop_table, namespace_of(namespace), name_of(table), purge)
+    @catalog.delete(TABLE)
+    async def drop_table(request: Request, namespace: str, table: str,
+                         purge: Purge = False) -> Response:
+        await call(writing(request).drop_table, namespace_of(namespace), name_of(table), purge)
         return Response(status_code=204)
 
-    @app.post(NS + "/register")
-    async def register_table(namespace: str, request: Request) -> Response:
+    @catalog.post(NS + "/register")
+    async def register_table(request: Request, namespace: str) -> Response:
+        target = writing(request)
         parsed = await body(request, RegisterTableBody)
-        return _model(await call(service.register_table, namespace_of(namespace), parsed))
+        return _model(await call(target.register_table, namespace_of(namespace), parsed))
 
-    @app.post("/v1/tables/rename")
+    @catalog.post("/tables/rename")
     async def rename_table(request: Request) -> Response:
+        target = writing(request)
         parsed = await body(request, RenameTableBody)
-        await call(service.rename_table, parsed)
+        await call(target.rename_table, parsed)
         return Response(status_code=204)
 
-    @app.post(TABLE + "/metrics")
-    async def report_metrics(namespace: str, table: str, request: Request) -> Response:
+    @catalog.post(TABLE + "/metrics")
+    async def report_metrics(request: Request, namespace: str, table: str) -> Response:
         await body(request, ReportMetricsBody)
-        await call(service.require_table, namespace_of(namespace), name_of(table))
+        await call((await reading(request)).require_table, namespace_of(namespace),
+                   name_of(table))
         return Response(status_code=204)
 
-    @app.post("/v1/transactions/commit")
+    @catalog.post("/transactions/commit")
     async def commit_transaction(request: Request) -> Response:
+        target = writing(request)
         parsed = await body(request, CommitTransactionBody)
-        await call(service.commit_transaction, parsed)
+        await call(target.commit_transaction, parsed)
         return Response(status_code=204)
 
+    app.include_router(catalog, prefix="/v1")
+    app.include_router(catalog, prefix="/v1/" + VERSION_PREFIX.format("{version}"))
     return _RawPath(app)
 
 

@@ -9,13 +9,19 @@ when they do not.
 Clients choose names, never places outside the server's warehouse: a table location,
 metadata path or registered metadata file must lie under the warehouse, and table properties
 that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are refused.
+
+A client configured with ``warehouse=<warehouse>@<version>`` (or ``@<ISO-8601 instant>``,
+``@export:<name>``) gets the prefix ``version-<n>``: every table read through it is as it
+was in Olympia version ``n``, consistently across tables, and nothing can be written there.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -54,6 +60,12 @@ REFUSED_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "cl
                              "write.py-location-provider.")
 
 
+#: The prefix under which catalog version ``n`` is served.
+VERSION_PREFIX = "version-{}"  # one path segment: clients encode a prefix as one
+#: How many pinned catalog versions a server keeps open.
+PINNED_VERSIONS = 16
+
+
 @dataclass(frozen=True)
 class Page:
     """One page of a listing: ``token`` is where the previous page ended (``None`` or empty:
@@ -86,6 +98,31 @@ class CatalogService:
         self.catalog = catalog
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
+        self._pinned: OrderedDict[int, CatalogService] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> int | None:
+        """The catalog version this service is pinned to (``None``: the latest)."""
+        return self.catalog.version if self.catalog.read_only else None
+
+    def at_version(self, version: int) -> CatalogService:
+        """This service reading catalog version ``version``, read-only.
+
+        Raises:
+            NoSuchVersionError, VersionExpiredError: no such version (any more).
+        """
+        with self._lock:
+            pinned = self._pinned.get(version)
+            if pinned is not None:
+                self._pinned.move_to_end(version)
+                return pinned
+        pinned = CatalogService(self.catalog.at_version(version), self.client_properties)
+        with self._lock:
+            self._pinned[version] = pinned
+            while len(self._pinned) > PINNED_VERSIONS:
+                self._pinned.popitem(last=False)
+        return pinned
 
     # --- config ------------------------------------------------------------------------
 
@@ -93,17 +130,34 @@ class CatalogService:
         """``GET /v1/config``.
 
         Args:
-            warehouse: The warehouse a client asked for (``None``: this server's).
+            warehouse: The warehouse a client asked for (``None``: this server's), with
+                ``@<version>``, ``@<ISO-8601 instant>`` or ``@export:<name>`` for a
+                read-only catalog version (answered with its prefix).
             endpoints: The endpoints the server supports.
 
         Raises:
             RestError: 400 when ``warehouse`` is another one (this server serves one).
+            NoSuchVersionError, NoSuchExportError, InvalidArgumentError: the version asked
+                for does not exist, or the selector is neither a number, an instant nor an
+                export.
         """
+        overrides: dict[str, str] = {}
         if warehouse and warehouse.rstrip("/") != self.warehouse:
-            raise bad_request(f"this server serves one warehouse, {self.warehouse}; "
-                              f"warehouse {warehouse!r} is not served here")
-        return {"defaults": dict(self.client_properties), "overrides": {},
+            base, at, selector = warehouse.rpartition("@")
+            if not at or base.rstrip("/") != self.warehouse:
+                raise bad_request(f"this server serves one warehouse, {self.warehouse}; "
+                                  f"warehouse {warehouse!r} is not served here")
+            overrides["prefix"] = VERSION_PREFIX.format(self._select(selector))
+        return {"defaults": dict(self.client_properties), "overrides": overrides,
                 "endpoints": list(endpoints)}
+
+    def _select(self, selector: str) -> int:
+        """The catalog version ``<version>``, ``<instant>`` or ``export:<name>`` names."""
+        if selector.isdigit():
+            return self.at_version(int(selector)).catalog.version
+        if selector.startswith("export:"):
+            return self.catalog.at_export(selector.removeprefix("export:")).version
+        return self.catalog.as_of(selector).version
 
     # --- namespaces --------------------------------------------------------------------
 
