@@ -7,11 +7,12 @@ One server per module over a catalog on local disk; names are unique per test.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pyarrow as pa
 import pytest
@@ -22,6 +23,7 @@ from pyiceberg.types import IntegerType, StringType
 from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.iceberg import OlympiaCatalog
 from olympia.versions.history import history
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
@@ -311,3 +313,37 @@ def test_unknown_routes_and_methods_answer_an_error_model(server: RestServer) ->
     assert_error(request(server, "PUT", "/v1/namespaces"), 405, "MethodNotAllowedException",
                  "PUT")
 
+
+
+def test_a_table_whose_metadata_file_is_gone_or_corrupt(server: RestServer, ns: str) -> None:
+    """The table exists (HEAD says so) but cannot be served: a 500 naming the table and
+    the file, not a 404 that clients would read as a missing table. (The tables are made
+    in process: a server that read a metadata file keeps it, as files never change.)"""
+    with OlympiaCatalog("in-process", uri=server.catalog_uri,
+                        warehouse=server.warehouse) as in_process:
+        for name, damage in (("gone", b""), ("corrupt", b"{not metadata")):
+            table = in_process.create_table((ns, name), ROWS.schema)
+            path = Path(urlsplit(table.metadata_location).path)
+            if damage:
+                path.write_bytes(damage)
+            else:
+                path.unlink()
+            assert request(server, "HEAD", f"/v1/namespaces/{ns}/tables/{name}")[0] == 204
+            assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}"), 500,
+                         "CorruptFileException", f"table {ns}.{name}")
+
+
+def test_a_client_leaving_mid_request_changes_nothing(server: RestServer, client: RestCatalog,
+                                                      ns: str) -> None:
+    """The body never ends: nothing lands, and the server answers others as before (its
+    log is checked for tracebacks when the module's server stops)."""
+    table = client.create_table((ns, "t"), ROWS.schema)
+    before = version(server)
+    address = urlsplit(server.url)
+    with socket.create_connection((address.hostname, address.port), timeout=30) as conn:
+        conn.sendall(f"POST /v1/namespaces/{ns}/tables/t HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 10000\r\n\r\n"
+                     '{"updates": ['.encode())
+    table.append(ROWS)
+    assert version(server) == before + 1
+    assert client.load_table((ns, "t")).scan().to_arrow().num_rows == 3

@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from pyiceberg.typedef import IcebergBaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from olympia.server.auth import Tokens
@@ -353,11 +354,14 @@ async def _read_bounded(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:  # nobody to answer; nothing was done
+        raise bad_request("the client went away before its request body ended") from None
     return b"".join(chunks)
 
 

@@ -17,6 +17,9 @@ from olympia import exceptions as oe
 
 # (exception class, HTTP status, ErrorModel type); the first match wins, so subclasses first.
 _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
+    # a table whose metadata file is missing or corrupt exists but cannot be served: not a
+    # 404, which clients read as "no such table" (HEAD still answers that it exists)
+    (oe.CorruptFileError, 500, "CorruptFileException"),
     (ice.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (oe.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (ice.NoSuchTableError, 404, "NoSuchTableException"),
