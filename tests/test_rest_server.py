@@ -255,11 +255,14 @@ def test_a_huge_body_is_refused_unread(server: RestServer, ns: str) -> None:
 def test_names_stay_names(server: RestServer, client: RestCatalog, ns: str) -> None:
     """``/`` and ``..`` are names like any other, their files inside the warehouse; NUL is
     a name the format forbids."""
-    for name in ("a/b", "..", "../../escape"):
+    for name in ("a/b", "..", "../../escape", "données/é"):
         table = client.create_table((ns, name), ROWS.schema)
         assert table.location().startswith(f"{server.warehouse}/{ns}/")
         assert "/../" not in table.location() and not table.location().endswith("/..")
-    assert sorted(client.list_tables(ns)) == [(ns, ".."), (ns, "../../escape"), (ns, "a/b")]
+        if name != "..":  # pyiceberg sends .. unencoded and its HTTP library drops the step
+            assert client.load_table((ns, name)).name() == (ns, name)
+    assert sorted(client.list_tables(ns)) == [
+        (ns, ".."), (ns, "../../escape"), (ns, "a/b"), (ns, "données/é")]
     status, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/..")
     assert status == 200 and body["metadata"]["location"].endswith("/%2E%2E")
     assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/a%00b"), 400,

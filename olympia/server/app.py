@@ -16,7 +16,7 @@ import binascii
 import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote_to_bytes
 
 import pydantic
 from fastapi import APIRouter, FastAPI, Query, Request, Response
@@ -60,7 +60,8 @@ NAMESPACE_SEPARATOR = "\x1f"
 
 NS = "/namespaces/{namespace}"
 TABLE = NS + "/tables/{table}"
-#: What ``GET /v1/config`` lists (the specification's form: ``{prefix}`` is empty here).
+#: What ``GET /v1/config`` lists (the specification's form: ``{prefix}`` is empty, or
+#: ``version-<n>`` for a catalog version).
 ENDPOINTS = tuple(f"{method} /v1/{{prefix}}/{path}" for method, path in (
     ("GET", "namespaces"), ("POST", "namespaces"),
     ("GET", "namespaces/{namespace}"), ("HEAD", "namespaces/{namespace}"),
@@ -397,9 +398,10 @@ def name_of(segment: str) -> str:
 
 
 def _decoded(segment: str) -> str:
+    """A path segment as sent (bytes as latin-1 characters), percent-decoded as UTF-8."""
     try:
-        return unquote(segment, errors="strict")
-    except UnicodeDecodeError:
+        return unquote_to_bytes(segment.encode("latin-1")).decode("utf-8")
+    except UnicodeError:
         raise bad_request("a name in the path is not UTF-8 once percent-decoded") from None
 
 
