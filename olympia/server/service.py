@@ -101,11 +101,6 @@ class CatalogService:
         self._pinned: OrderedDict[int, CatalogService] = OrderedDict()
         self._lock = threading.Lock()
 
-    @property
-    def version(self) -> int | None:
-        """The catalog version this service is pinned to (``None``: the latest)."""
-        return self.catalog.version if self.catalog.read_only else None
-
     def at_version(self, version: int) -> CatalogService:
         """This service reading catalog version ``version``, read-only.
 
