@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError, CommitFailedException, NoSuchTableError
@@ -382,3 +383,18 @@ def test_eight_clients_append_at_once_and_every_append_lands(
     assert version(server) == before + 8
     assert sum(client.load_table((ns, f"t{i}")).scan().to_arrow().num_rows
                for i in range(tables)) == 8 * ROWS.num_rows
+
+
+def test_a_purge_never_deletes_outside_the_warehouse(client: RestCatalog, ns: str,
+                                                     tmp_path: Path) -> None:
+    """A client may commit metadata naming any file (here an added file outside the
+    warehouse): purging that table is refused, nothing dropped or deleted."""
+    outside = tmp_path / "elsewhere.parquet"
+    pq.write_table(ROWS, outside)
+    table = client.create_table((ns, "t"), ROWS.schema)
+    table.add_files([f"file://{outside}"])
+    with pytest.raises(BadRequestError, match="outside the server's warehouse"):
+        client.purge_table((ns, "t"))
+    assert outside.exists() and client.table_exists((ns, "t"))
+    client.drop_table((ns, "t"))  # a drop deletes nothing, so it is allowed
+    assert outside.exists()
