@@ -8,7 +8,7 @@ chooses the interleaving one storage operation at a time, and for each operation
 it runs, fails transiently, runs and then loses its answer (a create that succeeded is
 reported as a timeout), or crashes the writer there (that operation and every later one of
 that writer never reach the store). Out of band, the machine backs the prefix up and
-restores it in place.
+restores it in place, while transactions are open (never mid-commit: a copy is whole).
 
 After every run:
 
@@ -285,8 +285,10 @@ class CommitHistory(RuleBasedStateMachine):
 
     # --- the writers ----------------------------------------------------------------
 
-    def _idle(self) -> bool:
-        return all(s.txn is None for s in self.slots)
+    def _no_commit_under_way(self) -> bool:
+        """Whether a copy of the prefix is whole (transactions may be open: one open
+        across a restore must not build on a version the restore replaced)."""
+        return not any(s.committing for s in self.slots)
 
     @rule(data=st.data())
     def begin(self, data: st.DataObject) -> None:
@@ -404,7 +406,7 @@ class CommitHistory(RuleBasedStateMachine):
 
     # --- out-of-band changes ------------------------------------------------------------
 
-    @precondition(lambda self: self._idle())
+    @precondition(lambda self: self._no_commit_under_way())
     @rule()
     def backup(self) -> None:
         files = {}
@@ -415,7 +417,7 @@ class CommitHistory(RuleBasedStateMachine):
                     files[os.path.relpath(path, self.uri)] = f.read()
         self.backups.append(Backup(files, dict(self.expected)))
 
-    @precondition(lambda self: self._idle() and self.backups)
+    @precondition(lambda self: self._no_commit_under_way() and self.backups)
     @rule(data=st.data())
     def restore(self, data: st.DataObject) -> None:
         backup = data.draw(st.sampled_from(self.backups))

@@ -123,6 +123,37 @@ def test_a_commit_after_a_restore_builds_on_the_restored_version(
         verified(latest, version)
 
 
+@pytest.mark.parametrize("landed_again", [2, 1])
+def test_a_transaction_open_across_a_restore_never_builds_on_its_replaced_base(
+        shared_location: Location, landed_again: int) -> None:
+    """A transaction begins on version 3; the prefix is restored to version 1 and another
+    writer lands ``landed_again`` versions on it (version 3 again under the same name, or
+    only version 2): the transaction's commit gets CommitConflict instead of landing
+    version 4 on the old version 3, which would lose the new versions or leave a gap."""
+    options = shared_location.storage_options
+    catalog = _catalog(shared_location)
+    backup = snapshot_prefix(catalog.storage)
+    catalog.create_table("s", "t3", columns=COLUMNS)
+    catalog.create_table("s", "t4", columns=COLUMNS)
+    txn = catalog.transaction()
+    assert txn.base.version == 3
+    txn.alter_table("s", "t1", set_properties={"owner": "a"})
+    restore_prefix(catalog.storage, backup)
+    other = Catalog.open(shared_location.uri, options)
+    for i in range(landed_again):
+        other.create_table("s", f"new{i}", columns=COLUMNS)
+
+    with pytest.raises(CommitConflict, match="no longer in the store as it was read"):
+        txn.commit()
+    latest = Catalog.open(shared_location.uri, options)
+    assert latest.version == 1 + landed_again
+    assert not latest.storage.exists(version_path(latest.version + 1))
+    assert "owner" not in latest.load_table("s", "t1").properties
+    assert latest.list_tables("s") == [f"new{i}" for i in range(landed_again)] + ["t1", "t2"]
+    for version in range(1, latest.version + 1):
+        verified(latest, version)
+
+
 KILLED_WRITER = textwrap.dedent("""
     import json, os, sys, time
     from olympia import Catalog

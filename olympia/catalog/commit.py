@@ -5,9 +5,12 @@ transactions. Read top to bottom, it is the protocol:
 2. :func:`commit` queues it in the catalog object's :class:`CommitGroup`: commits that
    threads of one process make through one catalog object are landed one batch at a time,
    first come first landed, by whichever caller finds no batch under way (the leader).
-3. :func:`_land_batch` takes the batch's base: the newest of the members' bases. When a
-   member began on an older version, or this group already landed a newer one, the
-   versions after the bases are first read from the store (:func:`_catch_up`).
+3. :func:`_land_batch` reads each member's base root from the store again and keeps
+   only members whose base is still there with the same digest (:func:`_still_stored`: a
+   prefix restored from a copy may hold other roots under the same names). The batch's
+   base is the newest of the members' bases. When a member began on an older version, or
+   this group already landed a newer one, the versions after the bases are first read
+   from the store (:func:`_catch_up`).
 4. :func:`_attempt` replays the change copy-on-write onto the base's tree, encodes the
    changed nodes and the root, and :meth:`olympia.storage.Storage.publish` writes the new
    definition and node files, then creates ``vn/<v+1>`` exclusively (put-if-absent).
@@ -298,6 +301,9 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
     Returns:
         The newest version known at the end: the one landed, or the newest read.
     """
+    members = _still_stored(files, members)
+    if not members:
+        return newest
     base = max((m.base for m in members), key=lambda b: b.version)
     if newest > base.version or any(m.base.version != base.version for m in members):
         base, members = _catch_up(files, members)
@@ -409,6 +415,28 @@ def _catch_up(files: CatalogFiles, members: list[_Member],
             member.base = newest
             kept.append(member)
     return newest, kept
+
+
+def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
+    """The members whose base the store still holds as they read it (same root digest).
+    The others get their :class:`CommitConflict`: a prefix restored from an earlier copy
+    (and perhaps committed to again) no longer holds the version they staged their change
+    on, and building on it would lose the store's versions or leave a gap before ours."""
+    versions = sorted({m.base.version for m in members})
+    digests = files.storage.map_reads(files.stored_digest, versions)
+    stored = dict(zip(versions, digests, strict=True))
+    kept = []
+    for member in members:
+        version = member.base.version
+        if stored[version] == member.base.root.digest:
+            kept.append(member)
+            continue
+        now = "is missing" if stored[version] is None else "holds another root"
+        member.error = CommitConflict(
+            f"version {version}, which this commit began on, is no longer in the store as "
+            f"it was read: the store {now} (expired, or restored from a copy?); begin again on the "
+            "latest version", version=version)
+    return kept
 
 
 def _roots_after(files: CatalogFiles, version: int) -> list[Root]:
