@@ -381,6 +381,8 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     except FileAlreadyExists:
         written.note(base, change, flushed)  # in place: a rebase may refer to them
         raise
+    for path, node in flushed.files.items():  # the next transaction reads them
+        base.nodes.remember(path, node)
     return Root(version, version_path(version), root, cdef, root_digest(root_bytes))
 
 
