@@ -38,8 +38,10 @@ from olympia.server.errors import (
 from olympia.server.models import (
     CommitTableBody,
     CommitTransactionBody,
+    CommitViewBody,
     CreateNamespaceBody,
     CreateTableBody,
+    CreateViewBody,
     RegisterTableBody,
     RenameTableBody,
     ReportMetricsBody,
@@ -60,6 +62,7 @@ NAMESPACE_SEPARATOR = "\x1f"
 
 NS = "/namespaces/{namespace}"
 TABLE = NS + "/tables/{table}"
+VIEW = NS + "/views/{view}"
 #: What ``GET /v1/config`` lists (the specification's form: ``{prefix}`` is empty, or
 #: ``version-<n>`` for a catalog version).
 ENDPOINTS = tuple(f"{method} /v1/{{prefix}}/{path}" for method, path in (
@@ -74,6 +77,11 @@ ENDPOINTS = tuple(f"{method} /v1/{{prefix}}/{path}" for method, path in (
     ("POST", "namespaces/{namespace}/register"), ("POST", "tables/rename"),
     ("POST", "namespaces/{namespace}/tables/{table}/metrics"),
     ("POST", "transactions/commit"),
+    ("GET", "namespaces/{namespace}/views"), ("POST", "namespaces/{namespace}/views"),
+    ("GET", "namespaces/{namespace}/views/{view}"),
+    ("HEAD", "namespaces/{namespace}/views/{view}"),
+    ("POST", "namespaces/{namespace}/views/{view}"),
+    ("DELETE", "namespaces/{namespace}/views/{view}"), ("POST", "views/rename"),
 ))
 
 
@@ -281,6 +289,50 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
         target = writing(request)
         parsed = await body(request, CommitTransactionBody)
         await call(target.commit_transaction, parsed)
+        return Response(status_code=204)
+
+    # --- views ----------------------------------------------------------------------
+
+    @catalog.get(NS + "/views")
+    async def list_views(request: Request, namespace: str, page_token: PageToken = None,
+                         page_size: PageSize = None) -> Response:
+        return _json(await call((await reading(request)).list_views, namespace_of(namespace),
+                                page(page_token, page_size)))
+
+    @catalog.post(NS + "/views")
+    async def create_view(request: Request, namespace: str) -> Response:
+        target = writing(request)
+        parsed = await body(request, CreateViewBody)
+        return _model(await call(target.create_view, namespace_of(namespace), parsed))
+
+    @catalog.get(VIEW)
+    async def load_view(request: Request, namespace: str, view: str) -> Response:
+        return _model(await call((await reading(request)).load_view, namespace_of(namespace),
+                                 name_of(view)))
+
+    @catalog.head(VIEW)
+    async def view_exists(request: Request, namespace: str, view: str) -> Response:
+        found = await call((await reading(request)).view_exists, namespace_of(namespace),
+                           name_of(view))
+        return Response(status_code=204 if found else 404)
+
+    @catalog.post(VIEW)
+    async def replace_view(request: Request, namespace: str, view: str) -> Response:
+        target = writing(request)
+        parsed = await body(request, CommitViewBody)
+        return _model(await call(target.replace_view, namespace_of(namespace), name_of(view),
+                                 parsed))
+
+    @catalog.delete(VIEW)
+    async def drop_view(request: Request, namespace: str, view: str) -> Response:
+        await call(writing(request).drop_view, namespace_of(namespace), name_of(view))
+        return Response(status_code=204)
+
+    @catalog.post("/views/rename")
+    async def rename_view(request: Request) -> Response:
+        target = writing(request)
+        parsed = await body(request, RenameTableBody)
+        await call(target.rename_view, parsed)
         return Response(status_code=204)
 
     app.include_router(catalog, prefix="/v1")

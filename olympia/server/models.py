@@ -4,13 +4,25 @@ partition specs, sort orders and table metadata are pyiceberg's own models."""
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from pydantic import Field, field_validator
-from pyiceberg.catalog.rest import CreateTableRequest, RegisterTableRequest
+from pyiceberg.catalog.rest import CreateTableRequest, CreateViewRequest, RegisterTableRequest
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import CommitTableRequest, TableIdentifier
 from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.table.update import (
+    AddSchemaUpdate,
+    AssignUUIDUpdate,
+    RemovePropertiesUpdate,
+    SetLocationUpdate,
+    SetPropertiesUpdate,
+    TableRequirement,
+    TableUpdate,
+    UpgradeFormatVersionUpdate,
+)
 from pyiceberg.typedef import IcebergBaseModel
+from pyiceberg.view.metadata import ViewVersion
 
 
 class CreateNamespaceBody(IcebergBaseModel):
@@ -75,3 +87,47 @@ class ReportMetricsBody(IcebergBaseModel):
         if value not in ("scan-report", "commit-report"):
             raise ValueError("report-type must be scan-report or commit-report")
         return value
+
+
+class CreateViewBody(CreateViewRequest):
+    """``POST /v1/namespaces/{namespace}/views`` (``location`` is optional)."""
+
+    location: str | None = None
+
+
+class AssertViewUUID(IcebergBaseModel):
+    """The one view requirement: the view still has this uuid."""
+
+    type: Literal["assert-view-uuid"]
+    uuid: str
+
+
+class AddViewVersionUpdate(IcebergBaseModel):
+    """Add a view version (``schema-id`` -1: the schema added last)."""
+
+    action: Literal["add-view-version"]
+    view_version: ViewVersion = Field(alias="view-version")
+
+
+class SetCurrentViewVersionUpdate(IcebergBaseModel):
+    """Make a version current (``view-version-id`` -1: the version added last)."""
+
+    action: Literal["set-current-view-version"]
+    view_version_id: int = Field(alias="view-version-id")
+
+
+ViewUpdate = Annotated[
+    AssignUUIDUpdate | UpgradeFormatVersionUpdate | AddSchemaUpdate | SetLocationUpdate
+    | SetPropertiesUpdate | RemovePropertiesUpdate | AddViewVersionUpdate
+    | SetCurrentViewVersionUpdate,
+    Field(discriminator="action"),
+]
+
+
+class CommitViewBody(IcebergBaseModel):
+    """``POST /v1/namespaces/{namespace}/views/{view}``: replace a view (the identifier is
+    optional, the path names the view)."""
+
+    identifier: TableIdentifier | None = None
+    requirements: list[AssertViewUUID] = Field(default_factory=list)
+    updates: list[ViewUpdate] = Field(default_factory=list)

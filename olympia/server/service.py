@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyiceberg.catalog import WAREHOUSE_LOCATION
-from pyiceberg.catalog.rest import TableResponse
+from pyiceberg.catalog.rest import TableResponse, ViewResponse
 from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table import CommitTableRequest, CommitTableResponse, Namespace, TableIdentifier
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, TableUpdate
+from pyiceberg.view.metadata import ViewMetadata
 
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
@@ -43,12 +44,15 @@ from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
     CommitTableBody,
     CommitTransactionBody,
+    CommitViewBody,
     CreateNamespaceBody,
     CreateTableBody,
+    CreateViewBody,
     RegisterTableBody,
     RenameTableBody,
     UpdateNamespacePropertiesBody,
 )
+from olympia.server.views import IcebergViews
 
 T = TypeVar("T")
 
@@ -99,6 +103,7 @@ class CatalogService:
         self.catalog = catalog
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
+        self.views = IcebergViews(catalog, self.warehouse)
         self._pinned: OrderedDict[int, CatalogService] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -372,7 +377,86 @@ class CatalogService:
             raise RestError(404, "NoSuchTableException",
                             f"Table does not exist: {namespace}.{name}")
 
+    # --- views -------------------------------------------------------------------------
+
+    def list_views(self, namespace: str, page: Page) -> dict[str, Any]:
+        """``GET /v1/namespaces/{namespace}/views``.
+
+        Raises:
+            NoSuchNamespaceError: the namespace does not exist.
+        """
+        names = sorted(name for _, name in self.catalog.list_views(namespace))
+        shown, token = paginate(names, page)
+        return {"identifiers": [{"namespace": [namespace], "name": name} for name in shown],
+                "next-page-token": token}
+
+    def create_view(self, namespace: str, body: CreateViewBody) -> ViewResponse:
+        """``POST /v1/namespaces/{namespace}/views``.
+
+        Raises:
+            NoSuchNamespaceError: the namespace does not exist.
+            AlreadyExistsError: a table or view of that name exists.
+            RestError: a location outside the warehouse, a reserved property, or a version
+                an Olympia view cannot hold.
+        """
+        return self._view_response(*self.views.create(namespace, body))
+
+    def load_view(self, namespace: str, name: str) -> ViewResponse:
+        """``GET /v1/namespaces/{namespace}/views/{view}``.
+
+        Raises:
+            NoSuchViewError: the view does not exist.
+            NotImplementedError: it has no Iceberg view metadata (defined with Olympia's
+                own tools).
+        """
+        return self._view_response(*self.views.load(namespace, name))
+
+    def view_exists(self, namespace: str, name: str) -> bool:
+        """``HEAD /v1/namespaces/{namespace}/views/{view}``."""
+        return self.catalog.view_exists((namespace, name))
+
+    def replace_view(self, namespace: str, name: str, body: CommitViewBody) -> ViewResponse:
+        """``POST /v1/namespaces/{namespace}/views/{view}``: the client's view updates as one
+        Olympia version (a lost race is tried again).
+
+        Raises:
+            NoSuchViewError: the view does not exist.
+            CommitFailedException: its uuid is not the one required.
+            NotImplementedError: it has no Iceberg view metadata.
+            RestError: the body names another view, or an update the view cannot take.
+        """
+        if body.identifier is not None:
+            named = table_identifier(body.identifier)
+            if named != (namespace, name):
+                raise bad_request(f"the body names view {'.'.join(named)} but the path "
+                                  f"names {namespace}.{name}")
+        return self._view_response(*retry_lost_races(
+            lambda: self.views.replace(namespace, name, body)))
+
+    def drop_view(self, namespace: str, name: str) -> None:
+        """``DELETE /v1/namespaces/{namespace}/views/{view}`` (its files stay).
+
+        Raises:
+            NoSuchViewError: the view does not exist.
+            ProtectedObjectError: it is protected.
+        """
+        self.catalog.drop_view((namespace, name))
+
+    def rename_view(self, body: RenameTableBody) -> None:
+        """``POST /v1/views/rename``.
+
+        Raises:
+            NoSuchViewError: the source does not exist.
+            NoSuchNamespaceError: the destination namespace does not exist.
+            AlreadyExistsError: the destination is taken.
+        """
+        self.views.rename(table_identifier(body.source), table_identifier(body.destination))
+
     # --- helpers -----------------------------------------------------------------------
+
+    def _view_response(self, metadata: ViewMetadata, location: str) -> ViewResponse:
+        return ViewResponse(metadata_location=location,  # type: ignore[call-arg]
+                            metadata=metadata, config=dict(self.client_properties))
 
     def _commit(self, changes: list[CommitTableRequest]) -> list[CommitTableResponse]:
         for change in changes:
