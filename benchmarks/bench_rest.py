@@ -1,0 +1,244 @@
+"""`olympia serve`: load_table through the server vs in process, and concurrent appends.
+
+(a) load_table of one table with a few snapshots: pyiceberg's RestCatalog through a running
+server vs OlympiaCatalog and pyiceberg's SqlCatalog (SQLite) in process, each warm (one client
+object) and cold (a new client object per load, so no metadata cache); on local disk and on
+the S3 test server. Where the server's time goes is measured in layers: the server's own
+work without HTTP (its CatalogService in this process, answer serialised), a raw HTTP GET
+(adding HTTP and the ASGI stack), and RestCatalog.load_table (adding the client parsing the
+answer). Goal: through the server <= 3x in process.
+
+(b) 16 clients (threads, each its own RestCatalog) appending one row at a time to 16 tables
+vs one client appending to one table: aggregate commits/s (goal >= 2x one client's), p99,
+rows and versions counted afterwards (zero lost); then 16 clients appending to ONE table,
+retrying 409s as pyiceberg users do: every append must land.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
+
+from benchmarks.common import ROOT, guarded, per_second, percentiles, s3_location, workdir
+from olympia.iceberg import OlympiaCatalog
+from olympia.server import CatalogService
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+TABLE = ("bench", "events")
+CLIENTS = 16
+GOAL_LOAD = 3.0
+GOAL_SCALE = 2.0
+
+
+def _row(i: int) -> pa.Table:
+    return pa.table({"id": pa.array([i], pa.int64()), "name": [f"row-{i}"]}, schema=SCHEMA)
+
+
+def _latency(fn: Callable[[], Any], count: int) -> dict[str, float]:
+    fn()  # the first call of each kind pays for imports and connections
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return percentiles(samples)
+
+
+@contextlib.contextmanager
+def _server(uri: str, warehouse: str, options: dict[str, Any],
+            client_properties: dict[str, str]) -> Iterator[Any]:
+    """``olympia serve`` in a subprocess (the test suite's runner), stopped by its PID."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from restserver import RestServer
+
+    extra = tuple(f"--client-property={k}={v}" for k, v in client_properties.items())
+    with RestServer(uri, warehouse, options, extra) as server:
+        yield server
+
+
+def _get(url: str, path: str) -> Callable[[], None]:
+    """A raw HTTP GET of ``path`` on one kept-alive connection."""
+    address = urlsplit(url)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
+
+    def get() -> None:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"GET {path}: {answer.status}")
+
+    return get
+
+
+def load_table(uri: str, warehouse: str, options: dict[str, Any],
+               iceberg_properties: dict[str, str], sql_uri: str, sql_warehouse: str,
+               loads: int, snapshots: int) -> dict[str, Any]:
+    """(a) on one storage: latencies (ms) of each way to load the same table."""
+    props = {"uri": uri, "warehouse": warehouse, "olympia.create": "true",
+             **iceberg_properties}
+    catalog = OlympiaCatalog("bench", **props)
+    catalog.create_namespace(TABLE[0])
+    table = catalog.create_table(TABLE, SCHEMA)
+    sql = SqlCatalog("sql", uri=sql_uri, warehouse=sql_warehouse, **iceberg_properties)
+    sql.create_namespace(TABLE[0])
+    sql_table = sql.create_table(TABLE, SCHEMA)
+    for i in range(snapshots):
+        table.append(_row(i))
+        sql_table.append(_row(i))
+    out: dict[str, Any] = {"loads": loads, "snapshots": snapshots}
+    out["in_process_warm"] = _latency(lambda: catalog.load_table(TABLE), loads)
+    out["in_process_cold"] = _latency(lambda: _cold_load(props), loads)
+    out["sql_warm"] = _latency(lambda: sql.load_table(TABLE), loads)
+    out["sql_cold"] = _latency(
+        lambda: SqlCatalog("sql", uri=sql_uri, warehouse=sql_warehouse,
+                           **iceberg_properties).load_table(TABLE), loads)
+    service = CatalogService(catalog, {})
+    out["server_work_in_process"] = _latency(
+        lambda: service.load_table(*TABLE, "all").model_dump_json(), loads)
+    with _server(uri, warehouse, options, iceberg_properties) as server:
+        out["http_get"] = _latency(_get(server.url, "/v1/namespaces/bench/tables/events"),
+                                   loads)
+        client = server.client()
+        out["rest_warm"] = _latency(lambda: client.load_table(TABLE), loads)
+        out["rest_cold"] = _latency(lambda: server.client().load_table(TABLE), loads)
+    catalog.close()
+    out["ratios"] = {
+        "rest_vs_in_process_warm": _ratio(out["rest_warm"], out["in_process_warm"]),
+        "rest_vs_in_process_cold": _ratio(out["rest_cold"], out["in_process_cold"]),
+        "rest_vs_sql_warm": _ratio(out["rest_warm"], out["sql_warm"]),
+        "rest_vs_sql_cold": _ratio(out["rest_cold"], out["sql_cold"]),
+    }
+    return out
+
+
+def _cold_load(props: dict[str, str]) -> None:
+    """A new OlympiaCatalog loads the table (and is closed)."""
+    catalog = OlympiaCatalog("bench", **props)
+    try:
+        catalog.load_table(TABLE)
+    finally:
+        catalog.close()
+
+
+def _latest(catalog: OlympiaCatalog) -> int:
+    catalog.olympia.refresh()
+    return catalog.olympia.version
+
+
+def _ratio(a: dict[str, float], b: dict[str, float]) -> float:
+    return round(a["median_ms"] / b["median_ms"], 2)
+
+
+def _append_round(server: Any, clients: int, tables: list[tuple[str, str]],
+                  per_client: int) -> dict[str, Any]:
+    """``clients`` threads, each with its own RestCatalog, appending ``per_client`` rows to
+    ``tables[i % len(tables)]``; a 409 is answered by reloading and appending again."""
+    loaded = [server.client(f"c{i}").load_table(tables[i % len(tables)])
+              for i in range(clients)]
+    latencies: list[float] = []
+    retries = [0] * clients
+    lock = threading.Lock()
+    marks: dict[str, float] = {}
+    barrier = threading.Barrier(clients, action=lambda: marks.setdefault(
+        "start", time.perf_counter()))
+
+    def work(i: int) -> None:
+        table = loaded[i]
+        barrier.wait()
+        for k in range(per_client):
+            started = time.perf_counter()
+            while True:
+                try:
+                    table.append(_row(i * 10**6 + k))
+                    break
+                except CommitFailedException:
+                    retries[i] += 1
+                    table = table.refresh()
+            with lock:
+                latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+    cpu_before = _cpu(psutil.Process()), _cpu(psutil.Process(server.process.pid))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - marks["start"]
+    cpu_after = _cpu(psutil.Process()), _cpu(psutil.Process(server.process.pid))
+    ordered = sorted(latencies)
+    return {"clients": clients, "tables": len(tables), "appends": len(latencies),
+            "commits_per_s": per_second(len(latencies), seconds),
+            **percentiles(latencies),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
+            "client_retries_of_409": sum(retries), "wall_s": round(seconds, 3),
+            # where the time goes: CPU seconds of the clients' process and the server's
+            "client_cpu_s": round(cpu_after[0] - cpu_before[0], 3),
+            "server_cpu_s": round(cpu_after[1] - cpu_before[1], 3)}
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def appends(tmp: Path, per_client: int) -> dict[str, Any]:
+    """(b) on local disk: one client vs 16 on 16 tables vs 16 on one table, each checked
+    afterwards: every row there, one catalog version per append."""
+    uri, warehouse = str(tmp / "appends"), f"file://{tmp}/appends-wh"
+    catalog = OlympiaCatalog("bench", uri=uri, warehouse=warehouse, **{"olympia.create": "true"})
+    catalog.create_namespace("bench")
+    names = [("bench", f"t{i:02d}") for i in range(CLIENTS)] + [("bench", "one"),
+                                                                 ("bench", "shared")]
+    for name in names:
+        catalog.create_table(name, SCHEMA)
+    out: dict[str, Any] = {"per_client": per_client}
+    with _server(uri, warehouse, {}, {}) as server:
+        for key, clients, tables, count in (
+                ("one_client", 1, [("bench", "one")], per_client * 4),
+                ("clients_16_tables_16", CLIENTS, names[:CLIENTS], per_client),
+                ("clients_16_one_table", CLIENTS, [("bench", "shared")], per_client)):
+            before = _latest(catalog)
+            result = _append_round(server, clients, tables, count)
+            rows = sum(catalog.load_table(t).scan().to_arrow().num_rows for t in tables)
+            result["rows_landed"] = rows
+            result["lost"] = clients * count - rows
+            result["versions"] = _latest(catalog) - before
+            out[key] = result
+    catalog.close()
+    out["scale_16_vs_1"] = round(out["clients_16_tables_16"]["commits_per_s"]
+                                 / out["one_client"]["commits_per_s"], 2)
+    return out
+
+
+def run(quick: bool) -> dict[str, Any]:
+    loads, snapshots, per_client = (50, 10, 5) if quick else (500, 50, 25)
+    out: dict[str, Any] = {"goal": f"rest_vs_in_process <= {GOAL_LOAD}x; scale_16_vs_1 >= "
+                                   f"{GOAL_SCALE}x; lost == 0"}
+    with workdir() as tmp:
+        out["local"] = guarded(lambda: load_table(
+            str(tmp / "catalog"), f"file://{tmp}/warehouse", {}, {}, f"sqlite:///{tmp}/sql.db",
+            f"file://{tmp}/sql-wh", loads, snapshots))
+        out["appends"] = guarded(lambda: appends(tmp, per_client))
+        with s3_location("rest") as (uri, options):
+            bucket = uri.removeprefix("s3://").split("/", 1)[0]
+            iceberg = {"s3.endpoint": options["client_kwargs"]["endpoint_url"],
+                       "s3.access-key-id": options["key"],
+                       "s3.secret-access-key": options["secret"], "s3.region": "us-east-1",
+                       "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+            out["s3"] = guarded(lambda: load_table(
+                f"{uri}/catalog", f"s3://{bucket}/rest/warehouse", options, iceberg,
+                f"sqlite:///{tmp}/sql-s3.db", f"s3://{bucket}/rest/sql-wh", loads, snapshots))
+    return out
