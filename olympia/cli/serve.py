@@ -45,7 +45,7 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
         from olympia.server.auth import Tokens
     except ModuleNotFoundError as exc:
         raise click.ClickException(f"olympia serve needs {exc.name}: pip install "
-                                   "'olympia-catalog[iceberg]' fastapi uvicorn") from None
+                                   "'olympia-catalog[serve]'") from None
     if not insecure and token_file is None and not _loopback(host):
         raise click.UsageError(f"--host {host} is not a loopback address: give clients tokens "
                                "with --token-file, or pass --insecure to serve anyone")
