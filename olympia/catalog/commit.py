@@ -17,9 +17,9 @@ transactions. Read top to bottom, it is the protocol:
    Where telling is free (local disk, memory), an attempt looks whether ``vn/<v+1>`` is
    taken before each costly step (:func:`_lost_already`), and a lost one stops there.
 5. On losing the race, :func:`_catch_up` reads the roots after the base *from the store*
-   (:data:`READ_AHEAD` at a time, until one is missing), checks each member's actions
-   against theirs (:func:`olympia.catalog.actions.find_conflict`) and rebases on the
-   newest: step 4 runs again, after a jittered exponential pause
+   (through the one that won, and later ones where telling they exist is free), checks
+   each member's actions against theirs (:func:`olympia.catalog.actions.find_conflict`)
+   and rebases on the newest: step 4 runs again, after a jittered exponential pause
    (:meth:`CommitOptions.pause`), until the time budget (``commit_timeout``) is spent.
    Node files an earlier attempt wrote are reused where their content is unchanged, and
    definition files are written once (:class:`_Written`).
@@ -64,7 +64,6 @@ from olympia.tree import btree
 from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
-READ_AHEAD = 2  # roots read at once after a lost race: the winner's and the next
 
 
 def now_millis() -> int:
@@ -306,7 +305,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
         return newest
     base = max((m.base for m in members), key=lambda b: b.version)
     if newest > base.version or any(m.base.version != base.version for m in members):
-        base, members = _catch_up(files, members)
+        base, members = _catch_up(files, members, max(newest, base.version))
     if not members:
         return base.version
     options = members[0].options
@@ -319,7 +318,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
             committed = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
             losses += 1
-            base, members = _catch_up(files, members)
+            base, members = _catch_up(files, members, base.version + 1)
             if not members:
                 return base.version
         else:
@@ -394,14 +393,16 @@ def _lost_already(files: CatalogFiles, version: int) -> None:
         raise FileAlreadyExists("file already exists", files.storage.display(path))
 
 
-def _catch_up(files: CatalogFiles, members: list[_Member],
+def _catch_up(files: CatalogFiles, members: list[_Member], through: int,
               ) -> tuple[Snapshot, list[_Member]]:
-    """Read the versions after the members' bases from the store, and check each member
-    against those after its own base. Returns the newest version and the members it leaves
-    possible (their bases advanced to it); the others get their :class:`CommitConflict`.
+    """Read the versions after the members' bases from the store (through ``through``,
+    known to exist, and further where that is free: :func:`_roots_after`), and check each
+    member against those after its own base. Returns the newest version and the members
+    it leaves possible (their bases advanced to it); the others get their
+    :class:`CommitConflict`.
     """
     oldest = min(members, key=lambda m: m.base.version).base
-    roots = _roots_after(files, oldest.version)
+    roots = _roots_after(files, oldest.version, through)
     newest = Snapshot(files, roots[-1]) if roots else oldest
     theirs = {root.version: Snapshot(files, root).actions() for root in roots}
     kept = []
@@ -436,30 +437,34 @@ def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
         now = "is missing" if stored[version] is None else "holds another root"
         member.error = CommitConflict(
             f"version {version}, which this commit began on, is no longer in the store as "
-            f"it was read: the store {now} (expired, or restored from a copy?); begin again on the "
-            "latest version", version=version)
+            f"it was read: the store {now} (expired, or restored from a copy?); begin "
+            "again on the latest version", version=version)
     return kept
 
 
-def _roots_after(files: CatalogFiles, version: int) -> list[Root]:
-    """The roots of the versions after ``version``, read from the store (never from a
-    cache: a restored prefix may hold other roots under the same names), :data:`READ_AHEAD`
-    at a time (concurrently on remote storage), until one is missing."""
+def _roots_after(files: CatalogFiles, version: int, through: int) -> list[Root]:
+    """The roots of the versions after ``version`` read from the store, never from a cache
+    (a restored prefix may hold other roots under the same names): those through
+    ``through``, which are known to exist (a create of it failed, or this group landed
+    it), concurrently on remote storage; then later ones while the storage tells for free
+    that they exist (local disk, memory). Stops before the first missing one."""
     def read(v: int) -> Root | None:
-        if not (files.storage.remote or files.storage.known_to_exist(version_path(v))):
-            return None  # seen missing for free (local disk, memory)
         try:
             return files.read_root(v, fresh=True)
         except NoSuchVersionError:
             return None
 
     roots: list[Root] = []
-    while True:
-        first = version + 1 + len(roots)
-        for root in files.storage.map_reads(read, range(first, first + READ_AHEAD)):
-            if root is None:
-                return roots
-            roots.append(root)
+    for root in files.storage.map_reads(read, range(version + 1, through + 1)):
+        if root is None:
+            return roots
+        roots.append(root)
+    while files.storage.known_to_exist(version_path(version + 1 + len(roots))):
+        root = read(version + 1 + len(roots))
+        if root is None:
+            break
+        roots.append(root)
+    return roots
 
 
 def _conflict(version: int, theirs: list[apb.ActionDef],
