@@ -45,6 +45,7 @@ from pyiceberg.view import View
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader
+from olympia.iceberg.locations import inside
 from olympia.iceberg.metadata import (
     identifier_parts,
     is_iceberg,
@@ -389,21 +390,28 @@ class OlympiaCatalog(CatalogSession):
 
         self._change(stage, "drop_table")
 
-    def purge_table(self, identifier: str | Identifier) -> None:
+    def purge_table(self, identifier: str | Identifier, *, within: str | None = None) -> None:
         """Drop a table and delete its files at once. Older catalog versions still name the
         table, but time travel and rollback can no longer read it.
 
         Before anything is dropped or deleted, every file the table's metadata names (data,
-        manifests, manifest lists, metadata files) is checked against the other live tables:
-        if one lies in another live table's location (or is its metadata file), the purge is
-        refused and nothing is dropped or deleted.
+        manifests, manifest lists, metadata files) is checked against the other live tables
+        (and against ``within``): if one lies in another live table's location (or is its
+        metadata file), the purge is refused and nothing is dropped or deleted. The drop
+        lands only if the table is still at the metadata whose files were checked, so the
+        files deleted are exactly the ones checked.
 
         Args:
             identifier: The table.
+            within: If given, every file must lie under this location (a server purging
+                what clients wrote deletes nothing outside its warehouse).
 
         Raises:
             NoSuchTableError: it does not exist.
             LocationInUseError: one of its files belongs to another live table.
+            InvalidArgumentError: one of its files lies outside ``within``.
+            CommitFailedException: the table changed after its files were listed (nothing
+                dropped or deleted).
             CatalogError: called inside a transaction (files would go before the commit).
         """
         if self._txn is not None:
@@ -413,17 +421,33 @@ class OlympiaCatalog(CatalogSession):
         ns, name = self._table_ident(identifier)
         table = self.load_table((ns, name))
         files = _table_files(table)
+        paths = sorted(p for kind in files.values() for p in kind)
+        refused = "refused, nothing dropped or deleted"
+        outside = [path for path in paths if within is not None and not inside(path, within)]
+        if outside:
+            raise oe.InvalidArgumentError(
+                f"purge_table {ns}.{name} {refused}: {len(outside)} of the files its metadata "
+                f"names lie outside {within} (first: {outside[0]}); drop it without purging")
         live = self._live()
-        for path in sorted(p for paths in files.values() for p in paths):
+        for path in paths:
             other = live.owner(path, (ns, name))
             if other is not None:
                 raise oe.LocationInUseError(
-                    f"purge_table {ns}.{name} refused, nothing dropped or deleted: its file "
-                    f"{path} belongs to live table {other.name} (in its location, or its "
-                    "metadata file)", other.name)
-        self.drop_table((ns, name))
-        for kind, paths in files.items():
-            delete_files(table.io, paths, kind)
+                    f"purge_table {ns}.{name} {refused}: its file {path} belongs to live "
+                    f"table {other.name} (in its location, or its metadata file)", other.name)
+
+        def stage(bound: OlympiaCatalog) -> None:
+            txn = bound._staging()
+            current = bound._definition(txn, ns, name)
+            if current.location != table.metadata_location:
+                raise CommitFailedException(
+                    f"purge_table {ns}.{name} {refused}: the table changed after its files "
+                    f"were listed (its metadata is now {current.location})")
+            txn.drop_table(ns, name)
+
+        self._change(stage, "purge_table")
+        for kind, paths_of_kind in files.items():
+            delete_files(table.io, paths_of_kind, kind)
 
     def rename_table(self, from_identifier: str | Identifier,
                      to_identifier: str | Identifier) -> Table:

@@ -38,7 +38,6 @@ from pyiceberg.view.metadata import ViewMetadata
 
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
-from olympia.iceberg.catalog import _table_files as table_files  # what a purge deletes
 from olympia.iceberg.locations import inside
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
@@ -298,12 +297,12 @@ class CatalogService:
         Raises:
             NoSuchTableError: the table does not exist.
             LocationInUseError: (purge) one of its files belongs to another live table.
-            RestError: (purge) its metadata names a file outside the warehouse (a client
-                wrote that metadata; the server deletes nothing it was not given to keep).
+            InvalidArgumentError: (purge) its metadata names a file outside the warehouse (a
+                client wrote that metadata; the server deletes nothing outside it).
+            CommitFailedException: (purge) the table changed after its files were listed.
         """
         if purge:
-            self._check_purge(namespace, name)
-            self.catalog.purge_table((namespace, name))
+            self.catalog.purge_table((namespace, name), within=self.warehouse)
         else:
             self.catalog.drop_table((namespace, name))
 
@@ -478,16 +477,6 @@ class CatalogService:
                                   "access and cannot be set through the REST catalog")
             if key in PLACEMENT_PROPERTIES:
                 self._check_place(value, f"{key} of {what}")
-
-    def _check_purge(self, namespace: str, name: str) -> None:
-        files = table_files(self.catalog.load_table((namespace, name)))
-        outside = sorted(path for paths in files.values() for path in paths
-                         if not inside(path, self.warehouse))
-        if outside:
-            raise bad_request(f"purge of table {namespace}.{name} refused, nothing dropped "
-                              f"or deleted: {len(outside)} of the files its metadata names "
-                              f"lie outside the server's warehouse (first: {outside[0]}); "
-                              "drop it without purging")
 
     def _check_place(self, location: str, what: str) -> None:
         if not inside(location, self.warehouse):
