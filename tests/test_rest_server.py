@@ -25,7 +25,6 @@ from pyiceberg.types import IntegerType, StringType
 from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
-from olympia.iceberg import OlympiaCatalog
 from olympia.versions.history import history
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
@@ -320,22 +319,36 @@ def test_unknown_routes_and_methods_answer_an_error_model(server: RestServer) ->
 
 
 
-def test_a_table_whose_metadata_file_is_gone_or_corrupt(server: RestServer, ns: str) -> None:
+def test_a_table_whose_metadata_file_is_gone_or_corrupt(server: RestServer, client: RestCatalog,
+                                                        ns: str) -> None:
     """The table exists (HEAD says so) but cannot be served: a 500 naming the table and
-    the file, not a 404 that clients would read as a missing table. (The tables are made
-    in process: a server that read a metadata file keeps it, as files never change.)"""
-    with OlympiaCatalog("in-process", uri=server.catalog_uri,
-                        warehouse=server.warehouse) as in_process:
-        for name, damage in (("gone", b""), ("corrupt", b"{not metadata")):
-            table = in_process.create_table((ns, name), ROWS.schema)
-            path = Path(urlsplit(table.metadata_location).path)
-            if damage:
-                path.write_bytes(damage)
-            else:
-                path.unlink()
-            assert request(server, "HEAD", f"/v1/namespaces/{ns}/tables/{name}")[0] == 204
-            assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}"), 500,
-                         "CorruptFileException", f"table {ns}.{name}")
+    the file, not a 404 that clients would read as a missing table. The server read each
+    file before it was damaged, and still never serves it from memory."""
+    for name, damage in (("gone", b""), ("corrupt", b"{not metadata")):
+        table = client.create_table((ns, name), ROWS.schema)
+        assert request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}")[0] == 200
+        path = Path(urlsplit(table.metadata_location).path)
+        if damage:
+            path.write_bytes(damage)
+        else:
+            path.unlink()
+        assert request(server, "HEAD", f"/v1/namespaces/{ns}/tables/{name}")[0] == 204
+        assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}"), 500,
+                     "CorruptFileException", f"table {ns}.{name}")
+
+
+def test_a_metadata_file_replaced_after_the_server_read_it(server: RestServer,
+                                                           client: RestCatalog,
+                                                           ns: str) -> None:
+    """A load serves what the file holds now, not what the server read before."""
+    table = client.create_table((ns, "t"), ROWS.schema)
+    first = Path(urlsplit(table.metadata_location).path).read_bytes()
+    table.append(ROWS)
+    _, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/t")
+    assert len(body["metadata"]["snapshots"]) == 1
+    Path(urlsplit(body["metadata-location"]).path).write_bytes(first)
+    _, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/t")
+    assert body["metadata"]["snapshots"] == []
 
 
 def test_a_client_leaving_mid_request_changes_nothing(server: RestServer, client: RestCatalog,

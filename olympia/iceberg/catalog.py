@@ -75,8 +75,9 @@ class OlympiaCatalog(CatalogSession):
     property), the pyiceberg ``s3.*`` properties (used for both the catalog files and the
     FileIO), ``olympia.storage.<option>`` (any Olympia storage option) and ``olympia.create``
     (``true``: create the Olympia catalog if there is none at ``uri``) and
-    ``olympia.metadata-cache-size`` (parsed metadata files kept in memory, default 256; files
-    never change once written, so the cache is never stale). Properties missing from
+    ``olympia.metadata-cache-size`` (parsed metadata files kept in memory, default 256; a
+    metadata file is still read on every load, and parsed again only when its bytes
+    changed, so a file deleted or replaced is noticed). Properties missing from
     the call are read from ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__<NAME>__*`` as usual.
 
     Raises:

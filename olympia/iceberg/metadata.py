@@ -4,6 +4,7 @@ what a commit did to it, and pyiceberg's identifier and property conventions."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.io import FileIO
-from pyiceberg.serializers import FromInputFile
+from pyiceberg.serializers import Compressor, FromByteStream
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
@@ -41,15 +42,39 @@ def read_table_metadata(io: FileIO, location: str, table: str) -> TableMetadata:
         IcebergMetadataError: the file is missing or unreadable as Iceberg table metadata.
         StorageError: the storage failed otherwise (the outcome may differ on retry).
     """
+    return parse_table_metadata(read_metadata_file(io, location, table), location, table)
+
+
+def read_metadata_file(file_io: FileIO, location: str, table: str) -> bytes:
+    """The bytes of the metadata file at ``location`` of ``table``, as stored.
+
+    Raises:
+        IcebergMetadataError: the file does not exist.
+        StorageError: the storage failed otherwise (the outcome may differ on retry).
+    """
     try:
-        return FromInputFile.table_metadata(io.new_input(location))
+        with file_io.new_input(location).open() as stream:
+            return stream.read()
     except FileNotFoundError:
-        reason = "the file does not exist"
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        reason = f"not gzip data, as its name says ({exc})"
+        raise IcebergMetadataError(location, f"the Iceberg metadata of table {table} is "
+                                             "unreadable: the file does not exist") from None
     except OSError as exc:
         raise oe.StorageError(f"table {table}: cannot read its Iceberg metadata ({exc})",
                               location) from exc
+
+
+def parse_table_metadata(data: bytes, location: str, table: str) -> TableMetadata:
+    """The table metadata in ``data``, the bytes of the file at ``location`` (gzip if its
+    name says so).
+
+    Raises:
+        IcebergMetadataError: ``data`` is no Iceberg table metadata.
+    """
+    try:
+        return FromByteStream.table_metadata(
+            io.BytesIO(data), compression=Compressor.get_compressor(location=location))
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        reason = f"not gzip data, as its name says ({exc})"
     except (ValueError, IcebergValidationError, EOFError) as exc:
         reason = _unreadable(exc)
     raise IcebergMetadataError(location, f"the Iceberg metadata of table {table} is "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -41,7 +42,8 @@ from olympia.iceberg.metadata import (
     ICEBERG,
     describe,
     identifier_parts,
-    read_table_metadata,
+    parse_table_metadata,
+    read_metadata_file,
     table_definition,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
@@ -64,7 +66,7 @@ class CatalogSession(MetastoreCatalog):
     _pinned: Snapshot | None
     _txn: Transaction | None
     _written: list[tuple[FileIO, str]]
-    _metadata_cache: OrderedDict[str, TableMetadata]
+    _metadata_cache: OrderedDict[str, tuple[bytes | None, TableMetadata]]
     _index: LiveIndex | None
     _seen: int  # the staged actions of the transaction _index includes
     _cache_lock: threading.Lock
@@ -317,7 +319,10 @@ class CatalogSession(MetastoreCatalog):
         return parts[0], parts[1]
 
     def _read_metadata(self, location: str, table: str) -> TableMetadata:
-        """A metadata file's contents; files never change once written, so they are cached.
+        """A metadata file's contents, read from storage every time (a file deleted or
+        replaced since an earlier read is noticed); the parsed metadata is kept by the
+        digest of the file's bytes, so a file read again unchanged is not parsed again. A
+        dry run's own staged files, never written, are served from memory.
 
         Raises:
             IcebergMetadataError: the file is missing or is no Iceberg table metadata
@@ -326,16 +331,25 @@ class CatalogSession(MetastoreCatalog):
         """
         with self._cache_lock:
             cached = self._metadata_cache.get(location)
-            if cached is not None:
+            if cached is not None and self._dry_run and cached[0] is None:
+                return cached[1]
+        data = read_metadata_file(self._load_file_io(location=location), location, table)
+        digest = hashlib.sha256(data).digest()
+        with self._cache_lock:
+            cached = self._metadata_cache.get(location)
+            if cached is not None and cached[0] == digest:
                 self._metadata_cache.move_to_end(location)
-                return cached
-        metadata = read_table_metadata(self._load_file_io(location=location), location, table)
-        self._remember(location, metadata)
+                return cached[1]
+        metadata = parse_table_metadata(data, location, table)
+        self._remember(location, metadata, digest)
         return metadata
 
-    def _remember(self, location: str, metadata: TableMetadata) -> None:
+    def _remember(self, location: str, metadata: TableMetadata,
+                  digest: bytes | None = None) -> None:
+        """Keep ``metadata`` parsed from a file whose bytes have ``digest`` (``None``: a
+        file this session staged; its bytes are read, and it parsed, once when next read)."""
         with self._cache_lock:
-            self._metadata_cache[location] = metadata
+            self._metadata_cache[location] = (digest, metadata)
             while len(self._metadata_cache) > self._cache_size:
                 self._metadata_cache.popitem(last=False)
 
