@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from iceberg_helpers import s3_properties
+from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 from restserver import RestServer, assert_error, request
 from s3server import Fault, FaultProxy
 
@@ -75,4 +76,27 @@ def test_failing_storage_is_a_503_with_retry_after(
     proxy.fault = None
     assert client.load_table(("ns", "t")).scan().to_arrow().num_rows == 3
     assert client.list_namespaces() == [("ns",)]
+    assert "Traceback" not in "".join(server.log)
+
+
+def test_a_view_on_s3_and_its_metadata_when_storage_fails(
+        proxied: tuple[RestServer, FaultProxy]) -> None:
+    """A view's metadata file lives on S3 with the catalog; failing storage while loading
+    it is a 503, and the view is served again once storage answers."""
+    server, proxy = proxied
+    client = server.client()
+    client.create_namespace("ns")
+    version = ViewVersion(  # type: ignore[call-arg]
+        version_id=1, schema_id=0, default_namespace=["ns"],
+        representations=[ViewRepresentation(SQLViewRepresentation(
+            type="sql", sql="SELECT 1 AS id", dialect="spark"))])
+    created = client.create_view(("ns", "v"), ROWS.schema, version)
+    assert created.metadata.location.startswith(server.warehouse)
+    proxy.fault = Fault(frozenset({"GET", "HEAD"}), 503, "SlowDown")
+    assert_error(request(server, "GET", "/v1/namespaces/ns/views/v"), 503,
+                 "ServiceUnavailableException", "failed after 2 tries")
+    proxy.fault = None
+    assert client.load_view(("ns", "v")).metadata == created.metadata
+    client.drop_view(("ns", "v"))
+    assert client.list_views("ns") == []
     assert "Traceback" not in "".join(server.log)
