@@ -8,6 +8,7 @@ One server per module over a catalog on local disk; names are unique per test.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,3 +248,27 @@ def test_a_catalog_version_serves_its_views_read_only(server: RestServer, client
         "SELECT 1 AS id")
     assert_error(request(server, "DELETE", f"/v1/version-{pinned}/namespaces/{ns}/views/v"),
                  403, "ForbiddenException", f"catalog version {pinned} is read-only")
+
+
+def test_concurrent_replaces_all_land(server: RestServer, client: RestCatalog, ns: str) -> None:
+    """Replaces racing on one view are tried again in the server (their uuid requirement
+    still holds): each lands as its own view version."""
+    uuid_ = client.create_view((ns, "v"), SCHEMA, sql_version("SELECT 0 AS id", ns)
+                               ).metadata.view_uuid
+    answers: list[int] = []
+
+    def replace(i: int) -> None:
+        status, _, _ = request(server, "POST", f"/v1/namespaces/{ns}/views/v",
+                               json.dumps(replace_body(uuid_, f"SELECT {i} AS id", ns)))
+        answers.append(status)
+
+    threads = [threading.Thread(target=replace, args=(i,)) for i in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [200] * 4
+    metadata = client.load_view((ns, "v")).metadata
+    sqls = {v.representations[0].root.sql for v in metadata.versions}
+    assert sqls == {f"SELECT {i} AS id" for i in range(5)}
+    assert len(metadata.version_log) == 5
