@@ -1,10 +1,11 @@
 """A long run of the commit-history state machine (tests/test_commit_history.py).
 
-``python -m benchmarks.commit_history --examples 200000`` runs that many examples with
-fresh random draws (hypothesis's ``explore`` profile, not the suite's derandomized one)
-and prints one JSON line: examples asked for, whether they all passed, and seconds. It is
-not a ``bench_*`` module, so ``python -m benchmarks`` does not run it: at 13-24 examples
-a second on a 2-core machine, 200 000 examples take two to four hours.
+``python -m benchmarks.commit_history --examples 200000 [--workers 2]`` runs that many
+examples with fresh random draws (hypothesis's ``explore`` profile, not the suite's
+derandomized one), split evenly over ``--workers`` pytest processes (each draws its own
+random examples), and prints one JSON line: examples asked for, whether they all passed,
+and seconds. It is not a ``bench_*`` module, so ``python -m benchmarks`` does not run it:
+at 13-24 examples a second per core, 200 000 examples take about two hours on two cores.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,25 +22,31 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the state machine; returns pytest's exit code (0: every example passed).
+    """Run the state machine; returns 0 when every example of every worker passed.
 
     Args:
-        argv: ``--examples N`` (default 200000).
+        argv: ``--examples N`` (default 200000), ``--workers W`` (default 1).
 
     Returns:
-        The exit code.
+        The exit code (the first failing worker's pytest exit code, else 0).
     """
-    import pytest
-
     parser = argparse.ArgumentParser(prog="python -m benchmarks.commit_history")
     parser.add_argument("--examples", type=int, default=200_000)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    os.environ["OLYMPIA_COMMIT_HISTORY_EXAMPLES"] = str(args.examples)
-    os.environ["HYPOTHESIS_PROFILE"] = "explore"
+    if args.workers < 1 or args.examples % args.workers:
+        parser.error("--workers must be at least 1 and divide --examples")
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "explore",
+           "OLYMPIA_COMMIT_HISTORY_EXAMPLES": str(args.examples // args.workers)}
     started = time.perf_counter()
-    code = int(pytest.main(["-q", "-p", "no:cacheprovider", "-o", "timeout=0",
-                            str(ROOT / "tests" / "test_commit_history.py")]))
-    print(json.dumps({"examples": args.examples, "passed": code == 0,
+    workers = [subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=0",
+         str(ROOT / "tests" / "test_commit_history.py")], cwd=ROOT, env=env)
+        for _ in range(args.workers)]
+    codes = [worker.wait() for worker in workers]
+    code = next((c for c in codes if c), 0)
+    print(json.dumps({"examples": args.examples, "workers": args.workers,
+                      "passed": code == 0,
                       "seconds": round(time.perf_counter() - started, 1)}))
     return code
 
