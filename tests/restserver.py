@@ -51,6 +51,13 @@ class RestServer:
         self.log: list[str] = []
         self._drain: threading.Thread | None = None
 
+    @classmethod
+    def on_new_catalog(cls, root: Path, *extra: str) -> RestServer:
+        """A server (not started) over a new Olympia catalog at ``root/catalog`` whose
+        tables live under ``root/warehouse``."""
+        OlympiaStore.create(str(root / "catalog")).close()
+        return cls(str(root / "catalog"), f"file://{root}/warehouse", extra=extra)
+
     def start(self) -> RestServer:
         env = {**os.environ, "OLYMPIA_STORAGE_OPTIONS": json.dumps(self.storage_options)}
         cmd = [str(Path(sys.executable).parent / "olympia"), "serve", "-c", self.catalog_uri,

@@ -75,9 +75,7 @@ def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]
 @pytest.fixture(scope="module")
 def rest_local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
     """``olympia serve`` over a catalog on local disk."""
-    root = tmp_path_factory.mktemp("rest")
-    OlympiaStore.create(str(root / "catalog")).close()
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as server:
+    with RestServer.on_new_catalog(tmp_path_factory.mktemp("rest")) as server:
         yield server
 
 

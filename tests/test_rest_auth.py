@@ -23,11 +23,9 @@ READER, WRITER = "reader-secret-1f3a", "writer-secret-9c2e"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
     root = tmp_path_factory.mktemp("rest")
-    OlympiaStore.create(str(root / "catalog")).close()
     tokens = root / "tokens"
     tokens.write_text(f"# clients\nanalyst read-only {READER}\n\netl read-write {WRITER}\n")
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse",
-                    extra=("--token-file", str(tokens))) as started:
+    with RestServer.on_new_catalog(root, "--token-file", str(tokens)) as started:
         yield started
     assert not any(secret in "".join(started.log) for secret in (READER, WRITER))
 

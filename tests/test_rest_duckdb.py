@@ -16,16 +16,13 @@ import pytest
 from restserver import RestServer, duckdb_connection, version
 
 import olympia.spark
-from olympia.catalog.catalog import Catalog as OlympiaStore
 
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]})
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
-    root = tmp_path_factory.mktemp("rest")
-    OlympiaStore.create(str(root / "catalog")).close()
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as started:
+    with RestServer.on_new_catalog(tmp_path_factory.mktemp("rest")) as started:
         yield started
 
 
@@ -81,11 +78,9 @@ def test_rows_duckdb_inserted_read_back_through_the_spark_source(
 
 
 def test_duckdb_signs_in_with_client_credentials(tmp_path: Path) -> None:
-    OlympiaStore.create(str(tmp_path / "catalog")).close()
     tokens = tmp_path / "tokens"
     tokens.write_text("etl read-write writer-secret\nanalyst read-only reader-secret\n")
-    with RestServer(str(tmp_path / "catalog"), f"file://{tmp_path}/warehouse",
-                    extra=("--token-file", str(tokens))) as server:
+    with RestServer.on_new_catalog(tmp_path, "--token-file", str(tokens)) as server:
         for client_id, secret in (("etl", "writer-secret"), ("analyst", "reader-secret")):
             con = duckdb_connection()
             con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT "

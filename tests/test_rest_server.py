@@ -33,10 +33,8 @@ ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
     root = tmp_path_factory.mktemp("rest")
-    OlympiaStore.create(str(root / "catalog")).close()
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse",
-                    extra=("--client-property", "client.marker=given",
-                           "--max-body-bytes", "100000")) as started:
+    with RestServer.on_new_catalog(root, "--client-property", "client.marker=given",
+                                   "--max-body-bytes", "100000") as started:
         yield started
     # every refusal of this module's tests was answered without a traceback, also in the log
     assert not any("Traceback" in line for line in started.log), "".join(started.log)

@@ -29,9 +29,7 @@ ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
-    root = tmp_path_factory.mktemp("rest")
-    OlympiaStore.create(str(root / "catalog")).close()
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as started:
+    with RestServer.on_new_catalog(tmp_path_factory.mktemp("rest")) as started:
         yield started
 
 

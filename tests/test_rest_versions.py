@@ -26,8 +26,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RestServ
     version; at the latest, ``ns.a`` holds 6, ``ns.b`` is dropped and ``ns.c`` created. The
     export ``before`` names that version, and the instant returned is when it landed."""
     root = tmp_path_factory.mktemp("rest")
-    OlympiaStore.create(str(root / "catalog")).close()
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as server:
+    with RestServer.on_new_catalog(root) as server:
         client = server.client()
         client.create_namespace("ns")
         for name in ("a", "b"):

@@ -31,8 +31,7 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=True),
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
     root = tmp_path_factory.mktemp("rest_views")
-    OlympiaStore.create(str(root / "catalog")).close()
-    with RestServer(str(root / "catalog"), f"file://{root}/warehouse") as started:
+    with RestServer.on_new_catalog(root) as started:
         yield started
     assert not any("Traceback" in line for line in started.log), "".join(started.log)
 

@@ -235,10 +235,7 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
         """
-        names = sorted(name for _, name in self.catalog.list_tables(namespace))
-        shown, token = paginate(names, page)
-        return {"identifiers": [{"namespace": [namespace], "name": name} for name in shown],
-                "next-page-token": token}
+        return _identifiers(namespace, self.catalog.list_tables(namespace), page)
 
     def create_table(self, namespace: str, body: CreateTableBody) -> TableResponse:
         """``POST /v1/namespaces/{namespace}/tables``; with ``stage-create`` nothing is
@@ -384,10 +381,7 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
         """
-        names = sorted(name for _, name in self.catalog.list_views(namespace))
-        shown, token = paginate(names, page)
-        return {"identifiers": [{"namespace": [namespace], "name": name} for name in shown],
-                "next-page-token": token}
+        return _identifiers(namespace, self.catalog.list_views(namespace), page)
 
     def create_view(self, namespace: str, body: CreateViewBody) -> ViewResponse:
         """``POST /v1/namespaces/{namespace}/views``.
@@ -561,6 +555,15 @@ def paginate(names: list[str], page: Page) -> tuple[list[str], str | None]:
         return names[start:], None
     shown = names[start:start + page.size]
     return shown, base64.urlsafe_b64encode(shown[-1].encode()).decode()
+
+
+def _identifiers(namespace: str, found: Sequence[tuple[str, ...]], page: Page,
+                 ) -> dict[str, Any]:
+    """One page of a listing of tables or views (``found``: their identifiers) in
+    ``namespace``, as the specification's ``ListTablesResponse``."""
+    shown, token = paginate(sorted(identifier[-1] for identifier in found), page)
+    return {"identifiers": [{"namespace": [namespace], "name": name} for name in shown],
+            "next-page-token": token}
 
 
 def decode_token(token: str) -> str:
