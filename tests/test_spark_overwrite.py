@@ -19,13 +19,13 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType as SparkStruct
 
 import olympia.spark
 from olympia.exceptions import InvalidArgumentError
 from olympia.iceberg import OlympiaCatalog
 from olympia.spark.options import SourceOptions
+from olympia.spark.schema import arrow_schema
 from olympia.spark.writer import DataFilesMessage, OlympiaWriter
 
 pytestmark = pytest.mark.spark
@@ -347,7 +347,7 @@ def test_an_overwrite_that_cannot_tell_its_mode_is_refused(tmp_path: Path) -> No
         for f, t in zip(SCHEMA.fields, ["long", "string", "integer"], strict=True)]})
     parsed = SourceOptions.parse({"path": table, **options(properties)}, {}, write=True)
     batch = pa.RecordBatch.from_pylist([{"id": 1, "name": "a", "part": 1}],
-                                       schema=to_arrow_schema(spark_schema, timezone="UTC"))
+                                       schema=arrow_schema(spark_schema))
     version = catalog.olympia.refresh()
     for modes in ([], ["dynamic", None]):
         writer = OlympiaWriter.create(parsed, spark_schema, overwrite=True)
@@ -383,7 +383,7 @@ def test_a_commit_pyiceberg_retries_is_checked_against_the_replaced_partitions(
     writer = OlympiaWriter.create(parsed, spark_schema, overwrite=True)
     batch = pa.RecordBatch.from_pylist(
         [{"id": 100 + p, "name": "new", "part": p} for p in (1, 3)],
-        schema=to_arrow_schema(spark_schema, timezone="UTC"))
+        schema=arrow_schema(spark_schema))
     files = writer.write(iter([batch])).data_files
     stale = catalog.load_table(table)
     other = OlympiaCatalog("other", **properties)

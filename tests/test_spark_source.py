@@ -52,7 +52,6 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 from pyspark import InheritableThread
-from pyspark.sql.pandas.types import to_arrow_schema
 
 import olympia.spark
 from olympia import exceptions as oe
@@ -60,6 +59,7 @@ from olympia import versions
 from olympia.iceberg import OlympiaCatalog
 from olympia.spark.options import SourceOptions
 from olympia.spark.reader import OlympiaReader, ResolvedTable, group
+from olympia.spark.schema import arrow_schema
 from olympia.spark.writer import OlympiaWriter
 
 pytestmark = pytest.mark.spark
@@ -501,7 +501,7 @@ def test_abort_deletes_files_of_killed_tasks_unless_committed(tmp_path: Path) ->
 
     batch = pa.RecordBatch.from_pylist(
         [{"id": 1, "name": "a", "part": 1, "ts": None, "amount": None}],
-        schema=to_arrow_schema(spark_schema, timezone="UTC"))
+        schema=arrow_schema(spark_schema))
     committed = OlympiaWriter.create(parsed, spark_schema, overwrite=False)
     message = committed.write(iter([batch]))
     committed.commit([message])

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from olympia.exceptions import CatalogError, InvalidArgumentError
 from olympia.spark.options import SourceOptions
+from olympia.spark.schema import arrow_schema
 
 log = logging.getLogger("olympia.spark")
 if log.level == logging.NOTSET:  # the plan summary is INFO; Spark's worker logs collect it
@@ -280,11 +281,9 @@ class OlympiaReader(DataSourceReader):
         return list(result.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         if not isinstance(partition, FilesPartition):
             return
-        target = to_arrow_schema(self._spark_schema, timezone="UTC")
+        target = arrow_schema(self._spark_schema)
         resolved = self._resolved
         io = load_file_io(resolved.io_properties, resolved.metadata.location)
         # pyiceberg reads only the projected columns' chunks of each Parquet file

@@ -1,11 +1,16 @@
-"""Iceberg schemas as Spark schemas, and the check that a DataFrame fits a table.
+"""Iceberg schemas as Spark schemas, Spark schemas as Arrow schemas, and the check that a
+DataFrame fits a table.
 
 Spark types are written as DDL strings (``pyspark.sql.types`` parses them on the JVM side), so
-this module does not import pyspark.
+this module imports pyspark only where Spark's own Arrow conversion is used.
 """
 
 from __future__ import annotations
 
+import inspect
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -29,11 +34,25 @@ from pyiceberg.types import (
 
 from olympia.exceptions import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType as SparkStructType
+
 _PRIMITIVES: dict[type[IcebergType], str] = {
     BooleanType: "BOOLEAN", IntegerType: "INT", LongType: "BIGINT", FloatType: "FLOAT",
     DoubleType: "DOUBLE", DateType: "DATE", StringType: "STRING", BinaryType: "BINARY",
     FixedType: "BINARY", TimestampType: "TIMESTAMP_NTZ", TimestamptzType: "TIMESTAMP",
 }
+
+
+def arrow_schema(schema: SparkStructType) -> pa.Schema:
+    """Spark's own Arrow form of ``schema``, timestamps with time zone in UTC as the JVM
+    exchanges them (pyspark 4.1 does so by default; 4.2 and later take the zone as
+    ``timezone`` and default to none)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)
 
 
 def spark_ddl(schema: Schema, table: str) -> str:

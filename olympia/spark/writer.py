@@ -54,7 +54,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from olympia.exceptions import CommitConflict, InvalidArgumentError
 from olympia.iceberg.options import storage_options
 from olympia.spark.options import SourceOptions
-from olympia.spark.schema import check_write_schema
+from olympia.spark.schema import arrow_schema, check_write_schema
 from olympia.spark.write_options import OVERWRITE_MODE_CONF
 from olympia.storage import Storage
 
@@ -331,8 +331,6 @@ class OlympiaWriter(DataSourceArrowWriter):
                 columns). Nothing is written.
             NoSuchTableError: the table does not exist.
         """
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         write, name = options.write, options.table
         if write.replace_where is not None:
             if not overwrite:
@@ -367,11 +365,11 @@ class OlympiaWriter(DataSourceArrowWriter):
                            check_nullability=write.check_nullability)
         required = {f.name for f in schema.fields if f.required}
         filled = [f.name for f in spark_schema.fields if f.nullable and f.name in required]
-        arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
-        arrow_schema = pa.schema([f.with_nullable(False) if f.name in filled else f
-                                  for f in arrow_schema])
+        converted = arrow_schema(spark_schema)
+        converted = pa.schema([f.with_nullable(False) if f.name in filled else f
+                               for f in converted])
         try:
-            _check_pyarrow_schema_compatible(schema, arrow_schema,
+            _check_pyarrow_schema_compatible(schema, converted,
                                              format_version=table.metadata.format_version)
         except ValueError as exc:
             raise InvalidArgumentError(
