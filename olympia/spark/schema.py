@@ -46,8 +46,8 @@ _PRIMITIVES: dict[type[IcebergType], str] = {
 
 def arrow_schema(schema: SparkStructType) -> pa.Schema:
     """Spark's own Arrow form of ``schema``, timestamps with time zone in UTC as the JVM
-    exchanges them (pyspark 4.1 does so by default; 4.2 and later take the zone as
-    ``timezone`` and default to none)."""
+    exchanges them (pyspark 4.1 does so by default; 4.3 takes the zone as ``timezone`` and
+    defaults to none)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     if "timezone" in inspect.signature(to_arrow_schema).parameters:
