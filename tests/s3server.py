@@ -239,6 +239,10 @@ class Fault:
 class _Relay(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: FaultProxy
+    # An answer's headers and body go out as two writes; with Nagle's algorithm the body
+    # waited for the client's delayed ACK (about 40 ms on Linux): every answer with a body
+    # (a GET, an error) took 40 ms longer than ``delay_s`` says.
+    disable_nagle_algorithm = True
     HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
     def relay(self) -> None:
