@@ -121,10 +121,13 @@ def test_version_taken_while_replaying_is_seen_before_encoding(
     assert ours.storage.stats.snapshot()["failures"] == 0  # nothing published onto 2
 
 
-def test_loser_reads_the_winners_root_and_asks_nothing_more(location: Location) -> None:
+def test_loser_reads_absent_roots_only_where_asking_costs_a_request(
+        location: Location) -> None:
     """A commit first reads its base's root again (is it still the one it read?). After a
-    lost race it reads the root that won (known to exist) and tries the version after it
-    rather than asking whether that one exists too: no request for an absent root."""
+    lost race it reads the winner's root with the next (read ahead, so that learning the
+    newest costs no extra round trip on S3). Where the storage tells for free that a
+    version is absent (local disk, memory), that next root is not read. (On S3 the winner
+    writes from another host: this host has no copy of its root.)"""
     ours = Catalog.create(location.uri, location.storage_options)
     ours.create_namespace("s")
     theirs = Catalog.open(location.uri, location.elsewhere().storage_options)
@@ -134,11 +137,11 @@ def test_loser_reads_the_winners_root_and_asks_nothing_more(location: Location) 
     read: list[str] = []
     real = ours.storage.read
     ours.storage.read = lambda path: read.append(path) or real(path)  # type: ignore[method-assign]
-    ours.storage.stats.reset()
     assert txn.commit() == 3
-    assert [path for path in read if path.startswith("vn/")] == [
-        version_path(1), version_path(2)]
-    assert ours.storage.stats.snapshot()["misses"] == 0
+    roots = [path for path in read if path.startswith("vn/")]
+    expected = [version_path(1), version_path(2)] + (
+        [version_path(3)] if location.kind == "s3" else [])
+    assert roots == expected
 
 
 def test_conflict_in_a_version_after_the_winner() -> None:
@@ -169,48 +172,48 @@ def test_commit_gives_up_when_its_time_budget_is_spent() -> None:
     now = [0.0]
     slept: list[float] = []
 
-    def sleep(seconds: float) -> None:  # another writer wins while this one pauses
+    def sleep(seconds: float) -> None:
         slept.append(seconds)
         now[0] += seconds
-        theirs.create_table("s", f"theirs{len(slept)}", columns=COLUMNS)
 
     ours.commit_options = CommitOptions(
         timeout_s=1.0, backoff_s=0.1, max_backoff_s=0.4,
         clock=lambda: now[0], sleep=sleep, jitter=lambda bound: bound)
     txn = ours.transaction()
     txn.create_table("s", "mine", columns=COLUMNS)
-    theirs.create_table("s", "theirs0", columns=COLUMNS)
-    ours.storage.stats.reset()
+    rivals = iter(range(10))  # another writer wins right before each of our roots
+    _wins_before_our_root(
+        ours, lambda: theirs.create_table("s", f"theirs{next(rivals)}", columns=COLUMNS), 10)
     with pytest.raises(CommitConflict, match="gave up after 1 s and 4 attempts"):
         txn.commit()
     assert slept == [0.1, 0.2, 0.4]  # doubling, capped; the fourth would pass the budget
-    assert ours.storage.stats.snapshot()["writes"] == 0  # each version was seen taken
     assert txn.state == "aborted"
     assert "mine" not in Catalog.open(ours.uri).list_tables("s")
 
 
 def test_pause_grows_from_the_first_loss() -> None:
-    """One jittered exponential backoff, on every storage: the bound doubles per loss in a
-    row and is capped."""
+    """One jittered exponential backoff, on every storage: the bound starts at the lost
+    attempt's duration (at least ``backoff_s``), doubles per loss in a row and is capped."""
     options = CommitOptions(backoff_s=0.01, max_backoff_s=0.05)
     assert [options.pause(n) for n in range(1, 6)] == [0.01, 0.02, 0.04, 0.05, 0.05]
+    assert [options.pause(n, attempt_s=0.015) for n in (1, 2, 3)] == [0.015, 0.03, 0.05]
     defaults = CommitOptions()
     assert [defaults.pause(n) for n in (1, 2, 5, 7, 9, 40)] == [
-        0.001, 0.002, 0.016, 0.064, 0.064, 0.064]
+        0.001, 0.002, 0.016, 0.064, 0.25, 0.25]
 
 
 def test_a_writer_pauses_a_jittered_bound_after_each_loss() -> None:
     ours, theirs = _two_writers()
     slept: list[float] = []
     ours.commit_options = replace(ours.commit_options, sleep=slept.append,
-                                  jitter=lambda bound: bound / 2)
+                                  clock=lambda: 0.0, jitter=lambda bound: bound / 2)
     txn = ours.transaction()
     txn.create_table("s", "mine", columns=COLUMNS)
     rivals = iter(range(8))
     _wins_before_our_root(
         ours, lambda: theirs.create_table("s", f"theirs{next(rivals)}", columns=COLUMNS), 8)
     assert txn.commit() == 10  # after 8 lost races
-    assert slept == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.032]
+    assert slept == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064]
 
 
 def test_commit_timeout_is_set_per_catalog() -> None:

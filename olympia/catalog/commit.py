@@ -16,13 +16,14 @@ transactions. Read top to bottom, it is the protocol:
    definition and node files, then creates ``vn/<v+1>`` exclusively (put-if-absent).
    Where telling is free (local disk, memory), an attempt looks whether ``vn/<v+1>`` is
    taken before each costly step (:func:`_lost_already`), and a lost one stops there.
-5. On losing the race, :func:`_catch_up` reads the roots after the base *from the store*
-   (through the one that won, and later ones where telling they exist is free), checks
-   each member's actions against theirs (:func:`olympia.catalog.actions.find_conflict`)
-   and rebases on the newest: step 4 runs again, after a jittered exponential pause
-   (:meth:`CommitOptions.pause`), until the time budget (``commit_timeout``) is spent.
-   Node files an earlier attempt wrote are reused where their content is unchanged, and
-   definition files are written once (:class:`_Written`).
+5. On losing the race, the leader pauses (jittered, exponential from the lost attempt's
+   duration: :meth:`CommitOptions.pause`), then :func:`_catch_up` reads the roots after
+   the base *from the store* (through the one that won, and on until one is missing),
+   checks each member's actions against theirs
+   (:func:`olympia.catalog.actions.find_conflict`) and rebases on the newest, and step 4
+   runs again at once, on what was just read; until the time budget (``commit_timeout``)
+   is spent. Node files an earlier attempt wrote are reused where their content is
+   unchanged, and definition files are written once (:class:`_Written`).
 6. The winner writes the ``vn/latest`` hint, best effort (:func:`_write_hint`).
 
 With :attr:`CommitOptions.coalesce`, disjoint changes of one batch share one version and
@@ -64,6 +65,7 @@ from olympia.tree import btree
 from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
+READ_AHEAD = 2  # roots read at once past those known to exist, until one is missing
 
 
 def now_millis() -> int:
@@ -77,9 +79,11 @@ class CommitOptions:
     Attributes:
         timeout_s: The time budget: after this many seconds of lost races the commit gives
             up with :class:`CommitConflict`.
-        backoff_s: The bound of the pause after the first lost race in a row; it doubles
-            per further loss, up to ``max_backoff_s`` (each pause is uniform in
-            [0, bound], so writers that lost together do not collide again in lock-step).
+        backoff_s: The least bound of the pause after the first lost race in a row: the
+            bound is the lost attempt's duration if that is longer, and doubles per
+            further loss, up to ``max_backoff_s`` (each pause is uniform in [0, bound], so
+            writers that lost together spread their next attempts over about as long as
+            one takes, instead of colliding again in lock-step).
         max_backoff_s: The largest pause bound.
         clock: Monotonic seconds (injectable for tests).
         sleep: Pauses (injectable for tests).
@@ -91,7 +95,7 @@ class CommitOptions:
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
     backoff_s: float = 0.001
-    max_backoff_s: float = 0.064
+    max_backoff_s: float = 0.25
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(0, bound))
@@ -102,9 +106,12 @@ class CommitOptions:
             raise InvalidArgumentError(f"commit_timeout must be a positive number of seconds, "
                                        f"got {self.timeout_s!r}")
 
-    def pause(self, losses: int) -> float:
-        """The pause bound after ``losses`` (at least 1) lost races in a row."""
-        return float(min(self.max_backoff_s, self.backoff_s * 2.0 ** min(losses - 1, 30)))
+    def pause(self, losses: int, attempt_s: float = 0.0) -> float:
+        """The pause bound after ``losses`` (at least 1) lost races in a row, the last of
+        which took ``attempt_s`` seconds: at least that long (writers that lost together
+        spread their next attempts over as long as one takes), doubling per further loss."""
+        slot = max(self.backoff_s, attempt_s)
+        return float(min(self.max_backoff_s, slot * 2.0 ** min(losses - 1, 30)))
 
 
 @dataclass(frozen=True)
@@ -314,28 +321,30 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
     attempts = losses = 0
     while True:
         attempts += 1
+        began = options.clock()
         try:
             committed = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
             losses += 1
-            base, members = _catch_up(files, members, base.version + 1)
-            if not members:
-                return base.version
         else:
             files.remember_root(committed)  # for readers; a commit reads roots fresh
             for member in members:
                 member.root = committed
             _write_hint(files, committed.version)
             return committed.version
-        bound = options.pause(losses)
+        bound = options.pause(losses, options.clock() - began)
         if options.clock() + bound >= deadline:
             for member in members:
                 member.error = CommitConflict(
                     f"commit gave up after {options.timeout_s:g} s and {attempts} attempts: "
-                    f"other writers kept winning (latest seen: version {base.version})",
-                    version=base.version)
-            return base.version
+                    f"other writers kept winning (latest seen: version {base.version + 1})",
+                    version=base.version + 1)
+            return base.version + 1
+        # pause, then learn the winners: the next attempt builds on what was just read
         options.sleep(options.jitter(bound))
+        base, members = _catch_up(files, members, base.version + 1)
+        if not members:
+            return base.version
 
 
 def _merged(members: Sequence[_Member]) -> Change:
@@ -444,27 +453,26 @@ def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
 
 def _roots_after(files: CatalogFiles, version: int, through: int) -> list[Root]:
     """The roots of the versions after ``version`` read from the store, never from a cache
-    (a restored prefix may hold other roots under the same names): those through
-    ``through``, which are known to exist (a create of it failed, or this group landed
-    it), concurrently on remote storage; then later ones while the storage tells for free
-    that they exist (local disk, memory). Stops before the first missing one."""
+    (a restored prefix may hold other roots under the same names), until one is missing:
+    those through ``through`` (known to exist: a create of it failed, or this group landed
+    it) and :data:`READ_AHEAD` more at a time, concurrently on remote storage (where
+    telling is free, local disk and memory, a missing one is not read)."""
     def read(v: int) -> Root | None:
+        if not (files.storage.remote or files.storage.known_to_exist(version_path(v))):
+            return None
         try:
             return files.read_root(v, fresh=True)
         except NoSuchVersionError:
             return None
 
     roots: list[Root] = []
-    for root in files.storage.map_reads(read, range(version + 1, through + 1)):
-        if root is None:
-            return roots
-        roots.append(root)
-    while files.storage.known_to_exist(version_path(version + 1 + len(roots))):
-        root = read(version + 1 + len(roots))
-        if root is None:
-            break
-        roots.append(root)
-    return roots
+    first, last = version + 1, max(through, version + READ_AHEAD)
+    while True:
+        for root in files.storage.map_reads(read, range(first, last + 1)):
+            if root is None:
+                return roots
+            roots.append(root)
+        first, last = last + 1, last + READ_AHEAD
 
 
 def _conflict(version: int, theirs: list[apb.ActionDef],
