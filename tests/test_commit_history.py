@@ -50,6 +50,7 @@ from hypothesis.stateful import (
 
 from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
+from olympia.catalog.commit import commit_group
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, OlympiaError
 from olympia.storage import Backend, FileInfo
@@ -355,13 +356,21 @@ class CommitHistory(RuleBasedStateMachine):
             slot.outcome = tuple(message[1])  # type: ignore[assignment]
 
     def _quiet(self, writer: int, started: Callable[[], bool] = lambda: True) -> None:
-        """Wait until every committing thread of ``writer`` waits at the gate, in its
-        catalog object's queue, or has finished (bounded; a hang fails the test)."""
-        _, gate = self.catalogs[writer]
+        """Wait until every committing thread of ``writer`` has finished or is blocked: at
+        the gate, or held by its catalog object's queue. A thread that a batch just
+        released is waited for until it ends, so what the machine draws next never depends
+        on how threads were scheduled (hypothesis replays a prefix of choices and must be
+        offered the same ones). Bounded: a hang fails the test."""
+        catalog, gate = self.catalogs[writer]
         threads = [s.thread for s in self.slots if s.writer == writer and s.thread]
+        group = commit_group(catalog.files)
+
+        def settled() -> bool:  # each caller the group holds is blocked in it or at the gate
+            alive = sum(t.is_alive() for t in threads)
+            return alive == 0 or (gate.pending is not None and alive == group.submitted)
+
         deadline = time.monotonic() + QUIET_S
-        while not (started() and (gate.pending is not None or all(
-                not t.is_alive() for t in threads))):
+        while not (started() and settled()):
             assert time.monotonic() < deadline, "a writer neither finished nor waited"
             time.sleep(0.0002)
 
@@ -506,8 +515,6 @@ def _commits(snap: Snapshot) -> list[str]:
 
 
 def _submitted(files: Any) -> int:
-    from olympia.catalog.commit import commit_group
-
     return commit_group(files).submitted
 
 

@@ -230,9 +230,10 @@ class CommitGroup:
 
     @property
     def submitted(self) -> int:
-        """Changes submitted whose outcome is not known yet (queued or being committed)."""
+        """Changes whose callers this group still holds: queued, or in the batch under way
+        (their outcome set or not: each caller waits until that batch ends)."""
         with self._cond:
-            return len(self._waiting) + sum(not m.finished for m in self._landing)
+            return len(self._waiting) + len(self._landing)
 
     def submit(self, files: CatalogFiles, member: _Member) -> None:
         """Commit ``member`` (alone or with others); its outcome is set on return."""
