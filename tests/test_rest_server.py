@@ -18,7 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import BadRequestError, CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import (
+    BadRequestError,
+    CommitFailedException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+)
 from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, StringType
@@ -273,16 +278,47 @@ def test_names_stay_names(server: RestServer, client: RestCatalog, ns: str) -> N
                  "BadRequestException", "UTF-8")
 
 
-def test_multi_level_namespaces_are_refused(server: RestServer, client: RestCatalog,
-                                            ns: str) -> None:
+def test_multi_level_namespaces_cannot_be_written_and_hold_nothing(
+        server: RestServer, client: RestCatalog, ns: str) -> None:
+    """Creates and writes in a multi-level namespace are 400; a read there finds nothing
+    (404 of the kind read), as clients expect of a name that does not exist: Iceberg's Spark
+    catalog reads ``ns.t.snapshots`` as table ``snapshots`` of namespace ``ns.t`` first."""
+    client.create_table((ns, "t"), ROWS.schema)
     with pytest.raises(BadRequestError, match="one level"):
         client.create_namespace((ns, "inner"))
     with pytest.raises(BadRequestError, match="one level"):
+        client.create_table((ns, "inner", "t"), ROWS.schema)
+    deep, table = f"/v1/namespaces/{ns}%1Finner", f"/v1/namespaces/{ns}%1Finner/tables/t"
+    create = json.dumps({"name": "t", "schema": {"type": "struct", "fields": []}})
+    for method, path, body in (
+            ("POST", table, '{"requirements": [], "updates": []}'),
+            ("DELETE", table, None), ("DELETE", deep, None),
+            ("POST", f"{deep}/properties", '{"updates": {"a": "b"}}'),
+            ("POST", f"{deep}/tables", create),
+            ("DELETE", f"{deep}/views/v", None)):
+        assert_error(request(server, method, path, body), 400, "BadRequestException",
+                     f"namespace '{ns}.inner' has 2 levels")
+
+    with pytest.raises(NoSuchTableError, match=f"table {ns}.inner.t does not exist"):
         client.load_table((ns, "inner", "t"))
-    assert_error(request(server, "GET", f"/v1/namespaces/{ns}%1Finner/tables"), 400,
-                 "BadRequestException", "one level")
-    assert_error(request(server, "GET", f"/v1/namespaces?parent={ns}%1Finner"), 400,
-                 "BadRequestException", "one level")
+    assert not client.table_exists((ns, "inner", "t"))
+    assert not client.view_exists((ns, "inner", "v"))
+    with pytest.raises(NoSuchNamespaceError, match="one level"):
+        client.load_namespace_properties((ns, "inner"))
+    with pytest.raises(NoSuchNamespaceError, match="one level"):
+        client.list_tables((ns, "inner"))
+    for path, kind in ((table, "NoSuchTableException"),
+                       (f"{deep}/views/v", "NoSuchViewException"),
+                       (f"{deep}/tables", "NoSuchNamespaceException"),
+                       (f"{deep}/views", "NoSuchNamespaceException"),
+                       (deep, "NoSuchNamespaceException"),
+                       (f"/v1/namespaces?parent={ns}%1Finner", "NoSuchNamespaceException")):
+        assert_error(request(server, "GET", path), 404, kind, "Olympia namespaces have one level")
+    for path in (deep, table, f"{deep}/views/v"):
+        assert request(server, "HEAD", path)[0] == 404
+    # the same in a catalog version
+    at = f"/v1/version-{version(server)}/namespaces/{ns}%1Finner/tables/t"
+    assert_error(request(server, "GET", at), 404, "NoSuchTableException", "one level")
 
 
 def test_clients_place_nothing_outside_the_warehouse(server: RestServer, client: RestCatalog,

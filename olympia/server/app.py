@@ -6,7 +6,11 @@ write there is a 403 naming the version).
 
 Paths are routed on the bytes the client sent: a name such as ``a/b`` arrives as one
 percent-encoded segment and is decoded here, so no name can add a path step. A namespace
-segment holding the separator ``%1F`` names a multi-level namespace and is refused.
+segment holding the separator ``%1F`` names a multi-level namespace: a create or any other
+write there is refused (400), and a read answers that the object does not exist (404 of the
+object's kind), since no Olympia namespace has more than one level. Clients probe such names:
+Iceberg's Spark catalog reads ``ns.t.snapshots`` first as table ``snapshots`` in namespace
+``ns.t`` and, on ``NoSuchTableException``, as the ``snapshots`` metadata table of ``ns.t``.
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     async def list_namespaces(request: Request, parent: str | None = None,
                               page_token: PageToken = None,
                               page_size: PageSize = None) -> Response:
-        where = one_level_name(parent) if parent is not None else None
+        where = existing_namespace(parent) if parent is not None else None
         return _json(await call((await reading(request)).list_namespaces, where,
                                 page(page_token, page_size)))
 
@@ -206,11 +210,12 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(NS)
     async def load_namespace(request: Request, namespace: str) -> Response:
         return _json(await call((await reading(request)).load_namespace,
-                                namespace_of(namespace)))
+                                read_namespace_of(namespace)))
 
     @catalog.head(NS)
     async def namespace_exists(request: Request, namespace: str) -> Response:
-        found = await call((await reading(request)).namespace_exists, namespace_of(namespace))
+        found = await call((await reading(request)).namespace_exists,
+                           read_namespace_of(namespace))
         return Response(status_code=204 if found else 404)
 
     @catalog.delete(NS)
@@ -230,7 +235,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(NS + "/tables")
     async def list_tables(request: Request, namespace: str, page_token: PageToken = None,
                           page_size: PageSize = None) -> Response:
-        return _json(await call((await reading(request)).list_tables, namespace_of(namespace),
+        return _json(await call((await reading(request)).list_tables,
+                                read_namespace_of(namespace),
                                 page(page_token, page_size)))
 
     @catalog.post(NS + "/tables")
@@ -242,13 +248,14 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(TABLE)
     async def load_table(request: Request, namespace: str, table: str,
                          snapshots: str = "all") -> Response:
-        return _model(await call((await reading(request)).load_table, namespace_of(namespace),
+        return _model(await call((await reading(request)).load_table,
+                                 read_namespace_of(namespace, "table", table),
                                  name_of(table), snapshots))
 
     @catalog.head(TABLE)
     async def table_exists(request: Request, namespace: str, table: str) -> Response:
-        found = await call((await reading(request)).table_exists, namespace_of(namespace),
-                           name_of(table))
+        found = await call((await reading(request)).table_exists,
+                           read_namespace_of(namespace, "table", table), name_of(table))
         return Response(status_code=204 if found else 404)
 
     @catalog.post(TABLE)
@@ -280,8 +287,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.post(TABLE + "/metrics")
     async def report_metrics(request: Request, namespace: str, table: str) -> Response:
         await body(request, ReportMetricsBody)
-        await call((await reading(request)).require_table, namespace_of(namespace),
-                   name_of(table))
+        await call((await reading(request)).require_table,
+                   read_namespace_of(namespace, "table", table), name_of(table))
         return Response(status_code=204)
 
     @catalog.post("/transactions/commit")
@@ -296,7 +303,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(NS + "/views")
     async def list_views(request: Request, namespace: str, page_token: PageToken = None,
                          page_size: PageSize = None) -> Response:
-        return _json(await call((await reading(request)).list_views, namespace_of(namespace),
+        return _json(await call((await reading(request)).list_views,
+                                read_namespace_of(namespace),
                                 page(page_token, page_size)))
 
     @catalog.post(NS + "/views")
@@ -307,13 +315,13 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     @catalog.get(VIEW)
     async def load_view(request: Request, namespace: str, view: str) -> Response:
-        return _model(await call((await reading(request)).load_view, namespace_of(namespace),
-                                 name_of(view)))
+        return _model(await call((await reading(request)).load_view,
+                                 read_namespace_of(namespace, "view", view), name_of(view)))
 
     @catalog.head(VIEW)
     async def view_exists(request: Request, namespace: str, view: str) -> Response:
-        found = await call((await reading(request)).view_exists, namespace_of(namespace),
-                           name_of(view))
+        found = await call((await reading(request)).view_exists,
+                           read_namespace_of(namespace, "view", view), name_of(view))
         return Response(status_code=204 if found else 404)
 
     @catalog.post(VIEW)
@@ -419,25 +427,50 @@ async def _read_bounded(request: Request, limit: int) -> bytes:
 
 
 def namespace_of(segment: str) -> str:
-    """The one-level namespace a path segment (or ``parent`` parameter) names.
+    """The one-level namespace a write's path segment names.
 
     Raises:
-        RestError: the segment is not UTF-8 once decoded, or names several levels.
+        RestError: the segment is not UTF-8 once decoded, or names several levels (400).
     """
-    return one_level_name(_decoded(segment))
-
-
-def one_level_name(name: str) -> str:
-    """``name``, checked to hold no namespace separator.
-
-    Raises:
-        RestError: it names several levels.
-    """
+    name = _decoded(segment)
     levels = name.split(NAMESPACE_SEPARATOR)
     if len(levels) > 1:
         raise bad_request(f"namespace {'.'.join(levels)!r} has {len(levels)} levels; "
                           "Olympia namespaces have one level")
     return name
+
+
+#: The ErrorModel type of a read of a missing object, by kind.
+_NO_SUCH = {"namespace": "NoSuchNamespaceException", "table": "NoSuchTableException",
+            "view": "NoSuchViewException"}
+
+
+def read_namespace_of(segment: str, kind: str = "namespace", name: str = "") -> str:
+    """The namespace a read's path segment names (a namespace, or the namespace of a
+    ``kind`` object called ``name`` as sent in the path).
+
+    Raises:
+        RestError: the segment is not UTF-8 once decoded (400); it names several levels:
+            404 of ``kind``'s type, as nothing exists in a multi-level namespace.
+    """
+    return existing_namespace(_decoded(segment), kind, name)
+
+
+def existing_namespace(namespace: str, kind: str = "namespace", name: str = "") -> str:
+    """``namespace`` (decoded), if a read of it or of a ``kind`` object in it may find
+    something.
+
+    Raises:
+        RestError: it names several levels: 404 of ``kind``'s type.
+    """
+    levels = namespace.split(NAMESPACE_SEPARATOR)
+    if len(levels) == 1:
+        return namespace
+    dotted = ".".join(levels)
+    what = (f"namespace {dotted!r}" if kind == "namespace"
+            else f"{kind} {dotted}.{name_of(name)}")
+    raise RestError(404, _NO_SUCH[kind], f"{what} does not exist: namespace {dotted!r} has "
+                    f"{len(levels)} levels, and Olympia namespaces have one level")
 
 
 def name_of(segment: str) -> str:
