@@ -6,6 +6,11 @@ WAREHOUSE ?= $(CURDIR)/warehouse
 # where `olympia apply` creates the example Iceberg tables (the catalog's warehouse property;
 # Olympia expiry never deletes Iceberg files, even under the catalog's folder)
 TABLES ?= file://$(WAREHOUSE)/tables
+# Apache Iceberg's Spark runtime and its S3 file IO, for the tests of Spark SQL against
+# `olympia serve`: Maven artifacts put in $(VENV)/jars (checked against requirements/jars.sha256)
+ICEBERG_VERSION := 1.12.0
+JARS := org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:$(ICEBERG_VERSION) \
+	org.apache.iceberg:iceberg-aws-bundle:$(ICEBERG_VERSION)
 PYTEST_ARGS ?=
 # pytest-xdist workers: the suite's Spark, S3 and Airflow tests wait on I/O and JVMs, so two
 # workers on a 2-core machine roughly halve its time (WORKERS=0 runs in one process)
@@ -15,11 +20,16 @@ WORKERS ?= 2
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements/constraints.txt pyproject.toml
+$(VENV)/.installed: requirements/constraints.txt requirements/jars.sha256 pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==0.13.9
 	$(UV) pip install --quiet --python $(PY) -r requirements/constraints.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	for artifact in $(JARS); do \
+		mvn --batch-mode --quiet dependency:copy -Dartifact=$$artifact \
+			-DoutputDirectory=$(VENV)/jars || exit 1; \
+	done
+	cd $(VENV)/jars && sha256sum --check --quiet $(CURDIR)/requirements/jars.sha256
 	touch $@
 
 demo: install

@@ -76,10 +76,17 @@ def shared_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local[2] Spark session for the whole run (startup takes ~10 s)."""
+    """One local[2] Spark session for the whole run (startup takes ~10 s), with Iceberg's
+    Spark runtime and SQL extensions when ``make install`` fetched them (tests/test_rest_spark.py
+    needs them; the other Spark tests do not)."""
+    from iceberg_helpers import ICEBERG_SPARK_JARS
+
     from olympia.expire import local_session
 
-    session = local_session("local[2]")
+    iceberg = {"spark.jars": ",".join(map(str, ICEBERG_SPARK_JARS)),
+               "spark.sql.extensions":
+                   "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"}
+    session = local_session("local[2]", conf=iceberg if ICEBERG_SPARK_JARS else None)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from olympia.iceberg import OlympiaCatalog
+
+#: Apache Iceberg's Spark runtime and its S3 file IO, put in the venv by `make install`.
+ICEBERG_SPARK_JARS = sorted((Path(sys.prefix) / "jars").glob("iceberg-*.jar"))
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 

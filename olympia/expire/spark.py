@@ -517,11 +517,13 @@ def result_dataframe(spark: Any, result: ExpireResult) -> Any:
     return result.to_dataframe(spark)
 
 
-def local_session(master: str = "local[2]", app_name: str = "olympia-expire") -> Any:
+def local_session(master: str = "local[2]", app_name: str = "olympia-expire",
+                  conf: Mapping[str, str] | None = None) -> Any:
     """A SparkSession for running the job in-process (CLI, tests, the Airflow operator).
 
     Executors run this interpreter, so they import the same olympia; a local master stays
-    on the loopback interface and without the web UI.
+    on the loopback interface and without the web UI. ``conf`` holds more Spark settings
+    (``spark.jars``, ``spark.sql.extensions``, ...), applied last.
     """
     from pyspark.sql import SparkSession
 
@@ -534,4 +536,6 @@ def local_session(master: str = "local[2]", app_name: str = "olympia-expire") ->
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1") \
             .config("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -8,7 +8,7 @@ this module imports pyspark only where Spark's own Arrow conversion is used.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
@@ -50,9 +50,10 @@ def arrow_schema(schema: SparkStructType) -> pa.Schema:
     defaults to none)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if "timezone" in inspect.signature(to_arrow_schema).parameters:
-        return to_arrow_schema(schema, timezone="UTC")
-    return to_arrow_schema(schema)
+    convert: Any = to_arrow_schema  # typed by whichever pyspark is installed
+    if "timezone" in inspect.signature(convert).parameters:
+        return convert(schema, timezone="UTC")
+    return convert(schema)
 
 
 def spark_ddl(schema: Schema, table: str) -> str:
