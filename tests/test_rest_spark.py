@@ -152,6 +152,55 @@ def test_metadata_tables_time_travel_and_procedures(spark: Any, server: RestServ
     assert rows(spark, f"SELECT id FROM {t} ORDER BY id") == [(1,), (2,), (3,)]
 
 
+def test_branches_tags_views_and_table_ddl(spark: Any, server: RestServer) -> None:
+    """Branches and tags, Spark views (Olympia views), schema and sort order changes, CTAS,
+    RTAS, rename and DROP ... PURGE: each statement one Olympia version."""
+    cat = catalog(spark, server)
+    ns = f"ns_{uuid.uuid4().hex[:6]}"
+    t = f"{cat}.{ns}.t"
+    spark.sql(f"CREATE NAMESPACE {cat}.{ns}")
+    spark.sql(f"CREATE TABLE {t} (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {t} VALUES (1)")
+
+    def one_version(statement: str) -> list[tuple[Any, ...]]:
+        before = version(server)
+        answer = rows(spark, statement)
+        assert version(server) == before + 1, statement
+        return answer
+
+    one_version(f"ALTER TABLE {t} CREATE BRANCH audit")
+    one_version(f"INSERT INTO {t}.branch_audit VALUES (2)")
+    one_version(f"ALTER TABLE {t} CREATE TAG before_audit")
+    assert rows(spark, f"SELECT id FROM {t}.branch_audit ORDER BY id") == [(1,), (2,)]
+    assert rows(spark, f"SELECT id FROM {t} ORDER BY id") == [(1,)]
+    one_version(f"CALL {cat}.system.fast_forward('{ns}.t', 'main', 'audit')")
+    assert rows(spark, f"SELECT id FROM {t} ORDER BY id") == [(1,), (2,)]
+    assert rows(spark, f"SELECT id FROM {t} VERSION AS OF 'before_audit'") == [(1,)]
+    assert sorted(r[0] for r in rows(spark, f"SELECT name FROM {t}.refs")) == [
+        "audit", "before_audit", "main"]
+
+    one_version(f"ALTER TABLE {t} ADD COLUMN kind STRING")
+    one_version(f"ALTER TABLE {t} WRITE ORDERED BY id")
+    one_version(f"CREATE VIEW {cat}.{ns}.v AS SELECT id FROM {t} WHERE id > 1")
+    assert rows(spark, f"SELECT * FROM {cat}.{ns}.v") == [(2,)]
+    assert [r[1] for r in rows(spark, f"SHOW VIEWS IN {cat}.{ns}")] == ["v"]
+    store = OlympiaStore.open(server.catalog_uri, server.storage_options)
+    try:  # an Olympia view, seen by the library
+        assert "WHERE id > 1" in store.load_view((ns, "v")).sql
+    finally:
+        store.close()
+    one_version(f"DROP VIEW {cat}.{ns}.v")
+
+    one_version(f"CREATE TABLE {cat}.{ns}.c USING iceberg AS SELECT id FROM {t}")
+    one_version(f"CREATE OR REPLACE TABLE {cat}.{ns}.c USING iceberg AS "
+                f"SELECT id FROM {t} WHERE id = 1")
+    assert rows(spark, f"SELECT id FROM {cat}.{ns}.c") == [(1,)]
+    one_version(f"ALTER TABLE {cat}.{ns}.c RENAME TO {ns}.d")  # Spark: relative to the catalog
+    assert rows(spark, f"SELECT id FROM {cat}.{ns}.d") == [(1,)]
+    one_version(f"DROP TABLE {cat}.{ns}.d PURGE")
+    assert sorted(r[1] for r in rows(spark, f"SHOW TABLES IN {cat}.{ns}")) == ["t"]
+
+
 def test_a_version_prefix_reads_every_table_as_it_was(spark: Any, server: RestServer) -> None:
     cat = catalog(spark, server)
     ns = f"ns_{uuid.uuid4().hex[:6]}"
