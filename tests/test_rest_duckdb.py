@@ -13,9 +13,11 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from iceberg_helpers import s3_properties
 from restserver import RestServer, duckdb_connection, version
 
 import olympia.spark
+from olympia.catalog.catalog import Catalog as OlympiaStore
 
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]})
 
@@ -97,3 +99,33 @@ def test_duckdb_signs_in_with_client_credentials(tmp_path: Path) -> None:
                 assert ("made_by_duckdb",) in schemas and ("refused",) not in schemas
             finally:
                 con.close()
+
+
+@pytest.mark.s3
+def test_duckdb_reads_and_inserts_on_s3(s3_server: Any) -> None:
+    """The same on the S3 server: DuckDB reaches the table files with the S3 settings the
+    server gives clients (``--client-property``, returned in each loaded table's config);
+    DuckDB attaches a remote path read-only unless told otherwise."""
+    props = s3_properties(s3_server, uuid.uuid4().hex[:12])
+    OlympiaStore.create(props["uri"], s3_server.storage_options).close()
+    clients = [f"--client-property={key}={props[key]}" for key in (
+        "s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.region", "py-io-impl")]
+    clients.append("--client-property=s3.path-style-access=true")
+    with RestServer(props["uri"], props["warehouse"], s3_server.storage_options,
+                    tuple(clients)) as server:
+        client = server.client()
+        client.create_namespace("shop")
+        client.create_table(("shop", "t"), ROWS.schema).append(ROWS)
+        con = duckdb_connection()
+        try:
+            con.execute(f"ATTACH '{server.warehouse}' AS ol (TYPE iceberg, ENDPOINT "
+                        f"'{server.url}', AUTHORIZATION_TYPE 'none', READ_ONLY false)")
+            assert con.execute("SELECT id, name FROM ol.shop.t ORDER BY id").fetchall() == [
+                (1, "a"), (2, "b")]
+            before = version(server)
+            con.execute("INSERT INTO ol.shop.t VALUES (3, 'c')")
+            assert version(server) == before + 1
+        finally:
+            con.close()
+        read = client.load_table(("shop", "t")).scan().to_arrow().sort_by("id")
+        assert read.column("id").to_pylist() == [1, 2, 3]
