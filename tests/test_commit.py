@@ -192,11 +192,10 @@ def test_commit_gives_up_when_its_time_budget_is_spent() -> None:
 
 
 def test_pause_grows_from_the_first_loss() -> None:
-    """One jittered exponential backoff, on every storage: the bound starts at the lost
-    attempt's duration (at least ``backoff_s``), doubles per loss in a row and is capped."""
+    """One jittered exponential backoff, on every storage: the bound starts at
+    ``backoff_s``, doubles per loss in a row and is capped."""
     options = CommitOptions(backoff_s=0.01, max_backoff_s=0.05)
     assert [options.pause(n) for n in range(1, 6)] == [0.01, 0.02, 0.04, 0.05, 0.05]
-    assert [options.pause(n, attempt_s=0.015) for n in (1, 2, 3)] == [0.015, 0.03, 0.05]
     defaults = CommitOptions()
     assert [defaults.pause(n) for n in (1, 2, 5, 7, 9, 40)] == [
         0.001, 0.002, 0.016, 0.064, 0.25, 0.25]

@@ -16,8 +16,8 @@ transactions. Read top to bottom, it is the protocol:
    definition and node files, then creates ``vn/<v+1>`` exclusively (put-if-absent).
    Where telling is free (local disk, memory), an attempt looks whether ``vn/<v+1>`` is
    taken before each costly step (:func:`_lost_already`), and a lost one stops there.
-5. On losing the race, the leader pauses (jittered, exponential from the lost attempt's
-   duration: :meth:`CommitOptions.pause`), then :func:`_catch_up` reads the roots after
+5. On losing the race, the leader pauses (jittered exponential backoff:
+   :meth:`CommitOptions.pause`), then :func:`_catch_up` reads the roots after
    the base *from the store* (through the one that won, and on until one is missing),
    checks each member's actions against theirs
    (:func:`olympia.catalog.actions.find_conflict`) and rebases on the newest, and step 4
@@ -79,11 +79,8 @@ class CommitOptions:
     Attributes:
         timeout_s: The time budget: after this many seconds of lost races the commit gives
             up with :class:`CommitConflict`.
-        backoff_s: The least bound of the pause after the first lost race in a row: the
-            bound is the lost attempt's duration if that is longer, and doubles per
-            further loss, up to ``max_backoff_s`` (each pause is uniform in [0, bound], so
-            writers that lost together spread their next attempts over about as long as
-            one takes, instead of colliding again in lock-step).
+        backoff_s: The pause bound after the first lost race in a row; it doubles per
+            further loss, up to ``max_backoff_s`` (each pause is uniform in [0, bound]).
         max_backoff_s: The largest pause bound.
         clock: Monotonic seconds (injectable for tests).
         sleep: Pauses (injectable for tests).
@@ -106,12 +103,9 @@ class CommitOptions:
             raise InvalidArgumentError(f"commit_timeout must be a positive number of seconds, "
                                        f"got {self.timeout_s!r}")
 
-    def pause(self, losses: int, attempt_s: float = 0.0) -> float:
-        """The pause bound after ``losses`` (at least 1) lost races in a row, the last of
-        which took ``attempt_s`` seconds: at least that long (writers that lost together
-        spread their next attempts over as long as one takes), doubling per further loss."""
-        slot = max(self.backoff_s, attempt_s)
-        return float(min(self.max_backoff_s, slot * 2.0 ** min(losses - 1, 30)))
+    def pause(self, losses: int) -> float:
+        """The pause bound after ``losses`` (at least 1) lost races in a row."""
+        return float(min(self.max_backoff_s, self.backoff_s * 2.0 ** min(losses - 1, 30)))
 
 
 @dataclass(frozen=True)
@@ -322,7 +316,6 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
     attempts = losses = 0
     while True:
         attempts += 1
-        began = options.clock()
         try:
             committed = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
@@ -333,7 +326,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
                 member.root = committed
             _write_hint(files, committed.version)
             return committed.version
-        bound = options.pause(losses, options.clock() - began)
+        bound = options.pause(losses)
         if options.clock() + bound >= deadline:
             for member in members:
                 member.error = CommitConflict(
