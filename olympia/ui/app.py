@@ -1,18 +1,58 @@
-"""The UI application: pages rendered from Jinja2 templates shipped in this package."""
+"""The UI application: server-rendered pages from Jinja2 templates shipped in this package
+(autoescaped: every name, comment and SQL text is shown as text), links built from the path
+the app is mounted at, and every error answered as a page naming what went wrong."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import FastAPI, Request, params
-from fastapi.responses import HTMLResponse
+from fastapi import FastAPI, Query, Request, params
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
 
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.reader import Snapshot
+from olympia.exceptions import InvalidArgumentError, NotFoundError, OlympiaError
+from olympia.plan.render import SIGNS, change_lines
+from olympia.plan.versiondiff import version_diff
+from olympia.ui import pages
+from olympia.ui.timeline import timeline
+from olympia.versions.timetravel import format_millis, resolve
 
 HERE = Path(__file__).parent
+log = logging.getLogger(__name__)
+#: Query parameters that pick a version or a page: not kept by the version form.
+_PINNING = frozenset({"version", "as_of", "after", "before"})
+FromVersion = Annotated[int | None, Query(alias="from")]
+
+
+class _Context:
+    """What one request renders from: the catalog, the version asked for and link helpers."""
+
+    def __init__(self, request: Request, catalog: Catalog, version: str | None,
+                 as_of: str | None) -> None:
+        self.request = request
+        self.catalog = catalog
+        number = _version_number(version)
+        as_of = as_of.strip() if as_of and as_of.strip() else None  # an empty form field
+        self.snapshot: Snapshot = resolve(catalog, version=number, as_of=as_of)
+        self.latest = catalog.version
+        self.pinned = number is not None or as_of is not None
+
+    def link(self, path: str, **query: Any) -> str:
+        """``path`` under the app's mount point, keeping the version shown (``?version=``)."""
+        if self.pinned and "version" not in query:
+            query["version"] = self.snapshot.version
+        kept = {k: v for k, v in query.items() if v is not None}
+        root = self.request.scope.get("root_path", "")
+        return f"{root}{path}" + (f"?{urlencode(kept)}" if kept else "")
 
 
 def create_ui(open_catalog: Callable[[Request], Catalog], *,
@@ -20,11 +60,13 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
               title: str = "Olympia catalog") -> FastAPI:
     """The read-only catalog UI as an ASGI app to mount (``app.mount("/ui", ...)``).
 
-    Every link it renders is relative to where it is mounted.
+    Every link it renders is under the path it is mounted at; every page takes
+    ``?version=N`` or ``?as_of=<ISO-8601>`` and shows the catalog as it was then.
 
     Args:
-        open_catalog: The catalog to show for a request; an exception it raises is
-            answered as an error page (404 for a missing object, 403 when refused).
+        open_catalog: The catalog to show for a request. An exception it raises is answered
+            as an error page: an ``HTTPException`` with its status, a ``NotFoundError`` 404,
+            a ``PermissionError`` 403.
         dependencies: Run before every page (authentication).
         title: The name shown in every page's header.
 
@@ -34,12 +76,133 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=list(dependencies))
     templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
-    @app.get("/", response_class=HTMLResponse, name="home")
-    def home(request: Request) -> HTMLResponse:
-        catalog = open_catalog(request)
-        return templates.TemplateResponse(request, "home.html", {
-            "title": title, "namespaces": catalog.list_namespaces()})
+    def render(request: Request, template: str, code: int = 200, **values: Any,
+               ) -> HTMLResponse:
+        keep = [(k, v) for k, v in request.query_params.multi_items() if k not in _PINNING]
+        latest = request.url.path + (f"?{urlencode(keep)}" if keep else "")
+        return templates.TemplateResponse(
+            request, template, {"root": request.scope.get("root_path", ""), "ctx": None,
+                                "keep_query": keep, "latest_link": latest, **values},
+            status_code=code)
+
+    def context(request: Request, version: str | None, as_of: str | None) -> _Context:
+        return _Context(request, open_catalog(request), version, as_of)
+
+    def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+        return render(request, "error.html", status, status=status, message=message)
+
+    @app.exception_handler(NotFoundError)
+    async def _missing(request: Request, exc: NotFoundError) -> Response:
+        return error_page(request, 404, _message(exc))
+
+    @app.exception_handler(InvalidArgumentError)
+    async def _invalid(request: Request, exc: InvalidArgumentError) -> Response:
+        return error_page(request, 400, _message(exc))
+
+    @app.exception_handler(ValueError)  # a name the catalog's format cannot hold, ...
+    async def _bad_value(request: Request, exc: ValueError) -> Response:
+        return error_page(request, 400, _message(exc))
+
+    @app.exception_handler(PermissionError)
+    async def _refused(request: Request, exc: PermissionError) -> Response:
+        return error_page(request, 403, _message(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_query(request: Request, exc: RequestValidationError) -> Response:
+        wrong = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"
+                          for e in exc.errors())
+        return error_page(request, 400, f"bad query: {wrong}")
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        message = (f"no page {request.url.path}" if exc.status_code == 404
+                   else str(exc.detail))
+        answer = error_page(request, exc.status_code, message)
+        answer.headers.update(exc.headers or {})
+        return answer
+
+    @app.exception_handler(OlympiaError)
+    async def _failed(request: Request, exc: OlympiaError) -> Response:
+        log.warning("UI page %s failed: %s", request.url.path, exc)
+        return error_page(request, 500, _message(exc))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("UI page %s failed", request.url.path)
+        return error_page(request, 500, "internal error; the server log has the details")
+
+    @app.get("/", response_class=HTMLResponse)
+    def home(request: Request, version: str | None = None, as_of: str | None = None,
+             after: str | None = None, limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, version, as_of)
+        listing = pages.namespaces_page(ctx.snapshot, after, pages.page_size(limit))
+        return render(request, "home.html", ctx=ctx, listing=listing, limit=limit)
+
+    @app.get("/namespace", response_class=HTMLResponse)
+    def namespace(request: Request, name: str, version: str | None = None,
+                  as_of: str | None = None, after: str | None = None,
+                  limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, version, as_of)
+        listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit))
+        return render(request, "namespace.html", ctx=ctx, listing=listing,
+                      ns=ctx.snapshot.load_namespace(name), limit=limit)
+
+    @app.get("/table", response_class=HTMLResponse)
+    def table(request: Request, ns: str, name: str, version: str | None = None,
+              as_of: str | None = None) -> HTMLResponse:
+        ctx = context(request, version, as_of)
+        found = ctx.snapshot.load_table(ns, name)
+        return render(request, "table.html", ctx=ctx, table=found,
+                      columns=pages.column_rows(found.columns),
+                      iceberg=pages.iceberg_details(ctx.catalog, found))
+
+    @app.get("/view", response_class=HTMLResponse)
+    def view(request: Request, ns: str, name: str, version: str | None = None,
+             as_of: str | None = None) -> HTMLResponse:
+        ctx = context(request, version, as_of)
+        found = ctx.snapshot.load_view(ns, name)
+        references = [(a, b, ctx.snapshot.table_exists(a, b), ctx.snapshot.view_exists(a, b))
+                      for a, b in found.referenced_objects]
+        return render(request, "view.html", ctx=ctx, view=found,
+                      columns=pages.column_rows(found.columns), references=references)
+
+    @app.get("/history", response_class=HTMLResponse)
+    def history(request: Request, before: int | None = None,
+                limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, None, None)
+        page = pages.history_page(ctx.catalog, before, pages.page_size(limit))
+        return render(request, "history.html", ctx=ctx, page=page, chart=timeline(page),
+                      entries=[(e, e.to_dict()) for e in page.entries],
+                      is_export=pages.is_export, limit=limit)
+
+    @app.get("/diff", response_class=HTMLResponse)
+    def diff(request: Request, to: int, from_: FromVersion = None) -> HTMLResponse:
+        ctx = context(request, None, None)
+        older = to - 1 if from_ is None else from_
+        result = version_diff(ctx.catalog, older, to)
+        changes = [(item, change_lines(item.change, False)) for item in result.changes]
+        return render(request, "diff.html", ctx=ctx, result=result, changes=changes,
+                      older=older, newer=to)
 
     return app
+
+
+def _version_number(text: str | None) -> int | None:
+    """``?version=`` as a number (``None`` when absent or empty, as a blank form sends it).
+
+    Raises:
+        InvalidArgumentError: not a version number.
+    """
+    if text is None or not text.strip():
+        return None
+    if not text.strip().isdigit():
+        raise InvalidArgumentError(f"version must be a version number, got {text!r}")
+    return int(text)
+
+
+def _message(exc: BaseException) -> str:
+    """An error's message without the quotes ``KeyError`` adds."""
+    return str(exc.args[0]) if exc.args else type(exc).__name__

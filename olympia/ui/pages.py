@@ -1,0 +1,246 @@
+"""What the UI pages show, read from the catalog: one page of objects at a time (a page reads
+the definitions it lists, never the catalog), an object's details, a page of history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import chain, islice
+from typing import Any
+
+from olympia._proto import objects_pb2 as pb
+from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType
+from olympia.catalog.objects import Column, Namespace, Table, View
+from olympia.catalog.reader import Snapshot
+from olympia.exceptions import InvalidArgumentError, NoSuchNamespaceError
+from olympia.plan.changes import column_text
+from olympia.tree import btree
+from olympia.versions.history import VersionInfo, history
+from olympia.versions.timetravel import format_millis
+
+#: Objects listed on one page unless ``limit`` says otherwise, and the most it may say.
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+_KINDS = {"table": ObjectType.TABLE, "view": ObjectType.VIEW}
+
+
+@dataclass
+class Listing:
+    """One page of namespaces, or of a namespace's tables then views.
+
+    Args:
+        items: The objects of the page.
+        next_after: The cursor of the next page (``None``: this is the last).
+    """
+
+    items: list[Namespace | Table | View]
+    next_after: str | None
+
+
+def page_size(limit: int | None) -> int:
+    """The page size asked for, checked.
+
+    Raises:
+        InvalidArgumentError: ``limit`` is not between 1 and :data:`MAX_PAGE_SIZE`.
+    """
+    if limit is None:
+        return PAGE_SIZE
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidArgumentError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
+    return limit
+
+
+def _entries(snapshot: Snapshot, kind: ObjectType, namespace: str | None,
+             after: str | None) -> Iterator[tuple[ObjectRef, str]]:
+    """(ref, definition path) of the objects of ``kind`` (in ``namespace``) named above
+    ``after``, in name order, read lazily from the tree."""
+    prefix = (PREFIX[kind] if namespace is None
+              else snapshot.codec.children_prefix(kind, namespace))
+    low = prefix
+    if after is not None:
+        ref = (ObjectRef(kind, after) if namespace is None
+               else ObjectRef(kind, namespace, after))
+        low = snapshot.codec.key(ref) + "\0"
+    for key, path in btree.scan(snapshot.nodes, snapshot.root.node, low,
+                                btree.prefix_end(prefix)):
+        yield snapshot.codec.decode(key), path
+
+
+def _read(snapshot: Snapshot, found: list[tuple[ObjectRef, str]],
+          ) -> list[Namespace | Table | View]:
+    """The definitions of ``found`` (all of one kind), read concurrently."""
+    if not found:
+        return []
+    kind = found[0][0].type
+    paths = [p for _, p in found]
+    if kind == ObjectType.NAMESPACE:
+        return [Namespace.from_proto(d) for d in snapshot.files.read_defs(paths, pb.NamespaceDef)]
+    if kind == ObjectType.TABLE:
+        return [Table.from_proto(d, r.namespace, r.name) for (r, _), d in
+                zip(found, snapshot.files.read_defs(paths, pb.TableDef), strict=True)]
+    return [View.from_proto(d, r.namespace, r.name) for (r, _), d in
+            zip(found, snapshot.files.read_defs(paths, pb.ViewDef), strict=True)]
+
+
+def namespaces_page(snapshot: Snapshot, after: str | None, limit: int) -> Listing:
+    """Up to ``limit`` namespaces named above ``after``, with their definitions."""
+    found = list(islice(_entries(snapshot, ObjectType.NAMESPACE, None, after), limit + 1))
+    more = len(found) > limit
+    items = _read(snapshot, found[:limit])
+    return Listing(items, items[-1].name if more and items else None)
+
+
+def contents_page(snapshot: Snapshot, namespace: str, after: str | None,
+                  limit: int) -> Listing:
+    """Up to ``limit`` of the tables then views of ``namespace`` after the cursor ``after``
+    (``table:<name>`` or ``view:<name>``, as :attr:`Listing.next_after` gives it).
+
+    Raises:
+        NoSuchNamespaceError: no such namespace.
+        InvalidArgumentError: a malformed cursor.
+    """
+    if not snapshot.namespace_exists(namespace):
+        raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
+    kind, name = ObjectType.TABLE, None
+    if after is not None:
+        label, sep, name = after.partition(":")
+        if not sep or label not in _KINDS or not name:
+            raise InvalidArgumentError(f"after must be table:<name> or view:<name>, got "
+                                       f"{after!r}")
+        kind = _KINDS[label]
+    views = _entries(snapshot, ObjectType.VIEW, namespace,
+                     name if kind == ObjectType.VIEW else None)
+    rest = views if kind == ObjectType.VIEW else chain(
+        _entries(snapshot, ObjectType.TABLE, namespace, name), views)
+    found = list(islice(rest, limit + 1))
+    page = found[:limit]
+    items = [*_read(snapshot, [f for f in page if f[0].type == ObjectType.TABLE]),
+             *_read(snapshot, [f for f in page if f[0].type == ObjectType.VIEW])]
+    cursor = None
+    if len(found) > limit:
+        last = page[-1][0]
+        cursor = f"{'view' if last.type == ObjectType.VIEW else 'table'}:{last.name}"
+    return Listing(items, cursor)
+
+
+@dataclass
+class ColumnRow:
+    """A column as one row of a table: nested parts follow their parent, indented."""
+
+    path: str
+    depth: int
+    type_text: str
+    nullable: bool
+    comment: str
+    properties: dict[str, str]
+
+
+def column_rows(columns: tuple[Column, ...] | list[Column]) -> list[ColumnRow]:
+    """Every column and, below it, its struct fields, list element and map key and value."""
+    rows: list[ColumnRow] = []
+
+    def add(col: Column, label: str, depth: int) -> None:
+        rows.append(ColumnRow(label, depth, column_text(col), col.nullable, col.comment,
+                              dict(sorted(col.properties.items()))))
+        for child in col.fields:
+            add(child, child.name, depth + 1)
+        for part, inner in (("element", col.element), ("key", col.key),
+                            ("value", col.value)):
+            if inner is not None:
+                add(inner, f"({part})", depth + 1)
+
+    for col in columns:
+        add(col, col.name, 0)
+    return rows
+
+
+@dataclass
+class IcebergDetails:
+    """What an Iceberg table's metadata file says, or why it could not be read."""
+
+    error: str | None = None
+    format_version: int | None = None
+    current_snapshot: dict[str, Any] | None = None
+    partition_spec: str = ""
+    sort_order: str = ""
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: Snapshots listed on an Iceberg table's page, newest first.
+RECENT_SNAPSHOTS = 10
+
+
+def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
+    """The Iceberg metadata of ``table`` through pyiceberg (``None``: not an Iceberg table
+    with a metadata file, or pyiceberg is not installed)."""
+    try:
+        from pyiceberg.io import load_file_io
+
+        from olympia.iceberg.metadata import is_iceberg, read_table_metadata
+        from olympia.iceberg.options import iceberg_properties
+    except ModuleNotFoundError:
+        return None
+    if not is_iceberg(table):
+        return None
+    name = f"{table.namespace}.{table.name}"
+    io = load_file_io(iceberg_properties(catalog.uri, catalog.storage.options), table.location)
+    try:
+        metadata = read_table_metadata(io, table.location, name)
+    except Exception as exc:  # any unreadable metadata is shown, not raised
+        return IcebergDetails(error=str(exc))
+    current = metadata.current_snapshot()
+
+    def snap(s: Any) -> dict[str, Any]:
+        summary = dict(s.summary.additional_properties) if s.summary else {}
+        return {"id": s.snapshot_id, "parent": s.parent_snapshot_id,
+                "at": format_millis(s.timestamp_ms),
+                "operation": str(s.summary.operation.value) if s.summary else "",
+                "records": summary.get("total-records"),
+                "data_files": summary.get("total-data-files"),
+                "delete_files": summary.get("total-delete-files"),
+                "summary": dict(sorted(summary.items()))}
+
+    recent = sorted(metadata.snapshots, key=lambda s: s.timestamp_ms,
+                    reverse=True)[:RECENT_SNAPSHOTS]
+    return IcebergDetails(
+        format_version=metadata.format_version,
+        current_snapshot=None if current is None else snap(current),
+        partition_spec=str(metadata.spec()),
+        sort_order=str(metadata.sort_order_by_id(metadata.default_sort_order_id)),
+        snapshots=[snap(s) for s in recent])
+
+
+@dataclass
+class HistoryPage:
+    """A page of versions, newest first, and what the timeline marks."""
+
+    entries: list[VersionInfo]
+    latest: int
+    oldest: int
+    oldest_millis: int
+    exports: list[pb.SnapshotExportDef]
+    next_before: int | None
+
+
+def history_page(catalog: Catalog, before: int | None, limit: int) -> HistoryPage:
+    """Up to ``limit`` versions below ``before``: one root read per version listed, plus the
+    oldest kept version's (the retention window's start).
+
+    Raises:
+        InvalidArgumentError: ``before`` is not a positive number.
+    """
+    if before is not None and before < 1:
+        raise InvalidArgumentError(f"before must be a positive version number, got {before}")
+    entries = history(catalog, limit=limit, before=before)
+    oldest = catalog.files.oldest_version()
+    oldest_millis = catalog.files.read_root(oldest).created_at_millis
+    more = bool(entries) and entries[-1].version > oldest
+    exports = sorted(catalog.catalog_def.exports.values(), key=lambda e: e.version)
+    return HistoryPage(entries, catalog.version, oldest, oldest_millis, exports,
+                       entries[-1].version if more else None)
+
+
+def is_export(entry: VersionInfo) -> bool:
+    """Whether ``entry`` recorded an export."""
+    return any(a.WhichOneof("payload") == "export" for a in entry.actions)

@@ -1,0 +1,86 @@
+"""The history page's timeline: commits per day as bars, rollbacks and exports marked, the
+retention window (the versions expiry keeps) shaded; drawn as inline SVG by the template."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+from olympia.ui.pages import HistoryPage, is_export
+
+WIDTH, HEIGHT, MARGIN = 720, 140, 24
+
+
+@dataclass
+class Bar:
+    """One day's commits."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    day: str
+    count: int
+
+
+@dataclass
+class Mark:
+    """A rollback or export version, at its day."""
+
+    x: float
+    kind: str
+    version: int
+
+
+@dataclass
+class Timeline:
+    """What the SVG draws, in its coordinates."""
+
+    width: int = WIDTH
+    height: int = HEIGHT
+    base: int = HEIGHT - MARGIN
+    bars: list[Bar] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    kept_x: float | None = None
+    first_day: str = ""
+    last_day: str = ""
+    most: int = 0
+
+
+def _day(millis: int) -> date:
+    return datetime.fromtimestamp(millis / 1000, UTC).date()
+
+
+def timeline(page: HistoryPage) -> Timeline:
+    """The timeline of the versions of ``page``, one slot per day from its oldest to its
+    newest version's day."""
+    if not page.entries:
+        return Timeline()
+    days = Counter(_day(e.created_at_millis) for e in page.entries)
+    first, last = min(days), max(days)
+    slots = (last - first).days + 1
+    slot = (WIDTH - 2 * MARGIN) / slots
+    most = max(days.values())
+    usable = HEIGHT - 2 * MARGIN
+
+    def x_of(day: date) -> float:
+        return MARGIN + (day - first).days * slot
+
+    bars = []
+    for day, count in sorted(days.items()):
+        height = usable * count / most
+        bars.append(Bar(round(x_of(day) + slot * 0.1, 2), round(HEIGHT - MARGIN - height, 2),
+                        round(max(slot * 0.8, 1.0), 2), round(height, 2), day.isoformat(),
+                        count))
+    marks = []
+    for entry in page.entries:
+        kind = "rollback" if entry.is_rollback else "export" if is_export(entry) else None
+        if kind is not None:
+            centre = x_of(_day(entry.created_at_millis)) + slot / 2
+            marks.append(Mark(round(centre, 2), kind, entry.version))
+    kept = _day(page.oldest_millis)
+    kept_x = x_of(max(kept, first)) if kept <= last else None
+    return Timeline(bars=bars, marks=marks, kept_x=None if kept_x is None else round(kept_x, 2),
+                    first_day=first.isoformat(), last_day=last.isoformat(),
+                    most=most)
