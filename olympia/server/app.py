@@ -19,19 +19,21 @@ import base64
 import binascii
 import json
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qs, unquote_to_bytes
 
 import pydantic
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse
 from pyiceberg.typedef import IcebergBaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from olympia.server.auth import Tokens
+from olympia.server.auth import TOKEN_LIFETIME_SECONDS, Tokens
 from olympia.server.errors import (
     EXPECTED,
     RestError,
@@ -52,6 +54,8 @@ from olympia.server.models import (
     UpdateNamespacePropertiesBody,
 )
 from olympia.server.service import VERSION_PREFIX, CatalogService, Page
+from olympia.ui import create_ui
+from olympia.ui.login import COOKIE, login_routes
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 T = TypeVar("T")
@@ -345,7 +349,49 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     app.include_router(catalog, prefix="/v1")
     app.include_router(catalog, prefix="/v1/" + VERSION_PREFIX.format("{version}"))
+    _add_ui(app, service, tokens)
     return _RawPath(app)
+
+
+UI_PATH = "/ui"
+
+
+def _add_ui(app: FastAPI, service: CatalogService, tokens: Tokens | None) -> None:
+    """The read-only web UI at ``/ui`` (``GET /`` leads there), behind the same tokens as
+    the REST routes: a bearer header, or the cookie its sign-in form sets."""
+
+    @app.get("/", include_in_schema=False)
+    async def _home() -> Response:
+        return RedirectResponse(UI_PATH + "/", status_code=307)
+
+    checks = []
+    if tokens is not None:
+        app.include_router(login_routes(partial(_sign_in, tokens), ui_path=UI_PATH))
+        checks.append(Depends(partial(_ui_client, tokens)))
+    app.mount(UI_PATH, create_ui(lambda request: service.catalog.olympia,
+                                 dependencies=checks))
+
+
+def _sign_in(tokens: Tokens, client_id: str, secret: str, token: str,
+             ) -> tuple[str, int] | None:
+    """An access token for the UI's sign-in form: issued for a client id and secret, as
+    ``POST /v1/oauth/tokens`` issues it, or for a client's secret given as the bearer token;
+    an access token given is kept as it is. The cookie never holds a secret."""
+    if client_id or secret:
+        return tokens.issue(client_id, secret)
+    client = tokens.client_for(token) if token else None
+    if client is None:
+        return None
+    return tokens.issue(client.client_id, token) or (token, TOKEN_LIFETIME_SECONDS)
+
+
+def _ui_client(tokens: Tokens, request: Request) -> None:
+    """Let a UI page through for a valid bearer header or sign-in cookie (401 otherwise)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip() if scheme.lower() == "bearer" else request.cookies.get(COOKIE, "")
+    if not token or tokens.client_for(token) is None:
+        raise HTTPException(401, "sign in to see the catalog: this server needs a client of "
+                                 "its token file", headers={"WWW-Authenticate": "Bearer"})
 
 
 TOKEN_PATH = "/v1/oauth/tokens"
@@ -358,8 +404,9 @@ def _add_authentication(app: FastAPI, tokens: Tokens, max_body_bytes: int) -> No
     @app.middleware("http")
     async def _authenticate(request: Request,
                             call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if request.url.path == TOKEN_PATH:
-            return await call_next(request)
+        path = request.url.path
+        if path in (TOKEN_PATH, "/", UI_PATH) or path.startswith(UI_PATH + "/"):
+            return await call_next(request)  # the UI checks tokens and cookies itself
         head = request.method == "HEAD"
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         client = (tokens.client_for(token.strip())

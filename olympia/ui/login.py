@@ -1,0 +1,69 @@
+"""Signing a browser in to the UI where the server needs bearer tokens: a browser cannot send
+an ``Authorization`` header, so a form trades credentials for a short-lived access token kept
+in an HttpOnly, SameSite=Strict cookie that the server's check accepts like a bearer token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+#: The cookie holding a signed-in browser's access token.
+COOKIE = "olympia_ui_token"
+Field = Annotated[str, Form()]
+#: Checks a form: ``(client id, secret, bearer token)`` to ``(access token, lifetime in
+#: seconds)``, or ``None`` when they let no one in.
+SignIn = Callable[[str, str, str], tuple[str, int] | None]
+
+
+def login_routes(sign_in: SignIn, *, ui_path: str = "/ui",
+                 title: str = "Olympia catalog") -> APIRouter:
+    """The sign-in form at ``<ui_path>/login``, to include in the application that mounts the
+    UI at ``ui_path`` (before the mount, so that the UI's own checks do not guard it).
+
+    ``GET`` shows the form; ``POST`` checks it with ``sign_in`` and, when it lets the
+    browser in, sets :data:`COOKIE` for the UI's path and redirects to the UI (401 and the
+    form again otherwise).
+
+    Args:
+        sign_in: Checks the form's fields (empty when not filled in).
+        ui_path: Where the UI is mounted.
+        title: The name shown in the page's header.
+
+    Returns:
+        The routes.
+    """
+    router = APIRouter()
+    templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+    templates.env.globals.update(title=title)
+
+    def ui_root(request: Request) -> str:
+        return str(request.scope.get("root_path", "")) + ui_path
+
+    def form(request: Request, message: str = "", code: int = 200) -> HTMLResponse:
+        return templates.TemplateResponse(
+            request, "login.html", {"root": ui_root(request), "ctx": None, "keep_query": [],
+                                    "message": message}, status_code=code)
+
+    @router.get(f"{ui_path}/login", response_class=HTMLResponse)
+    def show(request: Request) -> HTMLResponse:
+        return form(request)
+
+    @router.post(f"{ui_path}/login", response_model=None)
+    def submit(request: Request, client_id: Field = "", secret: Field = "",
+               token: Field = "") -> Response:
+        given = sign_in(client_id.strip(), secret.strip(), token.strip())
+        if given is None:
+            return form(request, "Those credentials sign no one in.", 401)
+        access, lifetime = given
+        answer = RedirectResponse(ui_root(request) + "/", status_code=303)
+        answer.set_cookie(COOKIE, access, max_age=lifetime, path=ui_root(request),
+                          httponly=True, samesite="strict",
+                          secure=request.url.scheme == "https")
+        return answer
+
+    return router
