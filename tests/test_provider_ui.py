@@ -20,6 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 from plan_helpers import EXAMPLE, EXAMPLE_VARS, converge
+from playwright.sync_api import Page, sync_playwright
 from test_provider_e2e import AIRFLOW, run
 
 from olympia import Catalog
@@ -189,13 +190,11 @@ def test_no_page_renders_a_secret_of_the_connection(airflow_ui: AirflowUI) -> No
 
 
 @pytest.fixture
-def reader_page(airflow_ui: AirflowUI) -> Iterator[object]:
+def reader_page(airflow_ui: AirflowUI) -> Iterator[Page]:
     """A Chromium page logged in as the reader (Airflow's session cookie)."""
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
-    from playwright.sync_api import sync_playwright
-
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium,
@@ -207,3 +206,51 @@ def reader_page(airflow_ui: AirflowUI) -> Iterator[object]:
             yield context.new_page()
         finally:
             browser.close()
+
+
+def test_navigation_entry_opens_the_plugin(airflow_ui: AirflowUI, reader_page: Page) -> None:
+    page = reader_page
+    page.goto(f"{airflow_ui.base}/", wait_until="networkidle")
+    page.get_by_role("button", name="Browse").click()
+    entry = page.get_by_role("menuitem", name="Olympia catalog")
+    entry.wait_for()
+    page.screenshot(path=SCREENSHOTS / "airflow-nav.png", animations="disabled")
+    entry.click()
+    page.wait_for_url("**/plugin/olympia-catalog**")
+    landing = page.frame_locator("iframe").locator("#connections")
+    assert CONN in landing.inner_text()
+    page.screenshot(path=SCREENSHOTS / "airflow-plugin-landing.png")
+
+
+def test_catalog_pages_in_chromium(airflow_ui: AirflowUI, reader_page: Page) -> None:
+    page = reader_page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{airflow_ui.base}{PREFIX}")
+    page.get_by_role("link", name=CONN).click()
+    page.wait_for_url(f"**{PREFIX}{CONN}/")
+    main = page.locator("main")
+    for ns in EXAMPLE_SPEC.namespaces:
+        assert main.get_by_role("link", name=ns, exact=True).is_visible()
+    page.screenshot(path=SCREENSHOTS / "catalog.png", full_page=True)
+
+    main.get_by_role("link", name="sales", exact=True).click()
+    for ns, name in EXAMPLE_SPEC.tables:
+        if ns == "sales":
+            assert main.get_by_role("link", name=name, exact=True).is_visible()
+    page.screenshot(path=SCREENSHOTS / "namespace.png", full_page=True)
+
+    main.get_by_role("link", name="ui_second_version", exact=True).click()
+    assert "<script>alert(1)</script>" in main.inner_text()  # shown as text, never run
+    page.screenshot(path=SCREENSHOTS / "table.png", full_page=True)
+
+    page.get_by_role("link", name="History", exact=True).click()
+    assert page.locator("svg#timeline rect.bar").count() >= 1
+    assert page.locator("li.version").count() == 3  # create, the example, one more table
+    page.screenshot(path=SCREENSHOTS / "history.png", full_page=True)
+
+    page.locator("#v2 a.diff-link").click()
+    page.wait_for_url("**/diff?to=2")
+    assert "ui_second_version" in main.inner_text()
+    page.screenshot(path=SCREENSHOTS / "diff.png", full_page=True)
+    assert dialogs == []
