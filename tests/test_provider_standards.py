@@ -1,6 +1,6 @@
 """The provider against the standard of Airflow's own providers: catalog-scoped Assets and
 their registered normaliser, the connection's one catalog field, sensors that return
-without deferring, a trigger module light enough for the triggerer's event loop, and the
+without deferring, trigger and UI plugin modules light enough to load in every process, and the
 expiry job submitted with spark-submit (for real, on local[2]) with Spark's log levels."""
 
 from __future__ import annotations
@@ -121,6 +121,19 @@ def test_trigger_module_leaves_the_catalog_library_to_a_thread() -> None:
             "import olympia_provider.triggers.olympia\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('olympia', 'pyarrow')))")
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == "[]"
+
+
+def test_ui_plugin_is_light_where_no_ui_is_served() -> None:
+    """Every Airflow process loads plugins (scheduler, workers, triggerer): loading ours
+    imports neither the catalog library nor FastAPI; the API server builds the UI on its
+    first request to it."""
+    code = ("import sys, airflow.sdk.plugins_manager\n"
+            "import olympia_provider.plugins.catalog_ui\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('olympia', 'pyarrow', 'fastapi')))")
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[-2] == "[]"
