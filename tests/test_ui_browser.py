@@ -1,0 +1,183 @@
+"""The catalog UI in a real browser: Debian's chromium, driven by Playwright, against a
+running ``olympia serve`` over the example catalog (applied as ``make demo`` applies it,
+then an Iceberg append: two versions).
+
+A screenshot of each page is saved under the test's tmp dir, or under the directory named by
+``OLYMPIA_UI_SCREENSHOTS`` (``docs/images`` for the documentation's). Skipped only when no
+``chromium`` is installed (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from restserver import RestServer
+
+from olympia.catalog.catalog import Catalog
+
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (Debian's "
+                                "chromium package; .ci/run installs it)")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REPO = Path(__file__).resolve().parents[1]
+EVIL = "<script>window.__olympia_xss = 1</script>"
+BIN = Path(sys.executable).parent
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def example_catalog(root: Path) -> str:
+    """The example catalog as ``make demo`` makes it: applied (version 1), then three rows
+    appended to the Iceberg table sales.payments (version 2)."""
+    uri = str(root / "catalog")
+    _run(str(BIN / "olympia"), "init", "--catalog", uri,
+         "--property", f"warehouse=file://{root}/tables")
+    plan = str(root / "plan.json")
+    _run(str(BIN / "olympia"), "plan", "--catalog", uri, "examples/catalog", "--var-file",
+         "examples/vars.yaml", "--out", plan)
+    _run(str(BIN / "olympia"), "apply", "--catalog", uri, plan, "--auto-approve")
+    _run(sys.executable, "examples/append_and_read.py", uri)
+    return uri
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
+    root = tmp_path_factory.mktemp("ui-example")
+    uri = example_catalog(root)
+    with RestServer(uri, f"file://{root}/tables") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh user-data dir
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, args=ARGS,
+            viewport={"width": 1100, "height": 800})
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    where = os.environ.get("OLYMPIA_UI_SCREENSHOTS")
+    folder = Path(where) if where else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_the_example_catalog_in_the_browser(server: RestServer, browser: Any,
+                                            shots: Path) -> None:
+    page = browser.new_page()
+    try:
+        page.goto(server.url + "/")  # GET / leads to the UI
+        assert page.url == server.url + "/ui/"
+        names = page.locator("table.list th[scope=row]").all_inner_texts()
+        assert names == ["finance", "marketing", "reporting", "sales"]
+        page.screenshot(path=str(shots / "ui-namespaces.png"), full_page=True)
+
+        page.get_by_role("link", name="sales", exact=True).click()
+        assert "payments" in page.locator("table.list").inner_text()
+        page.screenshot(path=str(shots / "ui-namespace.png"), full_page=True)
+
+        page.get_by_role("link", name="payments", exact=True).click()
+        iceberg = page.locator("section.iceberg")
+        assert iceberg.locator("dd.rows").inner_text() == "3"
+        assert "append" in iceberg.locator("table.snapshots").inner_text()
+        page.screenshot(path=str(shots / "ui-table.png"), full_page=True)
+
+        page.goto(server.url + "/ui/namespace?name=marketing")
+        page.get_by_role("link", name="campaign_revenue", exact=True).click()
+        assert "GROUP BY 1, 2" in page.locator("pre.sql").inner_text()
+        page.get_by_role("link", name="marketing.touches").click()
+        assert page.locator("h1").inner_text() == "Table touches"
+        page.go_back()
+        page.screenshot(path=str(shots / "ui-view.png"), full_page=True)
+
+        page.goto(server.url + "/ui/history")
+        timeline = page.locator("svg#timeline")
+        assert timeline.locator("rect.bar").count() >= 1
+        assert page.locator("li.version").count() == 3  # versions 2, 1 and 0
+        page.screenshot(path=str(shots / "ui-history.png"), full_page=True)
+
+        page.locator("#v1 a.diff-link").click()
+        changes = page.locator("section.change")
+        assert changes.count() > 10
+        assert "+ table sales.payments" in page.locator("main").inner_text()
+        page.screenshot(path=str(shots / "ui-diff.png"), full_page=True)
+
+        # keyboard: the version form is reachable and submits with Enter
+        page.goto(server.url + "/ui/")
+        page.get_by_label("Version").focus()
+        page.keyboard.type("1")
+        page.keyboard.press("Enter")
+        page.wait_for_url("**/ui/?version=1**")
+        assert "version 1 of 2" in page.locator("header").inner_text()
+    finally:
+        page.close()
+
+
+def test_a_comment_holding_a_script_is_shown_as_text(tmp_path: Path, browser: Any) -> None:
+    server = RestServer.on_new_catalog(tmp_path)
+    store = Catalog.open(server.catalog_uri)
+    try:
+        store.create_namespace("xss", comment=EVIL)
+        store.create_table(("xss", "t"), comment=EVIL, columns=[{"name": "c", "type": "int"}])
+    finally:
+        store.close()
+    with server:
+        page = browser.new_page()
+        try:
+            page.goto(server.url + "/ui/table?ns=xss&name=t")
+            assert page.locator("dd.comment").inner_text() == EVIL
+            assert page.evaluate("typeof window.__olympia_xss") == "undefined"
+            page.goto(server.url + "/ui/namespace?name=xss")
+            assert page.locator("dd.comment").inner_text() == EVIL
+            assert page.evaluate("typeof window.__olympia_xss") == "undefined"
+        finally:
+            page.close()
+
+
+def test_a_server_with_tokens_refuses_until_signed_in(tmp_path: Path, browser: Any,
+                                                      shots: Path) -> None:
+    token_file = tmp_path / "tokens"
+    token_file.write_text("viewer read-only viewer-secret\n")
+    with RestServer.on_new_catalog(tmp_path, "--token-file", str(token_file)) as secured:
+        page = browser.new_page()
+        try:
+            answer = page.goto(secured.url + "/ui/")
+            assert answer is not None and answer.status == 401
+            page.get_by_role("link", name="Sign in").click()
+            page.screenshot(path=str(shots / "ui-login.png"), full_page=True)
+            page.get_by_label("Client id").fill("viewer")
+            page.get_by_label("Secret").fill("wrong")
+            page.get_by_role("button", name="Sign in").click()
+            assert "sign no one in" in page.locator("main").inner_text()
+            page.get_by_label("Client id").fill("viewer")
+            page.get_by_label("Secret").fill("viewer-secret")
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(secured.url + "/ui/")
+            assert page.locator("h1").inner_text() == "Namespaces"
+            cookie = next(c for c in browser.cookies(secured.url + "/ui/") if c["name"] ==
+                          "olympia_ui_token")
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            assert cookie["value"] != "viewer-secret"
+        finally:
+            page.close()
