@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 from plan_helpers import EXAMPLE, EXAMPLE_VARS, converge
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 from test_provider_e2e import AIRFLOW, run
 
 from olympia import Catalog
@@ -190,8 +190,8 @@ def test_no_page_renders_a_secret_of_the_connection(airflow_ui: AirflowUI) -> No
 
 
 @pytest.fixture
-def reader_page(airflow_ui: AirflowUI) -> Iterator[Page]:
-    """A Chromium page logged in as the reader (Airflow's session cookie)."""
+def browser() -> Iterator[Browser]:
+    """Debian's headless Chromium, driven by Playwright."""
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
@@ -200,12 +200,35 @@ def reader_page(airflow_ui: AirflowUI) -> Iterator[Page]:
         browser = playwright.chromium.launch(executable_path=chromium,
                                              args=["--no-sandbox", "--disable-gpu"])
         try:
-            context = browser.new_context()
-            context.add_cookies([{"name": "_token", "value": airflow_ui.tokens["reader"],
-                                  "url": airflow_ui.base}])
-            yield context.new_page()
+            yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture
+def reader_page(airflow_ui: AirflowUI, browser: Browser) -> Page:
+    """A page logged in as the reader (Airflow's session cookie)."""
+    context = browser.new_context()
+    context.add_cookies([{"name": "_token", "value": airflow_ui.tokens["reader"],
+                          "url": airflow_ui.base}])
+    return context.new_page()
+
+
+def test_browser_signs_in_through_airflow(airflow_ui: AirflowUI, browser: Browser) -> None:
+    """An anonymous browser lands on Airflow's login page and, signed in, on the page it
+    asked for; a viewer who signs in is refused."""
+    for user, expected in (("reader", "History"), ("viewer", "Forbidden")):
+        page = browser.new_context().new_page()
+        page.goto(f"{airflow_ui.base}{PREFIX}{CONN}/history")
+        page.wait_for_url("**/auth/login?next=**")
+        page.get_by_label("Username").fill(user)
+        page.get_by_label("Password").fill(PASSWORDS[user])
+        page.screenshot(path=SCREENSHOTS / "airflow-login.png")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"**{PREFIX}{CONN}/history")
+        assert page.locator("h1").inner_text().startswith(expected)
+        assert (page.locator("svg#timeline").count() == 1) == (user == "reader")
+        page.context.close()
 
 
 def test_navigation_entry_opens_the_plugin(airflow_ui: AirflowUI, reader_page: Page) -> None:
