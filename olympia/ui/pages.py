@@ -13,7 +13,7 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
-from olympia.exceptions import InvalidArgumentError, NoSuchNamespaceError
+from olympia.exceptions import InvalidArgumentError, NoSuchNamespaceError, OlympiaError
 from olympia.plan.changes import column_text
 from olympia.tree import btree
 from olympia.versions.history import VersionInfo, history
@@ -187,7 +187,7 @@ def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
     io = load_file_io(iceberg_properties(catalog.uri, catalog.storage.options), table.location)
     try:
         metadata = read_table_metadata(io, table.location, name)
-    except Exception as exc:  # any unreadable metadata is shown, not raised
+    except (OlympiaError, OSError, ValueError) as exc:  # shown on the page, not raised
         return IcebergDetails(error=str(exc))
     current = metadata.current_snapshot()
 
