@@ -313,3 +313,13 @@ def test_serve_with_tokens_needs_a_token_or_the_sign_in_cookie(
         "set-cookie"] and COOKIE in by_token.headers["set-cookie"]
     # the cookie opens the UI only, not the REST API
     assert client.get("/v1/config").status_code == 401
+
+
+def test_a_big_version_lists_its_first_actions_and_counts_the_rest(tmp_path: Path) -> None:
+    catalog = Catalog.create(str(tmp_path / "c"))
+    with catalog.transaction() as txn:
+        for n in range(30):
+            txn.create_namespace(f"n{n:02}")
+    page = client_of(catalog).get("/history")
+    assert page.text.count("<li>create namespace n") == 25
+    assert "and 5 more actions" in page.text

@@ -176,7 +176,8 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         page = pages.history_page(ctx.catalog, before, pages.page_size(limit))
         return render(request, "history.html", ctx=ctx, page=page, chart=timeline(page),
                       entries=[(e, e.to_dict()) for e in page.entries],
-                      is_export=pages.is_export, limit=limit)
+                      is_export=pages.is_export, limit=limit,
+                      max_actions=pages.ACTIONS_SHOWN)
 
     @app.get("/diff", response_class=HTMLResponse)
     def diff(request: Request, to: int, from_: FromVersion = None) -> HTMLResponse:

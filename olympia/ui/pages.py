@@ -167,6 +167,8 @@ class IcebergDetails:
     snapshots: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: Actions listed per version on the history page (a version may record thousands).
+ACTIONS_SHOWN = 25
 #: Snapshots listed on an Iceberg table's page, newest first.
 RECENT_SNAPSHOTS = 10
 
