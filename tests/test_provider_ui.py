@@ -147,6 +147,8 @@ def test_anonymous_and_unpermitted_users_are_refused(airflow_ui: AirflowUI) -> N
             assert browser.status_code == 303  # to Airflow's login page, and back here after
             assert browser.headers["location"].startswith("/auth/login?next=")
             assert path in browser.headers["location"].replace("%2F", "/")
+            anonymous.cookies.set("_token", "not-a-session")  # expired, or signed by another
+            assert anonymous.get(path, headers={"Accept": "text/html"}).status_code == 303
         with airflow_ui.client("viewer") as viewer:
             assert viewer.get("/api/v2/dags").status_code == 200  # a real, logged-in user
             refused = viewer.get(path)
@@ -158,7 +160,7 @@ def test_reader_sees_the_olympia_connections_and_their_catalog(airflow_ui: Airfl
     with airflow_ui.client("reader") as reader:
         landing = reader.get(PREFIX)
         assert landing.status_code == 200
-        assert f'href="{CONN}/"' in landing.text and "not_olympia" not in landing.text
+        assert f'href="{PREFIX}{CONN}/"' in landing.text and "not_olympia" not in landing.text
         assert "The example &lt;b&gt;catalog&lt;/b&gt;" in landing.text
         home = reader.get(f"{PREFIX}{CONN}/")
         assert home.status_code == 200

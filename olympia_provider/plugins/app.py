@@ -9,6 +9,7 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import (
     ReadableConnectionsFilterDep,
     requires_access_connection,
+    resolve_user_from_token,
 )
 from airflow.models.connection import Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -30,7 +31,7 @@ LANDING_PAGE = """<!doctype html>
 <p>Catalogs of the <code>olympia</code> connections you may read:</p>
 <ul id="connections">
 {% for conn in connections %}
-  <li><a href="{{ conn.conn_id | urlencode }}/">{{ conn.conn_id }}</a>
+  <li><a href="{{ root }}/{{ conn.conn_id | urlencode }}/">{{ conn.conn_id }}</a>
   {%- if conn.description %} — {{ conn.description }}{% endif %}</li>
 {% endfor %}
 </ul>
@@ -65,17 +66,26 @@ def open_catalog(request: Request) -> Catalog:
 
 
 async def login_first(request: Request) -> None:
-    """Send a browser that brings no credential to Airflow's login page, to come back here.
+    """Send a browser without a valid session to Airflow's login page, to come back here.
 
     Raises:
-        HTTPException: 303 to the login page for a request of HTML without a token; other
-            requests go on to the API server's authentication (401 without a token).
+        HTTPException: 303 to the login page for a request of HTML with no token or an
+            expired or invalid session cookie; other requests go on to the API server's
+            authentication (401 without a token).
     """
-    if ("authorization" in request.headers or COOKIE_NAME_JWT_TOKEN in request.cookies
-            or "text/html" not in request.headers.get("accept", "")):
+    if "authorization" in request.headers or "text/html" not in request.headers.get(
+            "accept", ""):
         return
-    raise HTTPException(status.HTTP_303_SEE_OTHER, "Not authenticated", headers={
-        "Location": get_auth_manager().get_url_login(next_url=str(request.url))})
+    cookie = request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    # Airflow's middleware resolves the user of a valid cookie (and clears one it cannot use)
+    if cookie and getattr(request.state, "user", None) is None:
+        try:
+            await resolve_user_from_token(cookie)
+        except HTTPException:
+            cookie = None
+    if not cookie:
+        raise HTTPException(status.HTTP_303_SEE_OTHER, "Not authenticated", headers={
+            "Location": get_auth_manager().get_url_login(next_url=str(request.url))})
 
 
 def create_app() -> FastAPI:
@@ -90,11 +100,13 @@ def create_app() -> FastAPI:
     landing = Environment(autoescape=True).from_string(LANDING_PAGE)
 
     @app.get("/", response_class=HTMLResponse, dependencies=guard)
-    def connections(readable: ReadableConnectionsFilterDep, session: SessionDep) -> str:
+    def connections(request: Request, readable: ReadableConnectionsFilterDep,
+                    session: SessionDep) -> str:
         query = readable.to_orm(select(Connection.conn_id, Connection.description)
                                 .where(Connection.conn_type == OlympiaHook.conn_type)
                                 .order_by(Connection.conn_id))
-        return landing.render(title=TITLE, connections=session.execute(query).all())
+        return landing.render(title=TITLE, root=request.scope.get("root_path", ""),
+                              connections=session.execute(query).all())
 
     app.mount("/{connection_id}", create_ui(open_catalog, dependencies=guard, title=TITLE))
     return app
