@@ -157,6 +157,8 @@ def test_an_export_is_marked_on_the_timeline(catalog: Catalog, tmp_path: Path) -
     versions.export(catalog, "q1", str(tmp_path / "q1"), "full", version=4)
     page = client_of(catalog).get("/history")
     assert 'class="mark export"' in page.text and "q1</a> (version 4)" in page.text
+    assert "<title>version 4: exported as q1</title>" in page.text
+    assert "<title>version 6: rollback of 5 to 4</title>" in page.text
 
 
 def test_diff_down_to_columns_with_renames_as_renames(catalog: Catalog) -> None:

@@ -1,5 +1,6 @@
-"""The history page's timeline: commits per day as bars, rollbacks and exports marked, the
-retention window (the versions expiry keeps) shaded; drawn as inline SVG by the template."""
+"""The history page's timeline: commits per day as bars, rollbacks and exported versions
+marked, the retention window (the versions expiry keeps) shaded; drawn as inline SVG by the
+template."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from olympia.ui.pages import HistoryPage, is_export
+from olympia.ui.pages import HistoryPage
 
 WIDTH, HEIGHT, MARGIN = 720, 140, 24
 
@@ -26,11 +27,12 @@ class Bar:
 
 @dataclass
 class Mark:
-    """A rollback or export version, at its day."""
+    """A version rolled back to an older one, or exported, at its day."""
 
     x: float
     kind: str
     version: int
+    what: str
 
 
 @dataclass
@@ -73,12 +75,19 @@ def timeline(page: HistoryPage) -> Timeline:
         bars.append(Bar(round(x_of(day) + slot * 0.1, 2), round(HEIGHT - MARGIN - height, 2),
                         round(max(slot * 0.8, 1.0), 2), round(height, 2), day.isoformat(),
                         count))
+    exported: dict[int, list[str]] = {}
+    for export in page.exports:
+        exported.setdefault(export.version, []).append(export.name)
     marks = []
     for entry in page.entries:
-        kind = "rollback" if entry.is_rollback else "export" if is_export(entry) else None
-        if kind is not None:
-            centre = x_of(_day(entry.created_at_millis)) + slot / 2
-            marks.append(Mark(round(centre, 2), kind, entry.version))
+        centre = round(x_of(_day(entry.created_at_millis)) + slot / 2, 2)
+        if entry.is_rollback:
+            marks.append(Mark(centre, "rollback", entry.version,
+                              f"rollback of {entry.rollback[0]} to {entry.rollback[1]}"
+                              if entry.rollback else "rollback"))
+        if entry.version in exported:
+            marks.append(Mark(centre, "export", entry.version,
+                              "exported as " + ", ".join(sorted(exported[entry.version]))))
     kept = _day(page.oldest_millis)
     kept_x = x_of(max(kept, first)) if kept <= last else None
     return Timeline(bars=bars, marks=marks, kept_x=None if kept_x is None else round(kept_x, 2),
