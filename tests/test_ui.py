@@ -325,3 +325,8 @@ def test_a_big_version_lists_its_first_actions_and_counts_the_rest(tmp_path: Pat
     page = client_of(catalog).get("/history")
     assert page.text.count("<li>create namespace n") == 25
     assert "and 5 more actions" in page.text
+
+
+def test_the_history_as_it_was_at_a_version(catalog: Catalog) -> None:
+    page = client_of(catalog).get("/history?version=3")
+    assert re.findall(r'<li id="v(\d+)"', page.text) == ["3", "2", "1", "0"]

@@ -170,9 +170,11 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       columns=pages.column_rows(found.columns), references=references)
 
     @app.get("/history", response_class=HTMLResponse)
-    def history(request: Request, before: int | None = None,
-                limit: int | None = None) -> HTMLResponse:
-        ctx = context(request, None, None)
+    def history(request: Request, before: int | None = None, limit: int | None = None,
+                version: str | None = None, as_of: str | None = None) -> HTMLResponse:
+        ctx = context(request, version, as_of)
+        if before is None and ctx.pinned:  # the history as it was: that version and older
+            before = ctx.snapshot.version + 1
         page = pages.history_page(ctx.catalog, before, pages.page_size(limit))
         return render(request, "history.html", ctx=ctx, page=page, chart=timeline(page),
                       entries=[(e, e.to_dict()) for e in page.entries],
