@@ -101,6 +101,9 @@ def test_the_example_catalog_in_the_browser(server: RestServer, browser: Any,
         iceberg = page.locator("section.iceberg")
         assert iceberg.locator("dd.rows").inner_text() == "3"
         assert "append" in iceberg.locator("table.snapshots").inner_text()
+        # partitioning and sorting in the notation of the example's spec (sales.yaml)
+        assert "Partition spec\nmethod\n" in iceberg.inner_text()
+        assert "Sort order\npaid_at desc, payment_id" in iceberg.inner_text()
         page.screenshot(path=str(shots / "ui-table.png"), full_page=True)
 
         page.goto(server.url + "/ui/namespace?name=marketing")

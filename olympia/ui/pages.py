@@ -15,6 +15,7 @@ from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, NoSuchNamespaceError, OlympiaError
 from olympia.plan.changes import column_text
+from olympia.spec.iceberg import layout_of
 from olympia.tree import btree
 from olympia.versions.history import VersionInfo, history
 from olympia.versions.timetravel import format_millis
@@ -192,6 +193,10 @@ def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
     except (OlympiaError, OSError, ValueError) as exc:  # shown on the page, not raised
         return IcebergDetails(error=str(exc))
     current = metadata.current_snapshot()
+    try:  # in the notation of the catalog's specs (`day(ts)`, `id desc`)
+        layout = layout_of(table.format_properties, table.columns)
+    except InvalidArgumentError as exc:
+        return IcebergDetails(error=str(exc))
 
     def snap(s: Any) -> dict[str, Any]:
         summary = dict(s.summary.additional_properties) if s.summary else {}
@@ -208,8 +213,8 @@ def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
     return IcebergDetails(
         format_version=metadata.format_version,
         current_snapshot=None if current is None else snap(current),
-        partition_spec=str(metadata.spec()),
-        sort_order=str(metadata.sort_order_by_id(metadata.default_sort_order_id)),
+        partition_spec=", ".join(layout.partition_texts()) or "unpartitioned",
+        sort_order=", ".join(layout.sort_texts()) or "unsorted",
         snapshots=[snap(s) for s in recent])
 
 
