@@ -117,26 +117,26 @@ def test_deferrable_defaults_from_airflow_config() -> None:
 def test_trigger_module_leaves_the_catalog_library_to_a_thread() -> None:
     """The triggerer imports trigger modules on its event loop: ours imports no Olympia
     (nor pyarrow) there; the trigger imports it in a worker thread when it runs."""
-    code = ("import sys, airflow.triggers.base\n"
-            "import olympia_provider.triggers.olympia\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('olympia', 'pyarrow')))")
-    proc = _python(code)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[-2] == "[]"
+    assert _loaded_by("airflow.triggers.base", "olympia_provider.triggers.olympia",
+                      ("olympia", "pyarrow")) == "[]"
 
 
 def test_ui_plugin_is_light_where_no_ui_is_served() -> None:
     """Every Airflow process loads plugins (scheduler, workers, triggerer): loading ours
     imports neither the catalog library nor FastAPI; the API server builds the UI on its
     first request to it."""
-    code = ("import sys, airflow.sdk.plugins_manager\n"
-            "import olympia_provider.plugins.catalog_ui\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('olympia', 'pyarrow', 'fastapi')))")
+    assert _loaded_by("airflow.sdk.plugins_manager", "olympia_provider.plugins.catalog_ui",
+                      ("olympia", "pyarrow", "fastapi")) == "[]"
+
+
+def _loaded_by(first: str, module: str, packages: tuple[str, ...]) -> str:
+    """The modules of ``packages`` a fresh interpreter holds after importing ``first``
+    (what the Airflow process has already) and then ``module``, as printed."""
+    code = (f"import sys, {first}\nimport {module}\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {packages!r}))")
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[-2] == "[]"
+    return proc.stdout.split("\n")[-2]
 
 
 def test_spark_log_lines_keep_their_level(caplog: pytest.LogCaptureFixture) -> None:
