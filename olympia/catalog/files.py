@@ -151,11 +151,12 @@ class CatalogFiles:
     def read_root(self, version: int, fresh: bool = False) -> Root:
         """The root of ``version``; NotFoundError if that version does not exist.
         ``fresh``: read from the store even if a root of that name was read before (what
-        a commit builds on; a restored prefix may hold another root under that name)."""
+        a commit builds on; a restored prefix may hold another root under that name); the
+        root decoded before is kept only if the store's bytes have its digest."""
         path = version_path(version)
         with self._lock:
-            cached = None if fresh else self._roots.get(path)
-        if cached is not None:
+            cached = self._roots.get(path)
+        if cached is not None and not fresh:
             return cached
         try:
             data = self.storage.read(path)
@@ -163,6 +164,8 @@ class CatalogFiles:
             raise NoSuchVersionError(
                 f"version {version} does not exist in {self.storage.uri} ({path})"
             ) from None
+        if cached is not None and cached.digest == root_digest(data):
+            return cached
         root = self._decode_root(version, path, data)
         self.remember_root(root)
         return root
