@@ -387,11 +387,16 @@ def _sign_in(tokens: Tokens, client_id: str, secret: str, token: str,
 
 def _ui_client(tokens: Tokens, request: Request) -> None:
     """Let a UI page through for a valid bearer header or sign-in cookie (401 otherwise)."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip() if scheme.lower() == "bearer" else request.cookies.get(COOKIE, "")
+    token = _bearer(request) or request.cookies.get(COOKIE, "")
     if not token or tokens.client_for(token) is None:
         raise HTTPException(401, "sign in to see the catalog: this server needs a client of "
                                  "its token file", headers={"WWW-Authenticate": "Bearer"})
+
+
+def _bearer(request: Request) -> str:
+    """The token of the request's ``Authorization: Bearer`` header ("" without one)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 TOKEN_PATH = "/v1/oauth/tokens"
@@ -408,9 +413,8 @@ def _add_authentication(app: FastAPI, tokens: Tokens, max_body_bytes: int) -> No
         if path in (TOKEN_PATH, "/", UI_PATH) or path.startswith(UI_PATH + "/"):
             return await call_next(request)  # the UI checks tokens and cookies itself
         head = request.method == "HEAD"
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        client = (tokens.client_for(token.strip())
-                  if scheme.lower() == "bearer" and token.strip() else None)
+        token = _bearer(request)
+        client = tokens.client_for(token) if token else None
         if client is None:
             answer = error_response(401, "NotAuthorizedException", "a valid bearer token is "
                                     "required (Authorization: Bearer <token>)", head=head)
