@@ -17,6 +17,7 @@ from olympia import Catalog
 from olympia.catalog.files import LATEST, OLDEST
 from olympia.catalog.keys import path_version
 from olympia.storage import Backend, FileInfo, Storage
+from olympia.storage.backends import RunAll, run_in_turn
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [{"name": "id", "type": "int8", "nullable": False}, {"name": "payload", "type": "json"},
@@ -158,11 +159,12 @@ class _RecordingBackend(Backend):
         self._note("create_exclusive", path)
         self.inner.create_exclusive(path, data)
 
-    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                run_all: RunAll = run_in_turn) -> None:
         for name in files:
             self._note("write", name)
         self._note("create_exclusive", path)
-        self.inner.publish(files, path, data)
+        self.inner.publish(files, path, data, run_all)
 
     def exists(self, path: str) -> bool:
         self._note("exists", path)

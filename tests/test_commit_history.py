@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
@@ -54,6 +54,7 @@ from olympia.catalog.commit import commit_group
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, OlympiaError
 from olympia.storage import Backend, FileInfo
+from olympia.storage.backends import RunAll, run_in_turn
 from olympia.tree import btree
 
 T = TypeVar("T")
@@ -125,6 +126,12 @@ class Gate(Backend):
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self._op("create", path, lambda: self.inner.create_exclusive(path, data), creates=True)
+
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                run_all: RunAll = run_in_turn) -> None:
+        """The contract's publish with its writes in turn: the machine decides one
+        operation of a writer at a time."""
+        super().publish(files, path, data)
 
     def exists(self, path: str) -> bool:
         return self._op("exists", path, lambda: self.inner.exists(path))

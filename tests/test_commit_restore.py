@@ -30,6 +30,7 @@ from olympia.catalog.keys import version_path
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, TransientStorageError
 from olympia.storage import Storage
+from olympia.storage.backends import RunAll, run_in_turn
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -237,7 +238,8 @@ class _LostAnswer:
                 self.unreadable.add(path)
             raise TimeoutError("the answer to the create was lost")
 
-    def publish(self, files: dict[str, bytes], path: str, data: bytes) -> None:
+    def publish(self, files: dict[str, bytes], path: str, data: bytes,
+                run_all: RunAll = run_in_turn) -> None:
         for name, content in files.items():
             self.inner.write(name, content)
         self.create_exclusive(path, data)

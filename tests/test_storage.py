@@ -686,27 +686,32 @@ def test_publish_names_the_file_after_writing_the_others(location: Location) -> 
 @needs_unnamed_files
 def test_local_publish_syncs_every_file_before_naming_it_and_the_root_last(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On local disk each file is written unnamed, synced, then linked at its name, the
-    root last: a crash leaves no partly written file under a name, and never a root
-    without its files. A lost race (the root exists) names no root and leaves it as it
-    was."""
+    """On local disk each file is written unnamed, synced, then linked at its name (the
+    files concurrently, each on one thread), the root after all of them: a crash leaves no
+    partly written file under a name, and never a root without its files. A lost race
+    (the root exists) names no root and leaves it as it was."""
     storage = Storage(str(tmp_path / "c"))
     storage.write("vn/.keep", b"")  # the folders exist: every link below is a file's
-    steps: list[str] = []
+    steps: list[tuple[int, str]] = []  # (thread, what it did)
     real_link, real_fsync = os.link, os.fsync
 
     def linking(src: str, dst: str, **kwargs: Any) -> None:
         real_link(src, dst, **kwargs)
-        steps.append(os.path.relpath(dst, tmp_path / "c"))
+        steps.append((threading.get_ident(), os.path.relpath(dst, tmp_path / "c")))
 
     def syncing(fd: int) -> None:
         real_fsync(fd)
-        steps.append("sync")
+        steps.append((threading.get_ident(), "sync"))
 
     monkeypatch.setattr(os, "link", linking)
     monkeypatch.setattr(os, "fsync", syncing)
-    storage.publish({"node/a.arrow": b"a", "node/b.arrow": b"b"}, "vn/1", b"root")
-    assert steps == ["sync", "node/a.arrow", "sync", "node/b.arrow", "sync", "vn/1"]
+    files = {f"node/{name}.arrow": name.encode() for name in "abcd"}
+    storage.publish(files, "vn/1", b"root")
+    for i, (thread, step) in enumerate(steps):  # each link follows its own file's sync
+        if step != "sync":
+            assert [s for t, s in steps[:i] if t == thread][-1] == "sync", steps
+    assert sorted(s for _, s in steps[:-2] if s != "sync") == sorted(files)
+    assert [s for _, s in steps[-2:]] == ["sync", "vn/1"]
     assert storage.read("vn/1") == b"root"
     with pytest.raises(FileAlreadyExists):
         storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other")

@@ -185,7 +185,8 @@ class Storage:
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`, with its retries): a reader never finds ``path``
-        without all of ``files`` (:meth:`Backend.publish`).
+        without all of ``files`` (:meth:`Backend.publish`, which may write them
+        concurrently through :meth:`map`).
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
@@ -200,7 +201,8 @@ class Storage:
         full = {self.full(name): content for name, content in files.items()}
         self.stats.add(writes=len(files) + 1,
                        bytes_written=sum(map(len, files.values())) + len(data))
-        self._exclusive(path, data, lambda: self.backend.publish(full, self.full(path), data))
+        self._exclusive(path, data,
+                        lambda: self.backend.publish(full, self.full(path), data, self.map))
 
     def _exclusive(self, path: str, data: bytes, create: Callable[[], object]) -> None:
         """Run ``create`` (ending with an exclusive create of ``path`` holding ``data``)

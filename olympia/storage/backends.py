@@ -24,6 +24,16 @@ from urllib.parse import urlsplit
 
 from olympia.storage.retry import StorageSettings
 
+# how a backend runs a batch of writes: every call ends before it returns (Storage.map, or
+# run_in_turn)
+RunAll = Callable[[Callable[[tuple[str, bytes]], None], list[tuple[str, bytes]]], object]
+
+
+def run_in_turn(fn: Callable[[tuple[str, bytes]], None], items: list[tuple[str, bytes]]) -> None:
+    """A :data:`RunAll` that runs the calls one after the other on this thread."""
+    for item in items:
+        fn(item)
+
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -81,15 +91,23 @@ class Backend:
         equal places address the same files."""
         raise NotImplementedError
 
-    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                run_all: RunAll = run_in_turn) -> None:
         """Write ``files``, then create ``path`` exclusively: a reader never finds ``path``
         without every one of ``files``.
+
+        Args:
+            files: Full path -> content.
+            path: The file created last, exclusively.
+            data: Its content.
+            run_all: Runs the writes, returning once every one has ended (the storage
+                passes its bounded thread pool: on local disk concurrent writes let the
+                file system merge their syncs).
 
         Raises:
             FileExistsError: ``path`` exists (``files`` were written).
         """
-        for name, content in files.items():
-            self.write(name, content)
+        run_all(lambda item: self.write(*item), list(files.items()))
         self.create_exclusive(path, data)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from olympia.exceptions import InvalidArgumentError
-from olympia.storage.backends import Backend, FileInfo
+from olympia.storage.backends import Backend, FileInfo, RunAll, run_in_turn
 from olympia.storage.retry import StorageSettings
 
 
@@ -74,8 +74,10 @@ class FsspecBackend(Backend):
             out.append(FileInfo(path, int(info.get("size") or 0), float(modified)))
         return out
 
-    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
-        """The files in one concurrent batch of PUTs (s3fs's ``pipe``), then the root."""
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                run_all: RunAll = run_in_turn) -> None:
+        """The files in one concurrent batch of PUTs (s3fs's ``pipe``, on its own event
+        loop: ``run_all`` is not needed), then the root."""
         if files:
             self.fs.pipe(dict(files))
         self.create_exclusive(path, data)
