@@ -30,9 +30,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -378,7 +380,10 @@ class CommitHistory(RuleBasedStateMachine):
 
         deadline = time.monotonic() + QUIET_S
         while not (started() and settled()):
-            assert time.monotonic() < deadline, "a writer neither finished nor waited"
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"writer {writer} neither finished nor waited: {group.submitted} "
+                    f"queued, gate at {gate.pending!r}, threads:\n{_stacks(threads)}")
             time.sleep(0.0002)
 
     @precondition(lambda self: self._pending_writers())
@@ -519,6 +524,14 @@ def _commits(snap: Snapshot) -> list[str]:
     """The commit ids the version records (one TRANSACTION_INFO row per member)."""
     return [a.info["commit"] for a in snap.actions()
             if a.type == apb.TRANSACTION_INFO and "commit" in a.info]
+
+
+def _stacks(threads: Sequence[threading.Thread]) -> str:
+    """Where each live thread is (for a failure message)."""
+    frames = sys._current_frames()
+    return "\n".join(
+        f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}"
+        for t in threads if t.ident in frames)
 
 
 def _submitted(files: Any) -> int:
