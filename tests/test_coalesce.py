@@ -16,15 +16,17 @@ from conftest import Location
 
 from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
+from olympia.catalog import commit as commit_module
 from olympia.catalog.commit import (
     Change,
+    CommitGroup,
     CommitOptions,
     _disjoint,
     _Member,
     commit_group,
 )
 from olympia.catalog.keys import path_version
-from olympia.exceptions import CommitConflict
+from olympia.exceptions import CatalogError, CommitConflict
 from olympia.storage import Backend, FileInfo
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -173,6 +175,27 @@ def test_turns_are_taken_in_order_and_only_joining_changes_share_one() -> None:
     assert _disjoint([a, x, y]) == ([a], [x, y])  # a change that does not join goes alone
     x2 = _member("x", joins=True)
     assert _disjoint([x, x2, y]) == ([x, y], [x2])  # the same object waits for the next
+
+
+def test_an_interrupted_leader_withdraws_its_own_change(monkeypatch: pytest.MonkeyPatch,
+                                                        ) -> None:
+    """The leading thread is interrupted (KeyboardInterrupt, SystemExit) while landing a
+    batch its own change was left out of (it touches the object of an older one): that
+    change goes with the interrupt and is never landed by a later batch; the member of
+    the batch learns that its outcome is unknown."""
+    group = CommitGroup()
+    older, ours = _member("x", joins=True), _member("x", joins=True)
+    group._waiting.append(older)  # queued by another caller, waiting for its turn
+
+    def interrupted(*_args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commit_module, "_land_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        group.submit(None, ours)  # type: ignore[arg-type]
+    assert group.submitted == 0  # nothing left for the next leader to land
+    assert isinstance(ours.error, KeyboardInterrupt)
+    assert isinstance(older.error, CatalogError) and "interrupted" in str(older.error)
 
 
 def test_conflicting_concurrent_commits_one_wins(location: Location) -> None:

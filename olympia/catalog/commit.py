@@ -235,7 +235,8 @@ class CommitGroup:
             self._waiting.append(member)
         while True:
             with self._cond:
-                while self._leading and not member.finished:
+                # a caller returns once its outcome is set and the batch that set it ended
+                while self._leading and (member in self._landing or not member.finished):
                     self._cond.wait()
                 if member.finished:
                     return
@@ -251,8 +252,11 @@ class CommitGroup:
                 for other in taken:
                     if not other.finished:
                         other.error = exc if other is member else failed
-                if failed is not exc:
-                    raise  # an interrupt of the leading thread
+                if failed is not exc:  # an interrupt of the leading thread: its own change,
+                    if member in left:  # if left for a later batch, is withdrawn with it
+                        left.remove(member)
+                        member.error = exc
+                    raise
             finally:
                 with self._cond:
                     self._waiting[:0] = left  # our own change may be among them
