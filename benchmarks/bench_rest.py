@@ -113,7 +113,7 @@ def load_table(uri: str, warehouse: str, options: dict[str, Any],
                            **iceberg_properties).load_table(TABLE), loads)
     service = CatalogService(catalog, {})
     out["server_work_in_process"] = _latency(
-        lambda: service.load_table(*TABLE, "all").model_dump_json(), loads)
+        lambda: service.load_table(*TABLE, "all"), loads)
     with _server(uri, warehouse, options, iceberg_properties) as server:
         out["http_get"] = _latency(_get(server.url, "/v1/namespaces/bench/tables/events"),
                                    loads)

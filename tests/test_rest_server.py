@@ -153,6 +153,9 @@ def test_load_table_with_only_the_referenced_snapshots(server: RestServer,
     assert len(every["metadata"]["snapshots"]) == 2
     assert [s["snapshot-id"] for s in refs["metadata"]["snapshots"]] == [
         table.current_snapshot().snapshot_id]
+    # the server keeps each encoded answer apart: asked again, each mode answers the same
+    assert request(server, "GET", f"/v1/namespaces/{ns}/tables/t?snapshots=all")[2] == every
+    assert request(server, "GET", f"/v1/namespaces/{ns}/tables/t?snapshots=refs")[2] == refs
     referenced = server.client("refs", **{"snapshot-loading-mode": "refs"})
     assert len(referenced.load_table((ns, "t")).metadata.snapshots) == 1
     assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/t?snapshots=some"),

@@ -252,9 +252,9 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(TABLE)
     async def load_table(request: Request, namespace: str, table: str,
                          snapshots: str = "all") -> Response:
-        return _model(await call((await reading(request)).load_table,
-                                 read_namespace_of(namespace, "table", table),
-                                 name_of(table), snapshots))
+        return Response(await call((await reading(request)).load_table,
+                                   read_namespace_of(namespace, "table", table),
+                                   name_of(table), snapshots), media_type="application/json")
 
     @catalog.head(TABLE)
     async def table_exists(request: Request, namespace: str, table: str) -> Response:

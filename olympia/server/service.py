@@ -68,6 +68,7 @@ REFUSED_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "cl
 VERSION_PREFIX = "version-{}"  # one path segment: clients encode a prefix as one
 #: How many pinned catalog versions a server keeps open.
 PINNED_VERSIONS = 16
+LOADED_TABLES = 64  # encoded load_table answers a service keeps (CatalogService.load_table)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class CatalogService:
         self.client_properties = dict(client_properties)
         self.views = IcebergViews(catalog, self.warehouse)
         self._pinned: OrderedDict[int, CatalogService] = OrderedDict()
+        self._loaded: OrderedDict[tuple[str, str], tuple[TableMetadata, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
     def at_version(self, version: int) -> CatalogService:
@@ -266,9 +268,17 @@ class CatalogService:
                                           body.properties)
         return self._response(table.metadata, table.metadata_location)
 
-    def load_table(self, namespace: str, name: str, snapshots: str) -> TableResponse:
+    def load_table(self, namespace: str, name: str, snapshots: str) -> bytes:
         """``GET /v1/namespaces/{namespace}/tables/{table}``; ``snapshots`` is ``all`` or
         ``refs`` (only the snapshots a branch or tag points at).
+
+        Encoding a table's metadata costs more than finding and reading it, so the encoded
+        answer is kept (:data:`LOADED_TABLES`, by metadata file and ``snapshots``) for as
+        long as the catalog returns the very same parsed metadata: it does so only while
+        the file's bytes, read again for every load, have the digest they had when parsed.
+
+        Returns:
+            The ``LoadTableResult``, encoded as JSON.
 
         Raises:
             NoSuchTableError: the table does not exist.
@@ -277,12 +287,23 @@ class CatalogService:
         if snapshots not in ("all", "refs"):
             raise bad_request(f"snapshots must be all or refs, got {snapshots!r}")
         table = self.catalog.load_table((namespace, name))
+        key = (table.metadata_location, snapshots)
+        with self._lock:
+            kept = self._loaded.get(key)
+            if kept is not None and kept[0] is table.metadata:
+                self._loaded.move_to_end(key)
+                return kept[1]
         metadata = table.metadata
         if snapshots == "refs":
-            kept = {ref.snapshot_id for ref in metadata.refs.values()}
+            kept_ids = {ref.snapshot_id for ref in metadata.refs.values()}
             metadata = metadata.model_copy(
-                update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in kept]})
-        return self._response(metadata, table.metadata_location)
+                update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in kept_ids]})
+        body = self._response(metadata, table.metadata_location).model_dump_json().encode()
+        with self._lock:
+            self._loaded[key] = (table.metadata, body)
+            while len(self._loaded) > LOADED_TABLES:
+                self._loaded.popitem(last=False)
+        return body
 
     def table_exists(self, namespace: str, name: str) -> bool:
         """``HEAD /v1/namespaces/{namespace}/tables/{table}``."""
