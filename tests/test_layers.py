@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "olympia"
 LAYERS = {  # lower first; modules of one rank may use each other
-    "exceptions": 0, "inputs": 0, "_proto": 0, "storage": 1, "tree": 2, "catalog": 3,
+    "exceptions": 0, "inputs": 0, "lru": 0, "_proto": 0, "storage": 1, "tree": 2, "catalog": 3,
     "versions": 4, "iceberg": 5, "spec": 6, "plan": 7, "expire": 7, "spark": 8, "ui": 8,
     "server": 9, "cli": 10,
 }

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -27,6 +25,7 @@ from olympia.exceptions import (
     NoSuchVersionError,
     NotFoundError,
 )
+from olympia.lru import LruCache
 from olympia.storage import Storage
 from olympia.tree.btree import NodeStore
 from olympia.tree.node import Node, parse_node_file
@@ -108,18 +107,13 @@ class CatalogFiles:
     def __init__(self, storage: Storage, def_cache_size: int = 65536) -> None:
         self.storage = storage
         self._nodes: NodeStore | None = None
-        self._defs: OrderedDict[str, Message] = OrderedDict()
-        self._roots: OrderedDict[str, Root] = OrderedDict()
-        self._cache_size = def_cache_size
-        self._lock = threading.Lock()
+        self._defs: LruCache[str, Message] = LruCache(def_cache_size)
+        self._roots: LruCache[str, Root] = LruCache(256)
 
     # --- definitions -------------------------------------------------------------------
 
     def read_def(self, path: str, cls: type[M]) -> M:
-        with self._lock:
-            cached = self._defs.get(path)
-            if cached is not None:
-                self._defs.move_to_end(path)
+        cached = self._defs.get(path)
         if cached is None:
             cached = parse_def(self.storage.read(path), self.storage.display(path), cls)
             self.remember_def(path, cached)
@@ -130,16 +124,12 @@ class CatalogFiles:
     def read_defs(self, paths: list[str], cls: type[M]) -> list[M]:
         """Read many definition files, the uncached ones as one batch
         (:meth:`~olympia.storage.Storage.map_reads`)."""
-        with self._lock:
-            missing = [p for p in dict.fromkeys(paths) if p not in self._defs]
+        missing = [p for p in dict.fromkeys(paths) if p not in self._defs]
         self.storage.map_reads(lambda p: self.read_def(p, cls), missing)
         return [self.read_def(p, cls) for p in paths]
 
     def remember_def(self, path: str, message: Message) -> None:
-        with self._lock:
-            self._defs[path] = message
-            while len(self._defs) > self._cache_size:
-                self._defs.popitem(last=False)
+        self._defs.put(path, message)
 
     # --- nodes and roots ---------------------------------------------------------------
 
@@ -154,8 +144,7 @@ class CatalogFiles:
         a commit builds on; a restored prefix may hold another root under that name); the
         root decoded before is kept only if the store's bytes have its digest."""
         path = version_path(version)
-        with self._lock:
-            cached = self._roots.get(path)
+        cached = self._roots.get(path)
         if cached is not None and not fresh:
             return cached
         try:
@@ -184,10 +173,7 @@ class CatalogFiles:
         return Root(version, path, node, catalog_def, root_digest(data))
 
     def remember_root(self, root: Root) -> None:
-        with self._lock:
-            self._roots[root.path] = root
-            while len(self._roots) > 256:
-                self._roots.popitem(last=False)
+        self._roots.put(root.path, root)
 
     # --- version hints and discovery ---------------------------------------------------
 

@@ -46,7 +46,6 @@ import sys
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +81,7 @@ from olympia.expire.reachability import (
     folder_of,
     read_transactions,
 )
+from olympia.lru import LruCache
 from olympia.storage import FileInfo, Storage
 
 DRIVER_READS = 4 * READ_BATCH  # walk levels up to this many files are read on the driver
@@ -89,7 +89,7 @@ DRIVER_DELETES = 10 * DELETE_BATCH  # at most this many expired roots are delete
 ROOTS_PER_TASK = 500
 DTXN = "dtxn/"
 _GROUP_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-_STORAGES: OrderedDict[tuple[str, str], Storage] = OrderedDict()
+_STORAGES: LruCache[tuple[str, str], Storage] = LruCache(4, on_evict=Storage.close)
 _STORAGES_LOCK = threading.Lock()
 
 Listing = dict[str, FileInfo]  # one task's listing, path -> file
@@ -100,13 +100,11 @@ def _storage(uri: str, options: Mapping[str, Any]) -> Storage:
     """One Storage (one S3 client, one thread pool) per catalog and executor process, not
     one per task; the least recently used ones are closed beyond a handful."""
     key = (uri, json.dumps(dict(options), sort_keys=True, default=str))
-    with _STORAGES_LOCK:
+    with _STORAGES_LOCK:  # one Storage per key, even when tasks ask at once
         storage = _STORAGES.get(key)
         if storage is None:
-            storage = _STORAGES[key] = Storage(uri, options)
-            while len(_STORAGES) > 4:
-                _STORAGES.popitem(last=False)[1].close()
-        _STORAGES.move_to_end(key)
+            storage = Storage(uri, options)
+            _STORAGES.put(key, storage)
         return storage
 
 

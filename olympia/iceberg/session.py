@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Self, TypeVar
@@ -47,6 +45,7 @@ from olympia.iceberg.metadata import (
     table_definition,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
+from olympia.lru import LruCache
 from olympia.versions import timetravel
 
 T = TypeVar("T")
@@ -66,11 +65,9 @@ class CatalogSession(MetastoreCatalog):
     _pinned: Snapshot | None
     _txn: Transaction | None
     _written: list[tuple[FileIO, str]]
-    _metadata_cache: OrderedDict[str, tuple[bytes | None, TableMetadata]]
+    _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
     _index: LiveIndex | None
     _seen: int  # the staged actions of the transaction _index includes
-    _cache_lock: threading.Lock
-    _cache_size: int
     _root: bool
     _dry_run: bool
 
@@ -108,10 +105,8 @@ class CatalogSession(MetastoreCatalog):
         self._pinned = None
         self._txn = None
         self._written = []
-        self._metadata_cache = OrderedDict()
+        self._metadata_cache = LruCache(cache_size)
         self._index, self._seen = None, 0
-        self._cache_lock = threading.Lock()
-        self._cache_size = cache_size
         self._root = False
         self._dry_run = False
 
@@ -329,17 +324,14 @@ class CatalogSession(MetastoreCatalog):
                 (the message names ``table`` and the file).
             StorageError: the storage failed otherwise.
         """
-        with self._cache_lock:
-            cached = self._metadata_cache.get(location)
-            if cached is not None and self._dry_run and cached[0] is None:
-                return cached[1]
+        cached = self._metadata_cache.get(location)
+        if cached is not None and self._dry_run and cached[0] is None:
+            return cached[1]
         data = read_metadata_file(self._load_file_io(location=location), location, table)
         digest = hashlib.sha256(data).digest()
-        with self._cache_lock:
-            cached = self._metadata_cache.get(location)
-            if cached is not None and cached[0] == digest:
-                self._metadata_cache.move_to_end(location)
-                return cached[1]
+        cached = self._metadata_cache.get(location)
+        if cached is not None and cached[0] == digest:
+            return cached[1]
         metadata = parse_table_metadata(data, location, table)
         self._remember(location, metadata, digest)
         return metadata
@@ -348,10 +340,7 @@ class CatalogSession(MetastoreCatalog):
                   digest: bytes | None = None) -> None:
         """Keep ``metadata`` parsed from a file whose bytes have ``digest`` (``None``: a
         file this session staged; its bytes are read, and it parsed, once when next read)."""
-        with self._cache_lock:
-            self._metadata_cache[location] = (digest, metadata)
-            while len(self._metadata_cache) > self._cache_size:
-                self._metadata_cache.popitem(last=False)
+        self._metadata_cache.put(location, (digest, metadata))
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT,
                       location: str | None = None) -> FileIO:

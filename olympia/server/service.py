@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +37,7 @@ from pyiceberg.view.metadata import ViewMetadata
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.iceberg.locations import inside
+from olympia.lru import LruCache
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
     CommitTableBody,
@@ -104,9 +103,9 @@ class CatalogService:
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
         self.views = IcebergViews(catalog, self.warehouse)
-        self._pinned: OrderedDict[int, CatalogService] = OrderedDict()
-        self._loaded: OrderedDict[tuple[str, str], tuple[TableMetadata, bytes]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._pinned: LruCache[int, CatalogService] = LruCache(PINNED_VERSIONS)
+        self._loaded: LruCache[tuple[str, str], tuple[TableMetadata, bytes]] = LruCache(
+            LOADED_TABLES)
 
     def at_version(self, version: int) -> CatalogService:
         """This service reading catalog version ``version``, read-only.
@@ -114,16 +113,10 @@ class CatalogService:
         Raises:
             NoSuchVersionError, VersionExpiredError: no such version (any more).
         """
-        with self._lock:
-            pinned = self._pinned.get(version)
-            if pinned is not None:
-                self._pinned.move_to_end(version)
-                return pinned
-        pinned = CatalogService(self.catalog.at_version(version), self.client_properties)
-        with self._lock:
-            self._pinned[version] = pinned
-            while len(self._pinned) > PINNED_VERSIONS:
-                self._pinned.popitem(last=False)
+        pinned = self._pinned.get(version)
+        if pinned is None:
+            pinned = CatalogService(self.catalog.at_version(version), self.client_properties)
+            self._pinned.put(version, pinned)
         return pinned
 
     # --- config ------------------------------------------------------------------------
@@ -288,21 +281,16 @@ class CatalogService:
             raise bad_request(f"snapshots must be all or refs, got {snapshots!r}")
         table = self.catalog.load_table((namespace, name))
         key = (table.metadata_location, snapshots)
-        with self._lock:
-            kept = self._loaded.get(key)
-            if kept is not None and kept[0] is table.metadata:
-                self._loaded.move_to_end(key)
-                return kept[1]
+        kept = self._loaded.get(key)
+        if kept is not None and kept[0] is table.metadata:
+            return kept[1]
         metadata = table.metadata
         if snapshots == "refs":
             kept_ids = {ref.snapshot_id for ref in metadata.refs.values()}
             metadata = metadata.model_copy(
                 update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in kept_ids]})
         body = self._response(metadata, table.metadata_location).model_dump_json().encode()
-        with self._lock:
-            self._loaded[key] = (table.metadata, body)
-            while len(self._loaded) > LOADED_TABLES:
-                self._loaded.popitem(last=False)
+        self._loaded.put(key, (table.metadata, body))
         return body
 
     def table_exists(self, namespace: str, name: str) -> bool:

@@ -17,15 +17,14 @@ the node invariants stated above, which are easiest to keep true side by side.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from bisect import bisect_left
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from olympia.exceptions import CorruptFileError
+from olympia.lru import LruCache
 from olympia.storage import Storage
 from olympia.tree.node import Node, decode_node, encode_node
 
@@ -45,26 +44,13 @@ class NodeStore:
     def __init__(self, storage: Storage, order: int, cache_size: int = 8192) -> None:
         self.storage = storage
         self.order = order
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, Node] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _cached(self, path: str) -> Node | None:
-        with self._lock:
-            node = self._cache.get(path)
-            if node is not None:
-                self._cache.move_to_end(path)
-            return node
+        self._cache: LruCache[str, Node] = LruCache(cache_size)
 
     def remember(self, path: str, node: Node) -> None:
-        with self._lock:
-            self._cache[path] = node
-            self._cache.move_to_end(path)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(path, node)
 
     def load(self, path: str) -> Node:
-        node = self._cached(path)
+        node = self._cache.get(path)
         if node is None:
             node = decode_node(self.storage.read(path), self.storage.display(path), self.order)
             self.remember(path, node)
@@ -73,7 +59,7 @@ class NodeStore:
     def load_many(self, paths: list[str]) -> list[Node]:
         """Load several nodes, fetching the uncached ones as one batch
         (:meth:`~olympia.storage.Storage.map_reads`)."""
-        missing = [p for p in dict.fromkeys(paths) if self._cached(p) is None]
+        missing = [p for p in dict.fromkeys(paths) if p not in self._cache]
         self.storage.map_reads(self.load, missing)
         return [self.load(p) for p in paths]
 
