@@ -12,12 +12,14 @@ builds the same catalog.
   machine's ceiling (``8_separate``) and one writer making one share (``1_one_share``).
 - ``local_vs_main``: 8 writer processes of this code against 8 of an earlier checkout in
   the same rounds (``OLYMPIA_BENCH_BASELINE``: the path of a git worktree of that commit;
-  skipped without it), ``ratio_this_to_main``.
+  skipped without it), ``ratio_this_to_main``; the earlier checkout runs as it is and with
+  its host folder off (``main_host_turns_off``, :data:`BASELINE_OPTIONS`).
 - ``local_sustained``: the job of 8 shares of :data:`SUSTAINED_COMMITS` creates by one
   writer and by 8: whether a writer starves while others keep committing.
 - ``threads_local`` and ``s3.threads``: 1 thread and 8 threads of one process committing
   through one catalog object with ``coalesce_commits`` (:func:`_paired`), versions made
-  per commit.
+  per commit, and 8 threads each committing into a catalog of its own (``8_separate``:
+  what the interpreter allows 8 threads when nothing is shared).
 - ``s3``: the local series on a SeaweedFS server on this machine (co-located: it shares
   the writers' CPU); ``s3_latency``: the same through a relay that delays every request by
   :data:`LATENCY_S`, as a real S3 region's round trip would.
@@ -59,6 +61,12 @@ SUSTAINED_COMMITS = 2000  # a share in local_sustained: writers keep committing 
 SHARES = 8  # the job: 8 shares, a writer's each when 8 write
 ONE_SHARE = "1_one_share"  # one writer making one share (the baseline before the shared job)
 SEPARATE = "8_separate"  # 8 writers, each into a catalog of its own (see _series)
+# the threads series: (threads, through one coalescing catalog object) per side
+THREAD_SIDES: dict[Any, tuple[int, bool]] = {
+    1: (1, True), SEPARATE: (THREADS, False), THREADS: (THREADS, True)}
+# the baseline checkout's sides in local_vs_main: its storage options per side
+BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
+    "main": {}, "main_host_turns_off": {"host_turns": "false"}}
 COLUMNS = [{"name": "id", "type": "int8"}]
 
 
@@ -193,16 +201,23 @@ def _run(uri: str, options: dict[str, Any], writers: int, share: int,
     }
 
 
-def _threads(uri: str, options: dict[str, Any], threads: int, commits: int) -> dict[str, Any]:
-    """``threads`` threads of this process, ``commits`` table creates each, through ONE
-    catalog object with ``coalesce_commits``: commits/s, versions made, each thread's
-    p99 and the worst commit."""
-    Catalog.create(uri, options).create_namespace("bench")
-    catalog = Catalog.open(uri, options, coalesce_commits=True)
+def _threads(uri: str, options: dict[str, Any], threads: int, shared: bool,
+             total: int) -> dict[str, Any]:
+    """``threads`` threads of this process, ``total`` table creates split evenly between
+    them, through ONE catalog object with ``coalesce_commits`` or, when not ``shared``,
+    each through a catalog of its own (the same work with nothing shared: what one
+    interpreter allows ``threads`` threads): commits/s, versions made per commit, each
+    thread's p99 and the worst commit."""
+    places = [uri] if shared else [f"{uri}/own-{t}" for t in range(threads)]
+    for place in places:
+        Catalog.create(place, options).create_namespace("bench")
+    catalogs = [Catalog.open(place, options, coalesce_commits=shared) for place in places]
+    commits = total // threads
     start = threading.Barrier(threads)
     latencies: list[list[float]] = [[] for _ in range(threads)]
 
     def work(thread: int) -> None:
+        catalog = catalogs[thread % len(catalogs)]
         start.wait()
         for i in range(commits):
             begun = time.perf_counter()
@@ -216,11 +231,11 @@ def _threads(uri: str, options: dict[str, Any], threads: int, commits: int) -> d
             worker.start()
         for worker in workers:
             worker.join()
-    total = threads * commits
-    final = Catalog.open(uri, options)
+    finals = [Catalog.open(place, options) for place in places]
     return {"threads": threads, "commits": total,
             "commits_per_s": round(total / max(elapsed["seconds"], 1e-6), 1),
-            "versions": final.version, "lost_commits": total - len(final.list_tables("bench")),
+            "versions_per_commit": round(sum(f.version - 1 for f in finals) / total, 2),
+            "lost_commits": total - sum(len(final.list_tables("bench")) for final in finals),
             "worst_p99_ms": round(max(_quantile(t, 0.99) for t in latencies) * 1000, 2),
             "worst_max_ms": round(max(max(t) for t in latencies) * 1000, 2),
             "loadavg": [load_before, _loadavg()]}
@@ -230,20 +245,22 @@ BASELINE_RUN = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from benchmarks.bench_contention import _run
-print(json.dumps(_run(sys.argv[2], {}, int(sys.argv[3]), int(sys.argv[4]))))
+print(json.dumps(_run(sys.argv[2], json.loads(sys.argv[5]), int(sys.argv[3]), int(sys.argv[4]))))
 """
 
 
-def _run_baseline(checkout: str, uri: str, writers: int, share: int) -> dict[str, Any]:
+def _run_baseline(checkout: str, uri: str, writers: int, share: int,
+                  options: dict[str, Any]) -> dict[str, Any]:
     """:func:`_run` of an earlier checkout of this repository (its own olympia and
-    benchmark code, in a process of its own): the same job on the same disk.
+    benchmark code, in a process of its own, with its storage ``options``): the same job
+    on the same disk.
 
     Raises:
         RuntimeError: The run failed (its error output is in the message).
     """
     done = subprocess.run([sys.executable, "-c", BASELINE_RUN, checkout, uri, str(writers),
-                           str(share)], cwd=checkout, capture_output=True, text=True,
-                          timeout=3600, check=False)
+                           str(share), json.dumps(options)], cwd=checkout,
+                          capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode:
         raise RuntimeError(f"baseline run failed: {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -308,11 +325,10 @@ def _by_round(ones: list[dict[str, Any]], eights: list[dict[str, Any]]) -> list[
 
 def _paired(location: Callable[[Any], dict[str, Any]], rounds: int,
             sides: Sequence[Any] = (1, 8)) -> dict[str, Any]:
-    """Both ``sides`` (``location(side)`` runs one) in each of ``rounds`` rounds, taking
-    turns: each side's median run (by commits/s) with every round's commits/s, the
-    versions made per commit where a run reports them, and each round's ratio of the second
-    side to the first with their median (``ratio_<second>_to_<first>``)."""
-    first, second = sides
+    """Every one of ``sides`` (``location(side)`` runs one) in each of ``rounds`` rounds,
+    taking turns: each side's median run (by commits/s) with every round's commits/s, and
+    each round's ratio of every side to each one before it, with their median
+    (``ratio_<later>_to_<earlier>``)."""
     trials: dict[Any, list[dict[str, Any]]] = {side: [] for side in sides}
     for _ in range(rounds):
         for side in sides:
@@ -322,13 +338,11 @@ def _paired(location: Callable[[Any], dict[str, Any]], rounds: int,
         done = sorted((r for r in runs if "error" not in r), key=lambda r: r["commits_per_s"])
         out[str(side)] = done[len(done) // 2] if done else runs[0]
         out[str(side)]["rounds"] = [r.get("commits_per_s") for r in runs]
-        if done and "versions" in out[str(side)]:
-            out[str(side)]["versions_per_commit"] = round(
-                (out[str(side)]["versions"] - 1) / out[str(side)]["commits"], 2)
-    by_round = _by_round(trials[first], trials[second])
-    out[f"ratio_{second}_to_{first}_by_round"] = by_round
-    if by_round:
-        out[f"ratio_{second}_to_{first}"] = statistics.median(by_round)
+    for earlier, later in itertools.combinations(sides, 2):
+        by_round = _by_round(trials[earlier], trials[later])
+        out[f"ratio_{later}_to_{earlier}_by_round"] = by_round
+        if by_round:
+            out[f"ratio_{later}_to_{earlier}"] = statistics.median(by_round)
     return out
 
 
@@ -358,18 +372,19 @@ def run(quick: bool) -> dict[str, Any]:
         if baseline:
             def eight(side: str) -> dict[str, Any]:
                 uri = str(tmp / f"{side}-{next(trial)}")
-                if side == "main":
-                    return _run_baseline(baseline, uri, 8, local_commits)
+                if side in BASELINE_OPTIONS:
+                    return _run_baseline(baseline, uri, 8, local_commits, BASELINE_OPTIONS[side])
                 return _run(uri, {}, 8, local_commits)
 
-            result["local_vs_main"] = _paired(eight, local_rounds, sides=("main", "this"))
+            result["local_vs_main"] = _paired(eight, local_rounds,
+                                              sides=(*BASELINE_OPTIONS, "this"))
         result["local_sustained"] = _sustained(
             lambda w, n: _run(str(tmp / f"sustained-w{w}"), {}, w, n),
             20 if quick else SUSTAINED_COMMITS)
         result["threads_local"] = _paired(
-            lambda t: _threads(str(tmp / f"threads-{t}-{next(trial)}"), {}, t,
-                               SHARES * local_commits // t), rounds=local_rounds,
-            sides=(1, THREADS))
+            lambda side: _threads(str(tmp / f"threads-{side}-{next(trial)}"), {},
+                                  *THREAD_SIDES[side], SHARES * local_commits),
+            rounds=local_rounds, sides=tuple(THREAD_SIDES))
 
     def on_s3(latency_s: float) -> dict[str, Any]:
         with s3_location("contention", latency_s=latency_s) as (uri, options):
@@ -379,9 +394,9 @@ def run(quick: bool) -> dict[str, Any]:
                     f"{uri}/w{w}-{shared}-{next(trial)}", options, w, n, shared, shares),
                 s3_commits, rounds=s3_rounds)
             series["threads"] = _paired(
-                lambda t: _threads(f"{uri}/threads-{t}-{next(trial)}", options, t,
-                                   SHARES * s3_commits // t), rounds=s3_rounds,
-                sides=(1, THREADS))
+                lambda side: _threads(f"{uri}/threads-{side}-{next(trial)}", options,
+                                      *THREAD_SIDES[side], SHARES * s3_commits),
+                rounds=s3_rounds, sides=tuple(THREAD_SIDES))
             series["latency_ms"] = latency_s * 1000
             return series
 

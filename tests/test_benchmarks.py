@@ -56,21 +56,34 @@ def test_contention_writers_share_one_job(writers: int) -> None:
         ["w00_00000", "w00_00001"] if writers == 8 else ["w00_00000", f"w{writers:02d}_00000"])
 
 
-def test_coalesced_contention_pairs_rounds_and_counts_versions() -> None:
-    """A paired series runs one writer and 8 in each round and reports the paired
-    ratio and the versions made per commit."""
+def test_paired_series_runs_every_side_each_round_and_ratios_each_pair() -> None:
+    """A paired series runs every side in each round, in turn, and reports each round's
+    ratio of every side to each side before it, with their median."""
     from benchmarks.bench_contention import _paired
 
-    rates = {1: iter([100, 200]), 8: iter([150, 100])}
+    rates = {1: iter([100, 200]), "sep": iter([50, 100]), 8: iter([150, 100])}
     calls = []
 
-    def run(writers: int) -> dict[str, float]:
-        calls.append(writers)
-        return {"commits_per_s": next(rates[writers]), "commits": 100,
-                "versions": 101 if writers == 1 else 26}
+    def run(side: object) -> dict[str, float]:
+        calls.append(side)
+        return {"commits_per_s": next(rates[side])}
 
-    series = _paired(run, rounds=2)
-    assert calls == [1, 8, 1, 8]
+    series = _paired(run, rounds=2, sides=(1, "sep", 8))
+    assert calls == [1, "sep", 8, 1, "sep", 8]
     assert series["ratio_8_to_1_by_round"] == [1.5, 0.5] and series["ratio_8_to_1"] == 1.0
-    assert series["1"]["versions_per_commit"] == 1.0 and series["8"]["versions_per_commit"] == 0.25
-    assert series["8"]["rounds"] == [150, 100]
+    assert series["ratio_sep_to_1_by_round"] == [0.5, 0.5]
+    assert series["ratio_8_to_sep_by_round"] == [3.0, 1.0] and series["ratio_8_to_sep"] == 2.0
+    assert series["8"]["rounds"] == [150, 100] and series["1"]["commits_per_s"] == 200
+
+
+def test_threads_run_through_one_catalog_or_one_each(tmp_path: Path) -> None:
+    """The threads series' sides: 8 threads through one coalescing catalog object make
+    fewer versions than commits; 8 threads each through a catalog of its own make one per
+    commit; nothing is lost either way."""
+    from benchmarks.bench_contention import _threads
+
+    shared = _threads(str(tmp_path / "shared"), {}, 8, True, 40)
+    separate = _threads(str(tmp_path / "separate"), {}, 8, False, 40)
+    assert shared["commits"] == separate["commits"] == 40
+    assert shared["lost_commits"] == separate["lost_commits"] == 0
+    assert shared["versions_per_commit"] <= 1.0 and separate["versions_per_commit"] == 1.0
