@@ -18,7 +18,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qs, unquote_to_bytes
@@ -33,7 +34,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from olympia.server.auth import TOKEN_LIFETIME_SECONDS, Tokens
+from olympia.server.auth import Client, Throttle, Tokens
 from olympia.server.errors import (
     EXPECTED,
     RestError,
@@ -107,23 +108,27 @@ class _RawPath:
 
 
 def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
-               tokens: Tokens | None = None) -> ASGIApp:
+               tokens: Tokens | None = None, throttle: Throttle | None = None) -> ASGIApp:
     """The REST catalog application.
 
     Args:
         service: The catalog operations (one per server process).
         max_body_bytes: The largest request body accepted; a larger one is answered 413.
-        tokens: Who may call (``None``: anyone). Every route but ``/v1/oauth/tokens`` then
-            needs a bearer token (401 without a valid one), and a read-only client may only
-            read and report metrics (403 otherwise).
+        tokens: Who may call (``None``: anyone). Every route declares its :class:`Access`:
+            reads need a bearer token of the file (401 without a valid one), writes a
+            read-write client (403 for a read-only one); ``/v1/oauth/tokens`` and the UI's
+            sign-in form need none.
+        throttle: The slow-down of wrong secrets at those two (default: :class:`Throttle`).
 
     Returns:
         The ASGI application.
     """
     app = FastAPI(title="Olympia Iceberg REST catalog", docs_url=None, redoc_url=None,
                   openapi_url=None)
-    if tokens is not None:
-        _add_authentication(app, tokens, max_body_bytes)
+    app.state.service, app.state.tokens = service, tokens
+    guard = Guard(throttle or Throttle()) if tokens is not None else None
+    if tokens is not None and guard is not None:
+        _add_token_endpoint(app, tokens, guard)
 
     async def _error(request: Request, exc: Exception) -> Response:
         return response_for(exc, head=request.method == "HEAD")
@@ -133,12 +138,15 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
-        kind = {404: "NoSuchRouteException", 405: "MethodNotAllowedException"}
+        kind = {401: "NotAuthorizedException", 404: "NoSuchRouteException",
+                405: "MethodNotAllowedException"}
         message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
                    else f"{request.method} is not allowed on {request.url.path}"
                    if exc.status_code == 405 else str(exc.detail))
-        return error_response(exc.status_code, kind.get(exc.status_code, "RESTException"),
-                              message, head=request.method == "HEAD")
+        answer = error_response(exc.status_code, kind.get(exc.status_code, "RESTException"),
+                                message, head=request.method == "HEAD")
+        answer.headers.update(exc.headers or {})
+        return answer
 
     @app.exception_handler(RequestValidationError)
     async def _bad_parameter(request: Request, exc: RequestValidationError) -> Response:
@@ -170,66 +178,46 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
             raise bad_request(f"pageSize must be a positive number, got {page_size}")
         return Page(page_token or None, page_size)
 
-    # --- config ---------------------------------------------------------------------
-
-    @app.get("/v1/config")
+    @app.get("/v1/config", dependencies=[Depends(READS)])
     async def get_config(warehouse: str | None = None) -> Response:
         return _json(service.config(warehouse, ENDPOINTS))
-
-    async def reading(request: Request) -> CatalogService:
-        version = request.path_params.get("version")
-        if version is None:
-            return service
-        if not version.isdigit():
-            raise bad_request(f"no catalog version {version!r}: versions are numbers")
-        return await call(service.at_version, int(version))
-
-    def writing(request: Request) -> CatalogService:
-        version = request.path_params.get("version")
-        if version is not None:
-            raise RestError(403, "ForbiddenException",
-                            f"catalog version {version} is read-only: {request.method} "
-                            f"{request.url.path} is refused; write through the latest "
-                            "catalog (a warehouse without @<version>)")
-        return service
 
     catalog = APIRouter()
 
     # --- namespaces -----------------------------------------------------------------
 
     @catalog.get("/namespaces")
-    async def list_namespaces(request: Request, parent: str | None = None,
+    async def list_namespaces(source: Reader, parent: str | None = None,
                               page_token: PageToken = None,
                               page_size: PageSize = None) -> Response:
         where = existing_namespace(parent) if parent is not None else None
-        return _json(await call((await reading(request)).list_namespaces, where,
+        return _json(await call(source.list_namespaces, where,
                                 page(page_token, page_size)))
 
     @catalog.post("/namespaces")
-    async def create_namespace(request: Request) -> Response:
-        target = writing(request)
+    async def create_namespace(request: Request, target: Writer) -> Response:
         parsed = await body(request, CreateNamespaceBody)
         return _json(await call(target.create_namespace, parsed))
 
     @catalog.get(NS)
-    async def load_namespace(request: Request, namespace: str) -> Response:
-        return _json(await call((await reading(request)).load_namespace,
+    async def load_namespace(source: Reader, namespace: str) -> Response:
+        return _json(await call(source.load_namespace,
                                 read_namespace_of(namespace)))
 
     @catalog.head(NS)
-    async def namespace_exists(request: Request, namespace: str) -> Response:
-        found = await call((await reading(request)).namespace_exists,
+    async def namespace_exists(source: Reader, namespace: str) -> Response:
+        found = await call(source.namespace_exists,
                            read_namespace_of(namespace))
         return Response(status_code=204 if found else 404)
 
     @catalog.delete(NS)
-    async def drop_namespace(request: Request, namespace: str) -> Response:
-        await call(writing(request).drop_namespace, namespace_of(namespace))
+    async def drop_namespace(target: Writer, namespace: str) -> Response:
+        await call(target.drop_namespace, namespace_of(namespace))
         return Response(status_code=204)
 
     @catalog.post(NS + "/properties")
-    async def update_namespace_properties(request: Request, namespace: str) -> Response:
-        target = writing(request)
+    async def update_namespace_properties(request: Request, target: Writer,
+                                          namespace: str) -> Response:
         parsed = await body(request, UpdateNamespacePropertiesBody)
         return _json(await call(target.update_namespace_properties, namespace_of(namespace),
                                 parsed))
@@ -237,67 +225,64 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     # --- tables ---------------------------------------------------------------------
 
     @catalog.get(NS + "/tables")
-    async def list_tables(request: Request, namespace: str, page_token: PageToken = None,
+    async def list_tables(source: Reader, namespace: str, page_token: PageToken = None,
                           page_size: PageSize = None) -> Response:
-        return _json(await call((await reading(request)).list_tables,
+        return _json(await call(source.list_tables,
                                 read_namespace_of(namespace),
                                 page(page_token, page_size)))
 
     @catalog.post(NS + "/tables")
-    async def create_table(request: Request, namespace: str) -> Response:
-        target = writing(request)
+    async def create_table(request: Request, target: Writer, namespace: str) -> Response:
         parsed = await body(request, CreateTableBody)
         return _model(await call(target.create_table, namespace_of(namespace), parsed))
 
     @catalog.get(TABLE)
-    async def load_table(request: Request, namespace: str, table: str,
+    async def load_table(source: Reader, namespace: str, table: str,
                          snapshots: str = "all") -> Response:
-        return Response(await call((await reading(request)).load_table,
+        return Response(await call(source.load_table,
                                    read_namespace_of(namespace, "table", table),
                                    name_of(table), snapshots), media_type="application/json")
 
     @catalog.head(TABLE)
-    async def table_exists(request: Request, namespace: str, table: str) -> Response:
-        found = await call((await reading(request)).table_exists,
+    async def table_exists(source: Reader, namespace: str, table: str) -> Response:
+        found = await call(source.table_exists,
                            read_namespace_of(namespace, "table", table), name_of(table))
         return Response(status_code=204 if found else 404)
 
     @catalog.post(TABLE)
-    async def commit_table(request: Request, namespace: str, table: str) -> Response:
-        target = writing(request)
+    async def commit_table(request: Request, target: Writer, namespace: str,
+                           table: str) -> Response:
         parsed = await body(request, CommitTableBody)
         return _model(await call(target.commit_table, namespace_of(namespace),
                                  name_of(table), parsed))
 
     @catalog.delete(TABLE)
-    async def drop_table(request: Request, namespace: str, table: str,
+    async def drop_table(target: Writer, namespace: str, table: str,
                          purge: Purge = False) -> Response:
-        await call(writing(request).drop_table, namespace_of(namespace), name_of(table), purge)
+        await call(target.drop_table, namespace_of(namespace), name_of(table), purge)
         return Response(status_code=204)
 
     @catalog.post(NS + "/register")
-    async def register_table(request: Request, namespace: str) -> Response:
-        target = writing(request)
+    async def register_table(request: Request, target: Writer, namespace: str) -> Response:
         parsed = await body(request, RegisterTableBody)
         return _model(await call(target.register_table, namespace_of(namespace), parsed))
 
     @catalog.post("/tables/rename")
-    async def rename_table(request: Request) -> Response:
-        target = writing(request)
+    async def rename_table(request: Request, target: Writer) -> Response:
         parsed = await body(request, RenameTableBody)
         await call(target.rename_table, parsed)
         return Response(status_code=204)
 
     @catalog.post(TABLE + "/metrics")
-    async def report_metrics(request: Request, namespace: str, table: str) -> Response:
+    async def report_metrics(request: Request, source: Reader, namespace: str,
+                             table: str) -> Response:
         await body(request, ReportMetricsBody)
-        await call((await reading(request)).require_table,
+        await call(source.require_table,
                    read_namespace_of(namespace, "table", table), name_of(table))
         return Response(status_code=204)
 
     @catalog.post("/transactions/commit")
-    async def commit_transaction(request: Request) -> Response:
-        target = writing(request)
+    async def commit_transaction(request: Request, target: Writer) -> Response:
         parsed = await body(request, CommitTransactionBody)
         await call(target.commit_transaction, parsed)
         return Response(status_code=204)
@@ -305,92 +290,142 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     # --- views ----------------------------------------------------------------------
 
     @catalog.get(NS + "/views")
-    async def list_views(request: Request, namespace: str, page_token: PageToken = None,
+    async def list_views(source: Reader, namespace: str, page_token: PageToken = None,
                          page_size: PageSize = None) -> Response:
-        return _json(await call((await reading(request)).list_views,
+        return _json(await call(source.list_views,
                                 read_namespace_of(namespace),
                                 page(page_token, page_size)))
 
     @catalog.post(NS + "/views")
-    async def create_view(request: Request, namespace: str) -> Response:
-        target = writing(request)
+    async def create_view(request: Request, target: Writer, namespace: str) -> Response:
         parsed = await body(request, CreateViewBody)
         return _model(await call(target.create_view, namespace_of(namespace), parsed))
 
     @catalog.get(VIEW)
-    async def load_view(request: Request, namespace: str, view: str) -> Response:
-        return _model(await call((await reading(request)).load_view,
+    async def load_view(source: Reader, namespace: str, view: str) -> Response:
+        return _model(await call(source.load_view,
                                  read_namespace_of(namespace, "view", view), name_of(view)))
 
     @catalog.head(VIEW)
-    async def view_exists(request: Request, namespace: str, view: str) -> Response:
-        found = await call((await reading(request)).view_exists,
+    async def view_exists(source: Reader, namespace: str, view: str) -> Response:
+        found = await call(source.view_exists,
                            read_namespace_of(namespace, "view", view), name_of(view))
         return Response(status_code=204 if found else 404)
 
     @catalog.post(VIEW)
-    async def replace_view(request: Request, namespace: str, view: str) -> Response:
-        target = writing(request)
+    async def replace_view(request: Request, target: Writer, namespace: str, view: str) -> Response:
         parsed = await body(request, CommitViewBody)
         return _model(await call(target.replace_view, namespace_of(namespace), name_of(view),
                                  parsed))
 
     @catalog.delete(VIEW)
-    async def drop_view(request: Request, namespace: str, view: str) -> Response:
-        await call(writing(request).drop_view, namespace_of(namespace), name_of(view))
+    async def drop_view(target: Writer, namespace: str, view: str) -> Response:
+        await call(target.drop_view, namespace_of(namespace), name_of(view))
         return Response(status_code=204)
 
     @catalog.post("/views/rename")
-    async def rename_view(request: Request) -> Response:
-        target = writing(request)
+    async def rename_view(request: Request, target: Writer) -> Response:
         parsed = await body(request, RenameTableBody)
         await call(target.rename_view, parsed)
         return Response(status_code=204)
 
     app.include_router(catalog, prefix="/v1")
     app.include_router(catalog, prefix="/v1/" + VERSION_PREFIX.format("{version}"))
-    _add_ui(app, service, tokens)
+    _add_ui(app, service, tokens, guard)
     return _RawPath(app)
 
 
 UI_PATH = "/ui"
+READ, WRITE, ANYONE = "read", "write", "anyone"
 
 
-def _add_ui(app: FastAPI, service: CatalogService, tokens: Tokens | None) -> None:
+class Access:
+    """What a route does, declared by every route as a FastAPI dependency (a test walks the
+    routes): ``read`` needs a client of the token file, ``write`` a read-write client, and
+    ``anyone`` needs no token (the token endpoint, the sign-in form). The token file is the
+    application's ``state.tokens``; without one, anyone may do anything.
+
+    Args:
+        access: ``read``, ``write`` or ``anyone``.
+        cookie: Whether the UI's sign-in cookie counts as a bearer token (UI pages).
+    """
+
+    def __init__(self, access: str, *, cookie: bool = False) -> None:
+        self.access = access
+        self.cookie = cookie
+
+    def __call__(self, request: Request) -> Client | None:
+        """The calling client (``None`` without a token file or for ``anyone``).
+
+        Raises:
+            HTTPException: no valid token (401).
+            RestError: a read-only client on a ``write`` route (403).
+        """
+        tokens: Tokens | None = request.app.state.tokens
+        if tokens is None or self.access == ANYONE:
+            return None
+        token = _bearer(request) or (request.cookies.get(COOKIE, "") if self.cookie else "")
+        client = tokens.client_for(token) if token else None
+        if client is None:
+            raise HTTPException(401, "sign in to see the catalog: this server needs a client "
+                                     "of its token file" if self.cookie else
+                                "a valid bearer token is required (Authorization: Bearer "
+                                "<token>)", headers={"WWW-Authenticate": "Bearer"})
+        if self.access == WRITE and not client.writer:
+            raise RestError(403, "ForbiddenException",
+                            f"client {client.client_id} is read-only: {request.method} "
+                            f"{request.url.path} is refused")
+        return client
+
+
+READS, WRITES, ANYONE_MAY = Access(READ), Access(WRITE), Access(ANYONE)
+UI_READS = Access(READ, cookie=True)
+
+
+async def _reading(request: Request,
+                   _: Annotated[Client | None, Depends(READS)]) -> CatalogService:
+    """The catalog a read route reads: the latest, or the version its path names."""
+    service: CatalogService = request.app.state.service
+    version = request.path_params.get("version")
+    if version is None:
+        return service
+    if not version.isdigit():
+        raise bad_request(f"no catalog version {version!r}: versions are numbers")
+    return await run_in_threadpool(service.at_version, int(version))
+
+
+def _writing(request: Request,
+             _: Annotated[Client | None, Depends(WRITES)]) -> CatalogService:
+    """The catalog a write route changes: the latest (403 on a version's path)."""
+    version = request.path_params.get("version")
+    if version is not None:
+        raise RestError(403, "ForbiddenException",
+                        f"catalog version {version} is read-only: {request.method} "
+                        f"{request.url.path} is refused; write through the latest "
+                        "catalog (a warehouse without @<version>)")
+    service: CatalogService = request.app.state.service
+    return service
+
+
+Reader = Annotated[CatalogService, Depends(_reading)]
+Writer = Annotated[CatalogService, Depends(_writing)]
+
+
+def _add_ui(app: FastAPI, service: CatalogService, tokens: Tokens | None,
+            guard: Guard | None) -> None:
     """The read-only web UI at ``/ui`` (``GET /`` leads there), behind the same tokens as
     the REST routes: a bearer header, or the cookie its sign-in form sets."""
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, dependencies=[Depends(ANYONE_MAY)])
     async def _home() -> Response:
         return RedirectResponse(UI_PATH + "/", status_code=307)
 
-    checks = []
-    if tokens is not None:
-        app.include_router(login_routes(partial(_sign_in, tokens), ui_path=UI_PATH))
-        checks.append(Depends(partial(_ui_client, tokens)))
-    app.mount(UI_PATH, create_ui(lambda request: service.catalog.olympia,
-                                 dependencies=checks))
-
-
-def _sign_in(tokens: Tokens, client_id: str, secret: str, token: str,
-             ) -> tuple[str, int] | None:
-    """An access token for the UI's sign-in form: issued for a client id and secret, as
-    ``POST /v1/oauth/tokens`` issues it, or for a client's secret given as the bearer token;
-    an access token given is kept as it is. The cookie never holds a secret."""
-    if client_id or secret:
-        return tokens.issue(client_id, secret)
-    client = tokens.client_for(token) if token else None
-    if client is None:
-        return None
-    return tokens.issue(client.client_id, token) or (token, TOKEN_LIFETIME_SECONDS)
-
-
-def _ui_client(tokens: Tokens, request: Request) -> None:
-    """Let a UI page through for a valid bearer header or sign-in cookie (401 otherwise)."""
-    token = _bearer(request) or request.cookies.get(COOKIE, "")
-    if not token or tokens.client_for(token) is None:
-        raise HTTPException(401, "sign in to see the catalog: this server needs a client of "
-                                 "its token file", headers={"WWW-Authenticate": "Bearer"})
+    if tokens is not None and guard is not None:
+        app.include_router(login_routes(partial(guard.sign_in, tokens), ui_path=UI_PATH),
+                           dependencies=[Depends(ANYONE_MAY)])
+    ui = create_ui(lambda request: service.catalog.olympia, dependencies=[Depends(UI_READS)])
+    ui.state.tokens = tokens
+    app.mount(UI_PATH, ui)
 
 
 def _bearer(request: Request) -> str:
@@ -401,40 +436,83 @@ def _bearer(request: Request) -> str:
 
 TOKEN_PATH = "/v1/oauth/tokens"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+#: The largest body of the token endpoint and of the sign-in form (their fields are short).
+CREDENTIALS_BODY_BYTES = 4096
 
 
-def _add_authentication(app: FastAPI, tokens: Tokens, max_body_bytes: int) -> None:
-    """Bearer tokens on every route, and the OAuth2 client-credentials token endpoint."""
+class Guard:
+    """Where clients trade secrets for access tokens without a token (the token endpoint and
+    the UI's sign-in form): bodies bounded to :data:`CREDENTIALS_BODY_BYTES` and parsed in
+    a worker thread, and wrong secrets slowed down by a :class:`Throttle`.
 
-    @app.middleware("http")
-    async def _authenticate(request: Request,
-                            call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        path = request.url.path
-        if path in (TOKEN_PATH, "/", UI_PATH) or path.startswith(UI_PATH + "/"):
-            return await call_next(request)  # the UI checks tokens and cookies itself
-        head = request.method == "HEAD"
-        token = _bearer(request)
-        client = tokens.client_for(token) if token else None
+    Args:
+        throttle: The slow-down of wrong secrets.
+    """
+
+    def __init__(self, throttle: Throttle) -> None:
+        self.throttle = throttle
+
+    async def form(self, request: Request) -> dict[str, str]:
+        """The request's URL-encoded form (first value of each field).
+
+        Raises:
+            RestError: a body over the bound (413), or not UTF-8 (400).
+        """
+        data = await _read_bounded(request, CREDENTIALS_BODY_BYTES)
+        return await run_in_threadpool(_parse_form, data)
+
+    async def trade(self, tokens: Tokens, request: Request, client_id: str | None,
+                    secret: str) -> tuple[str, int] | float:
+        """An access token for a client id and secret (``client_id`` ``None``: ``secret``
+        is a bearer token, a secret or access token of the file), or the seconds to wait:
+        0 when they are wrong, more when this peer or id has no failure left (nothing is
+        then checked)."""
+        peer = request.client.host if request.client else ""
+        bucket = None if client_id is None else client_id if tokens.knows(client_id) else ""
+        wait = self.throttle.wait(peer, bucket)
+        if wait > 0:
+            return wait
+        client = (tokens.client_for(secret) if client_id is None
+                  else tokens.check(client_id, secret))
         if client is None:
-            answer = error_response(401, "NotAuthorizedException", "a valid bearer token is "
-                                    "required (Authorization: Bearer <token>)", head=head)
-            answer.headers["WWW-Authenticate"] = "Bearer"
-            return answer
-        reads = request.method in ("GET", "HEAD") or (
-            request.method == "POST" and request.url.path.endswith("/metrics"))
-        if not client.writer and not reads:
-            return error_response(403, "ForbiddenException",
-                                  f"client {client.client_id} is read-only: "
-                                  f"{request.method} {request.url.path} is refused", head=head)
-        return await call_next(request)
+            self.throttle.failed(peer, bucket)
+            return 0.0
+        if client_id is not None:
+            self.throttle.succeeded(peer, client_id)
+        return tokens.issue(client)
 
-    @app.post(TOKEN_PATH)
+    async def sign_in(self, tokens: Tokens, request: Request) -> tuple[str, int] | float:
+        """The UI's sign-in form (:data:`olympia.ui.login.SignIn`): a client id and secret,
+        or a secret or access token of the file given as the bearer token; the cookie
+        never holds a secret."""
+        try:
+            form = await self.form(request)
+        except RestError:
+            return 0.0
+        client_id, secret = form.get("client_id", "").strip(), form.get("secret", "").strip()
+        if client_id or secret:
+            return await self.trade(tokens, request, client_id, secret)
+        token = form.get("token", "").strip()
+        return await self.trade(tokens, request, None, token) if token else 0.0
+
+
+def _parse_form(data: bytes) -> dict[str, str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request("the form is not UTF-8") from None
+    return {k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()}
+
+
+def _add_token_endpoint(app: FastAPI, tokens: Tokens, guard: Guard) -> None:
+    """The OAuth2 client-credentials token endpoint."""
+
+    @app.post(TOKEN_PATH, dependencies=[Depends(ANYONE_MAY)])
     async def _token(request: Request) -> Response:
         try:
-            text = (await _read_bounded(request, max_body_bytes)).decode("utf-8")
-        except UnicodeDecodeError:
-            return _oauth_error(400, "invalid_request", "the form is not UTF-8")
-        form = {k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()}
+            form = await guard.form(request)
+        except RestError as exc:
+            return _oauth_error(exc.status, "invalid_request", exc.message)
         if form.get("grant_type") != "client_credentials":
             return _oauth_error(400, "unsupported_grant_type",
                                 "only the client_credentials grant is supported")
@@ -446,8 +524,14 @@ def _add_authentication(app: FastAPI, tokens: Tokens, max_body_bytes: int) -> No
             except (binascii.Error, UnicodeDecodeError):
                 return _oauth_error(400, "invalid_request", "malformed Basic credentials")
             client_id, _, secret = decoded.partition(":")
-        issued = tokens.issue(client_id or "", secret or "")
-        if issued is None:
+        issued = await guard.trade(tokens, request, client_id or "", secret or "")
+        if isinstance(issued, float):
+            if issued > 0:
+                answer = _oauth_error(429, "slow_down", "too many wrong secrets from this "
+                                      "address or for this client id: retry after "
+                                      f"{math.ceil(issued)} s")
+                answer.headers["Retry-After"] = str(math.ceil(issued))
+                return answer
             return _oauth_error(401, "invalid_client", "unknown client id or wrong secret")
         token, lifetime = issued
         return _json({"access_token": token, "token_type": "bearer", "expires_in": lifetime,

@@ -4,20 +4,20 @@ in an HttpOnly, SameSite=Strict cookie that the server's check accepts like a be
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 #: The cookie holding a signed-in browser's access token.
 COOKIE = "olympia_ui_token"
-Field = Annotated[str, Form()]
-#: Checks a form: ``(client id, secret, bearer token)`` to ``(access token, lifetime in
-#: seconds)``, or ``None`` when they let no one in.
-SignIn = Callable[[str, str, str], tuple[str, int] | None]
+#: Reads and checks a posted form (fields ``client_id`` and ``secret``, or ``token``):
+#: ``(access token, lifetime in seconds)``, or the seconds to wait before trying again (0:
+#: the credentials let no one in; more: too many wrong ones came before).
+SignIn = Callable[[Request], Awaitable[tuple[str, int] | float]]
 
 
 def login_routes(sign_in: SignIn, *, ui_path: str = "/ui",
@@ -27,10 +27,10 @@ def login_routes(sign_in: SignIn, *, ui_path: str = "/ui",
 
     ``GET`` shows the form; ``POST`` checks it with ``sign_in`` and, when it lets the
     browser in, sets :data:`COOKIE` for the UI's path and redirects to the UI (401 and the
-    form again otherwise).
+    form again otherwise; 429 with ``Retry-After`` when ``sign_in`` says to wait).
 
     Args:
-        sign_in: Checks the form's fields (empty when not filled in).
+        sign_in: Reads and checks the posted form.
         ui_path: Where the UI is mounted.
         title: The name shown in the page's header.
 
@@ -54,11 +54,16 @@ def login_routes(sign_in: SignIn, *, ui_path: str = "/ui",
         return form(request)
 
     @router.post(f"{ui_path}/login", response_model=None)
-    def submit(request: Request, client_id: Field = "", secret: Field = "",
-               token: Field = "") -> Response:
-        given = sign_in(client_id.strip(), secret.strip(), token.strip())
-        if given is None:
-            return form(request, "Those credentials sign no one in.", 401)
+    async def submit(request: Request) -> Response:
+        given = await sign_in(request)
+        if isinstance(given, float):
+            if given <= 0:
+                return form(request, "Those credentials sign no one in.", 401)
+            wait = math.ceil(given)
+            refused = form(request, "Too many wrong credentials: try again in "
+                           f"{wait} seconds.", 429)
+            refused.headers["Retry-After"] = str(wait)
+            return refused
         access, lifetime = given
         answer = RedirectResponse(ui_root(request) + "/", status_code=303)
         answer.set_cookie(COOKIE, access, max_age=lifetime, path=ui_root(request),
