@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import resource
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,10 @@ def test_serve_refuses_what_it_cannot_do_safely(tmp_path: Path) -> None:
     assert code == 1 and "line 2" in output and "s3cr3t" not in output
     code, output = _serve("-c", str(tmp_path / "missing"), "--warehouse", "file:///wh")
     assert code == 1 and "Traceback" not in output
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    code, output = _serve("-c", catalog, "--warehouse", f"file://{tmp_path}/wh",
+                          "--max-connections", str(limit))
+    assert code == 1 and f"this process may open {limit}" in output and "ulimit -n" in output
 
 
 def _declared(route: APIRoute) -> set[str]:

@@ -28,13 +28,34 @@ from olympia.exceptions import InvalidArgumentError
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="PATH",
               help="Clients and their bearer tokens, one a line: '<client-id> "
                    "<read-only|read-write> <secret>'; every request then needs one.")
+@click.option("--max-connections", type=click.IntRange(1), metavar="N",
+              help="Open connections served; a connection beyond them is answered 503, and "
+                   "beyond N + N/8 closed at once (default: 7/8 of the file-descriptor limit "
+                   "less 64: 840 for 'ulimit -n' 1024).")
+@click.option("--timeout-idle", type=click.IntRange(1), default=5, show_default=True,
+              metavar="SECONDS",
+              help="Close a connection silent this long: before its first request, and "
+                   "between requests.")
+@click.option("--timeout-request", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, metavar="SECONDS",
+              help="Close a connection whose request (headers and body) has not arrived this "
+                   "long after its first byte (408 when its headers never ended).")
+@click.option("--failed-secret-burst", type=click.IntRange(1), default=10,
+              show_default=True, metavar="N",
+              help="Wrong secrets an address, or a client id, may send at once to the token "
+                   "endpoint and the UI's sign-in form before it is answered 429.")
+@click.option("--failed-secret-interval", type=click.FloatRange(min=0, min_open=True),
+              default=1.0, show_default=True, metavar="SECONDS",
+              help="Seconds after which one more wrong secret is allowed.")
 @click.option("--insecure", is_flag=True,
               help="Allow a non-loopback address without --token-file (anyone who reaches "
                    "the server can change the catalog).")
 @handle_errors
 def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: int,
           warehouse: str | None, client_property: tuple[str, ...], max_body_bytes: int,
-          token_file: str | None, insecure: bool) -> None:
+          token_file: str | None, max_connections: int | None, timeout_idle: int,
+          timeout_request: float, failed_secret_burst: int, failed_secret_interval: float,
+          insecure: bool) -> None:
     """Serve the catalog to Iceberg clients (Spark, DuckDB, pyiceberg, ...) over the Iceberg
     REST catalog protocol until interrupted."""
     try:
@@ -42,13 +63,21 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
 
         from olympia.iceberg.catalog import OlympiaCatalog
         from olympia.server import CatalogService, create_app
-        from olympia.server.auth import Tokens
+        from olympia.server.auth import Throttle, Tokens
+        from olympia.server.connections import Limits, guarded_protocol
     except ModuleNotFoundError as exc:
         raise click.ClickException(f"olympia serve needs {exc.name}: pip install "
                                    "'olympia-catalog[serve]'") from None
     if not insecure and token_file is None and not _loopback(host):
         raise click.UsageError(f"--host {host} is not a loopback address: give clients tokens "
                                "with --token-file, or pass --insecure to serve anyone")
+    limits = Limits(max_connections or Limits.default_max_connections(), timeout_idle,
+                    timeout_request)
+    if limits.fds_needed() > Limits.fd_limit():
+        raise click.UsageError(
+            f"--max-connections {limits.max_connections} needs {limits.fds_needed()} file "
+            f"descriptors, and this process may open {Limits.fd_limit()}: give fewer, or "
+            "raise the limit (ulimit -n)")
     tokens = Tokens.load(token_file) if token_file is not None else None
     clients = key_value_pairs("--client-property", client_property)
     store = open_catalog(catalog_uri, storage_option)
@@ -59,13 +88,16 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
         service = CatalogService(catalog, clients)
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
-    app = create_app(service, max_body_bytes=max_body_bytes, tokens=tokens)
+    app = create_app(service, max_body_bytes=max_body_bytes, tokens=tokens,
+                     throttle=Throttle(failed_secret_burst, failed_secret_interval))
     listener = _listen(host, port)
     bound_host, bound_port = listener.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     click.echo(f"Serving catalog {store.uri} (version {store.version}) at "
                f"http://{shown}:{bound_port}")
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", server_header=False))
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level="info", server_header=False, http=guarded_protocol(limits),
+        timeout_keep_alive=timeout_idle))
     try:
         server.run(sockets=[listener])
     finally:

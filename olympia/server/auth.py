@@ -215,9 +215,9 @@ class Throttle:
         """Count a wrong secret from ``peer`` for ``client_id`` (as for :meth:`wait`)."""
         now = self._clock()
         with self._lock:
-            self._bucket(self._peers, peer, now).left -= 1
+            self._bucket(self._peers, peer, now).spend()
             if client_id is not None:
-                self._bucket(self._ids, client_id, now).left -= 1
+                self._bucket(self._ids, client_id, now).spend()
 
     def succeeded(self, peer: str, client_id: str) -> None:
         """Remember that ``peer`` gave the right secret for ``client_id``."""
@@ -242,6 +242,9 @@ class _Bucket:
     def refill(self, now: float, burst: int, interval: float) -> None:
         self.left = min(float(burst), self.left + (now - self.at) / interval)
         self.at = now
+
+    def spend(self) -> None:
+        self.left = max(0.0, self.left - 1)
 
     def wait(self, interval: float) -> float:
         return 0.0 if self.left >= 1 else (1 - self.left) * interval
