@@ -148,6 +148,27 @@ def test_wrong_secrets_are_slowed_per_address_and_per_client_id(server: RestServ
                    headers={"Authorization": f"Bearer {WRITER}"})[0] == 200
 
 
+def get_config(server: RestServer, token: str, source: str) -> tuple[int, dict[str, str]]:
+    address = urlsplit(server.url)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
+                                      source_address=(source, 0))
+    try:
+        conn.request("GET", "/v1/config", headers={"Authorization": f"Bearer {token}"})
+        answer = conn.getresponse()
+        answer.read()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}
+    finally:
+        conn.close()
+
+
+def test_wrong_bearer_tokens_are_slowed_per_address(server: RestServer) -> None:
+    for _ in range(3):
+        assert get_config(server, "guess", "127.0.0.11")[0] == 401
+    status, headers = get_config(server, READER, "127.0.0.11")
+    assert status == 429 and int(headers["retry-after"]) > 0  # not even checked
+    assert get_config(server, READER, "127.0.0.12")[0] == 200  # another address
+
+
 def test_idle_connections_are_closed(server: RestServer) -> None:
     sock = connect(server)  # never sends a byte
     assert read_all(sock) == b""
@@ -260,6 +281,7 @@ def test_access_tokens_are_signed_and_expire(tmp_path: Path) -> None:
     assert tokens.client_for(issued[0]) is not None
     clock.now += 1
     assert tokens.client_for(issued[0]) is None
+    assert tokens.signed(issued[0]) and not tokens.signed("guess")  # expired is no guess
 
 
 def test_a_throttle_lets_one_more_failure_through_per_interval() -> None:

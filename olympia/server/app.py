@@ -126,7 +126,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     app = FastAPI(title="Olympia Iceberg REST catalog", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.service, app.state.tokens = service, tokens
-    guard = Guard(throttle or Throttle()) if tokens is not None else None
+    app.state.throttle = throttle = throttle or Throttle()
+    guard = Guard(throttle) if tokens is not None else None
     if tokens is not None and guard is not None:
         _add_token_endpoint(app, tokens, guard)
 
@@ -139,7 +140,7 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
         kind = {401: "NotAuthorizedException", 404: "NoSuchRouteException",
-                405: "MethodNotAllowedException"}
+                405: "MethodNotAllowedException", 429: "NotAuthorizedException"}
         message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
                    else f"{request.method} is not allowed on {request.url.path}"
                    if exc.status_code == 405 else str(exc.detail))
@@ -358,15 +359,24 @@ class Access:
         """The calling client (``None`` without a token file or for ``anyone``).
 
         Raises:
-            HTTPException: no valid token (401).
+            HTTPException: no valid token (401), or too many wrong ones from this address
+                before (429; the token is then not checked).
             RestError: a read-only client on a ``write`` route (403).
         """
         tokens: Tokens | None = request.app.state.tokens
         if tokens is None or self.access == ANYONE:
             return None
         token = _bearer(request) or (request.cookies.get(COOKIE, "") if self.cookie else "")
+        throttle: Throttle = request.app.state.throttle
+        wait = throttle.wait(_peer(request), None) if token else 0
+        if wait > 0:
+            raise HTTPException(429, "too many wrong tokens from this address: retry after "
+                                f"{math.ceil(wait)} s",
+                                headers={"Retry-After": str(math.ceil(wait))})
         client = tokens.client_for(token) if token else None
         if client is None:
+            if token and not tokens.signed(token):  # a guess, not an expired token
+                throttle.failed(_peer(request), None)
             raise HTTPException(401, "sign in to see the catalog: this server needs a client "
                                      "of its token file" if self.cookie else
                                 "a valid bearer token is required (Authorization: Bearer "
@@ -376,6 +386,11 @@ class Access:
                             f"client {client.client_id} is read-only: {request.method} "
                             f"{request.url.path} is refused")
         return client
+
+
+def _peer(request: Request) -> str:
+    """The caller's address (as uvicorn gives it)."""
+    return request.client.host if request.client else ""
 
 
 READS, WRITES, ANYONE_MAY = Access(READ), Access(WRITE), Access(ANYONE)
@@ -424,7 +439,7 @@ def _add_ui(app: FastAPI, service: CatalogService, tokens: Tokens | None,
         app.include_router(login_routes(partial(guard.sign_in, tokens), ui_path=UI_PATH),
                            dependencies=[Depends(ANYONE_MAY)])
     ui = create_ui(lambda request: service.catalog.olympia, dependencies=[Depends(UI_READS)])
-    ui.state.tokens = tokens
+    ui.state.tokens, ui.state.throttle = tokens, app.state.throttle
     app.mount(UI_PATH, ui)
 
 
@@ -467,7 +482,7 @@ class Guard:
         is a bearer token, a secret or access token of the file), or the seconds to wait:
         0 when they are wrong, more when this peer or id has no failure left (nothing is
         then checked)."""
-        peer = request.client.host if request.client else ""
+        peer = _peer(request)
         bucket = None if client_id is None else client_id if tokens.knows(client_id) else ""
         wait = self.throttle.wait(peer, bucket)
         if wait > 0:

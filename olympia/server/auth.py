@@ -116,16 +116,27 @@ class Tokens:
         client = self._clients.get(_digest(token))
         if client is not None:
             return client
-        claims, _, signature = token.rpartition(".")
-        fields = claims.split(".")
-        if len(fields) != 3 or not hmac.compare_digest(self._sign(claims),
-                                                       signature.encode("utf-8")):
+        fields = self._claims(token)
+        if fields is None:
             return None
         encoded_id, access, expiry = fields  # signed here: well formed
         if int(expiry) < self._clock():
             return None
         client_id = base64.urlsafe_b64decode(encoded_id + "=" * (-len(encoded_id) % 4))
         return Client(client_id.decode("utf-8"), access == "rw")
+
+    def signed(self, token: str) -> bool:
+        """Whether ``token`` is an access token signed here, expired or not (a token that is
+        not is a guess)."""
+        return self._claims(token) is not None
+
+    def _claims(self, token: str) -> list[str] | None:
+        claims, _, signature = token.rpartition(".")
+        fields = claims.split(".")
+        if len(fields) != 3 or not hmac.compare_digest(self._sign(claims),
+                                                       signature.encode("utf-8")):
+            return None
+        return fields
 
     def check(self, client_id: str, secret: str) -> Client | None:
         """The client whose id and secret these are, or ``None`` when they do not belong
