@@ -97,7 +97,7 @@ def test_the_token_endpoint_reads_a_few_kib_at_most(server: RestServer) -> None:
                  b"Content-Type: application/x-www-form-urlencoded\r\n\r\ngrant_type=")
     head, _, body = read_all(sock).partition(b"\r\n\r\n")
     sock.close()
-    assert head.startswith(b"HTTP/1.1 413 ")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
     error = json.loads(body)
     assert error["error"] == "invalid_request" and "4096 bytes" in error["error_description"]
     sock = connect(server)  # a chunked body, no length declared, refused after 4 KiB

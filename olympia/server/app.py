@@ -526,8 +526,10 @@ def _add_token_endpoint(app: FastAPI, tokens: Tokens, guard: Guard) -> None:
     async def _token(request: Request) -> Response:
         try:
             form = await guard.form(request)
-        except RestError as exc:
-            return _oauth_error(exc.status, "invalid_request", exc.message)
+        except RestError as exc:  # the rest of its body is not read: close the connection
+            refused = _oauth_error(exc.status, "invalid_request", exc.message)
+            refused.headers["Connection"] = "close"
+            return refused
         if form.get("grant_type") != "client_credentials":
             return _oauth_error(400, "unsupported_grant_type",
                                 "only the client_credentials grant is supported")
