@@ -185,7 +185,9 @@ def test_every_route_declares_whether_it_reads_or_writes(tmp_path: Path,
     tokens.write_text(f"analyst read-only {READER}\n")
     wrapped = create_app(CatalogService(catalog, {}),
                          tokens=Tokens.load(tokens) if with_tokens else None)
-    app = wrapped.app  # type: ignore[attr-defined]
+    app: Any = wrapped
+    while not isinstance(app, FastAPI):  # the ASGI wrappers around it
+        app = app.app
     assert _undeclared(app) == []
     writes = {f"{method} {route.path.removeprefix('/v1')}" for route in app.routes
               if isinstance(route, APIRoute) and route.path.startswith("/v1/namespaces")

@@ -71,10 +71,12 @@ def credentials(client_id: str, secret: str) -> dict[str, str]:
             "client_secret": secret}
 
 
-def connect(server: RestServer) -> socket.socket:
+def connect(server: RestServer, source: str = "127.0.0.1") -> socket.socket:
+    """A socket to the server from the loopback address ``source`` (each test its own, as
+    refused requests are counted per address)."""
     address = urlsplit(server.url)
-    sock = socket.create_connection((address.hostname or "", address.port or 0), timeout=WAIT)
-    return sock
+    return socket.create_connection((address.hostname or "", address.port or 0),
+                                    timeout=WAIT, source_address=(source, 0))
 
 
 def read_all(sock: socket.socket) -> bytes:
@@ -92,7 +94,7 @@ def read_all(sock: socket.socket) -> bytes:
 
 
 def test_the_token_endpoint_reads_a_few_kib_at_most(server: RestServer) -> None:
-    sock = connect(server)  # 8 MB declared: refused before any of it is read
+    sock = connect(server, "127.0.0.20")  # 8 MB declared: refused before any of it is read
     sock.sendall(b"POST /v1/oauth/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n"
                  b"Content-Type: application/x-www-form-urlencoded\r\n\r\ngrant_type=")
     head, _, body = read_all(sock).partition(b"\r\n\r\n")
@@ -100,7 +102,7 @@ def test_the_token_endpoint_reads_a_few_kib_at_most(server: RestServer) -> None:
     assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
     error = json.loads(body)
     assert error["error"] == "invalid_request" and "4096 bytes" in error["error_description"]
-    sock = connect(server)  # a chunked body, no length declared, refused after 4 KiB
+    sock = connect(server, "127.0.0.20")  # a chunked body, no length declared, refused after 4 KiB
     sock.sendall(b"POST /v1/oauth/tokens HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                  b"Content-Type: application/x-www-form-urlencoded\r\n\r\n")
     sock.sendall(b"".join(b"400\r\n" + b"a" * 1024 + b"\r\n" for _ in range(8)))
@@ -165,22 +167,35 @@ def test_wrong_bearer_tokens_are_slowed_per_address(server: RestServer) -> None:
     for _ in range(3):
         assert get_config(server, "guess", "127.0.0.11")[0] == 401
     status, headers = get_config(server, READER, "127.0.0.11")
-    assert status == 429 and int(headers["retry-after"]) > 0  # not even checked
+    assert status == 429 and int(headers["retry-after"]) > 0  # a secret: not even checked
     assert get_config(server, READER, "127.0.0.12")[0] == 200  # another address
+    # an access token cannot be guessed: it is checked even from that address (a client
+    # sharing an address with an attacker keeps working with the tokens it has)
+    issued = post_token(server, credentials("analyst", READER), "127.0.0.12")[2]
+    assert get_config(server, issued["access_token"], "127.0.0.11")[0] == 200
+    # refused forms count too: a throttled address is answered 429 before its body is read
+    for _ in range(3):
+        assert post_token(server, {"grant_type": "password"}, "127.0.0.13")[0] == 400
+    sock = connect(server, "127.0.0.13")
+    sock.sendall(b"POST /v1/oauth/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n"
+                 b"Content-Type: application/x-www-form-urlencoded\r\n\r\n")
+    head = read_all(sock).partition(b"\r\n\r\n")[0].lower()
+    sock.close()
+    assert head.startswith(b"http/1.1 429 ") and b"connection: close" in head
 
 
 def test_idle_connections_are_closed(server: RestServer) -> None:
-    sock = connect(server)  # never sends a byte
+    sock = connect(server, "127.0.0.22")  # never sends a byte
     assert read_all(sock) == b""
     sock.close()
-    sock = connect(server)  # one request, then silence
+    sock = connect(server, "127.0.0.22")  # one request, then silence
     sock.sendall(b"GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n")
     assert read_all(sock).startswith(b"HTTP/1.1 401 ")
     sock.close()
 
 
 def test_a_slowloris_is_answered_408_and_closed(server: RestServer) -> None:
-    sock = connect(server)
+    sock = connect(server, "127.0.0.21")
     sock.sendall(b"GET /v1/config HTTP/1.1\r\nHost: x\r\n")
     sock.settimeout(0.25)
     answer = b""
@@ -194,7 +209,7 @@ def test_a_slowloris_is_answered_408_and_closed(server: RestServer) -> None:
     answer += read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 ") and b"request timeout" in answer
     sock.close()
-    sock = connect(server)  # a body that trickles in: the connection is closed
+    sock = connect(server, "127.0.0.21")  # a body that trickles in: the connection is closed
     sock.sendall(b"POST /v1/oauth/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
                  b"Content-Type: application/x-www-form-urlencoded\r\n\r\ngrant_type=")
     sock.settimeout(0.25)

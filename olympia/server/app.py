@@ -107,6 +107,25 @@ class _RawPath:
         await self.app(scope, receive, send)
 
 
+class _TokenDoor:
+    """Answer ``POST /v1/oauth/tokens`` 429 from an address with no failure left before the
+    application sees it: a client refused again and again costs the event loop no routing,
+    and its body is not read."""
+
+    def __init__(self, app: ASGIApp, throttle: Throttle) -> None:
+        self.app = app
+        self.throttle = throttle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "http" and scope["method"] == "POST"
+                and scope["path"] == TOKEN_PATH):
+            wait = self.throttle.wait(scope["client"][0] if scope.get("client") else "", None)
+            if wait > 0:
+                await _slow_down(wait)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
                tokens: Tokens | None = None, throttle: Throttle | None = None) -> ASGIApp:
     """The REST catalog application.
@@ -333,7 +352,7 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     app.include_router(catalog, prefix="/v1")
     app.include_router(catalog, prefix="/v1/" + VERSION_PREFIX.format("{version}"))
     _add_ui(app, service, tokens, guard)
-    return _RawPath(app)
+    return _RawPath(app if tokens is None else _TokenDoor(app, throttle))
 
 
 UI_PATH = "/ui"
@@ -367,16 +386,12 @@ class Access:
         if tokens is None or self.access == ANYONE:
             return None
         token = _bearer(request) or (request.cookies.get(COOKIE, "") if self.cookie else "")
-        throttle: Throttle = request.app.state.throttle
-        wait = throttle.wait(_peer(request), None) if token else 0
-        if wait > 0:
-            raise HTTPException(429, "too many wrong tokens from this address: retry after "
-                                f"{math.ceil(wait)} s",
-                                headers={"Retry-After": str(math.ceil(wait))})
-        client = tokens.client_for(token) if token else None
-        if client is None:
-            if token and not tokens.signed(token):  # a guess, not an expired token
-                throttle.failed(_peer(request), None)
+        client = _identify(request, tokens, token) if token else 0.0
+        if isinstance(client, float):
+            if client > 0:
+                raise HTTPException(429, "too many wrong tokens from this address: retry "
+                                    f"after {math.ceil(client)} s",
+                                    headers={"Retry-After": str(math.ceil(client))})
             raise HTTPException(401, "sign in to see the catalog: this server needs a client "
                                      "of its token file" if self.cookie else
                                 "a valid bearer token is required (Authorization: Bearer "
@@ -386,6 +401,24 @@ class Access:
                             f"client {client.client_id} is read-only: {request.method} "
                             f"{request.url.path} is refused")
         return client
+
+
+def _identify(request: Request, tokens: Tokens, token: str) -> Client | float:
+    """The client of a bearer token, or the seconds to wait (0: no client). An access token
+    signed here is checked at once (it cannot be guessed; expired, it is refused); anything
+    else tries a secret of the file, slowed down per address by ``app.state.throttle``."""
+    if tokens.signed(token):
+        return tokens.client_for(token) or 0.0
+    throttle: Throttle = request.app.state.throttle
+    peer = _peer(request)
+    wait = throttle.wait(peer, None)
+    if wait > 0:
+        return wait
+    client = tokens.client_for(token)
+    if client is None:
+        throttle.failed(peer, None)
+        return 0.0
+    return client
 
 
 def _peer(request: Request) -> str:
@@ -482,18 +515,19 @@ class Guard:
         is a bearer token, a secret or access token of the file), or the seconds to wait:
         0 when they are wrong, more when this peer or id has no failure left (nothing is
         then checked)."""
+        if client_id is None:
+            found = _identify(request, tokens, secret)
+            return found if isinstance(found, float) else tokens.issue(found)
         peer = _peer(request)
-        bucket = None if client_id is None else client_id if tokens.knows(client_id) else ""
+        bucket = client_id if tokens.knows(client_id) else ""
         wait = self.throttle.wait(peer, bucket)
         if wait > 0:
             return wait
-        client = (tokens.client_for(secret) if client_id is None
-                  else tokens.check(client_id, secret))
+        client = tokens.check(client_id, secret)
         if client is None:
             self.throttle.failed(peer, bucket)
             return 0.0
-        if client_id is not None:
-            self.throttle.succeeded(peer, client_id)
+        self.throttle.succeeded(peer, client_id)
         return tokens.issue(client)
 
     async def sign_in(self, tokens: Tokens, request: Request) -> tuple[str, int] | float:
@@ -523,36 +557,46 @@ def _add_token_endpoint(app: FastAPI, tokens: Tokens, guard: Guard) -> None:
     """The OAuth2 client-credentials token endpoint."""
 
     @app.post(TOKEN_PATH, dependencies=[Depends(ANYONE_MAY)])
-    async def _token(request: Request) -> Response:
+    async def _token(request: Request) -> Response:  # after _TokenDoor's check
+        peer = _peer(request)
         try:
             form = await guard.form(request)
         except RestError as exc:  # the rest of its body is not read: close the connection
+            guard.throttle.failed(peer, None)
             refused = _oauth_error(exc.status, "invalid_request", exc.message)
             refused.headers["Connection"] = "close"
             return refused
-        if form.get("grant_type") != "client_credentials":
-            return _oauth_error(400, "unsupported_grant_type",
-                                "only the client_credentials grant is supported")
         client_id, secret = form.get("client_id"), form.get("client_secret")
         scheme, _, basic = request.headers.get("authorization", "").partition(" ")
         if client_id is None and scheme.lower() == "basic":
             try:
                 decoded = base64.b64decode(basic.strip(), validate=True).decode("utf-8")
             except (binascii.Error, UnicodeDecodeError):
+                guard.throttle.failed(peer, None)
                 return _oauth_error(400, "invalid_request", "malformed Basic credentials")
             client_id, _, secret = decoded.partition(":")
+        if form.get("grant_type") != "client_credentials":
+            guard.throttle.failed(peer, None)
+            return _oauth_error(400, "unsupported_grant_type",
+                                "only the client_credentials grant is supported")
         issued = await guard.trade(tokens, request, client_id or "", secret or "")
         if isinstance(issued, float):
             if issued > 0:
-                answer = _oauth_error(429, "slow_down", "too many wrong secrets from this "
-                                      "address or for this client id: retry after "
-                                      f"{math.ceil(issued)} s")
-                answer.headers["Retry-After"] = str(math.ceil(issued))
-                return answer
+                return _slow_down(issued)
             return _oauth_error(401, "invalid_client", "unknown client id or wrong secret")
         token, lifetime = issued
         return _json({"access_token": token, "token_type": "bearer", "expires_in": lifetime,
                       "issued_token_type": ACCESS_TOKEN_TYPE})
+
+
+def _slow_down(wait: float) -> Response:
+    """The token endpoint's 429 (with ``Retry-After``; the connection is closed, as the
+    request's body may not have been read)."""
+    seconds = str(math.ceil(wait))
+    answer = _oauth_error(429, "slow_down", "too many refused requests from this address or "
+                          f"for this client id: retry after {seconds} s")
+    answer.headers.update({"Retry-After": seconds, "Connection": "close"})
+    return answer
 
 
 def _oauth_error(status: int, error: str, description: str) -> Response:
