@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,29 +151,32 @@ def test_wrong_secrets_are_slowed_per_address_and_per_client_id(server: RestServ
                    headers={"Authorization": f"Bearer {WRITER}"})[0] == 200
 
 
-def get_config(server: RestServer, token: str, source: str) -> tuple[int, dict[str, str]]:
+def call(server: RestServer, token: str, source: str, method: str = "GET",
+         path: str = "/v1/config", body: str | None = None) -> tuple[int, dict[str, str], Any]:
+    """A request with a bearer token from the loopback address ``source``."""
     address = urlsplit(server.url)
     conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
                                       source_address=(source, 0))
     try:
-        conn.request("GET", "/v1/config", headers={"Authorization": f"Bearer {token}"})
+        conn.request(method, path, body=body, headers={"Authorization": f"Bearer {token}"})
         answer = conn.getresponse()
-        answer.read()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}
+        raw = answer.read()
+        return (answer.status, {k.lower(): v for k, v in answer.getheaders()},
+                json.loads(raw) if raw else None)
     finally:
         conn.close()
 
 
 def test_wrong_bearer_tokens_are_slowed_per_address(server: RestServer) -> None:
     for _ in range(3):
-        assert get_config(server, "guess", "127.0.0.11")[0] == 401
-    status, headers = get_config(server, READER, "127.0.0.11")
+        assert call(server, "guess", "127.0.0.11")[0] == 401
+    status, headers, _ = call(server, READER, "127.0.0.11")
     assert status == 429 and int(headers["retry-after"]) > 0  # a secret: not even checked
-    assert get_config(server, READER, "127.0.0.12")[0] == 200  # another address
+    assert call(server, READER, "127.0.0.12")[0] == 200  # another address
     # an access token cannot be guessed: it is checked even from that address (a client
     # sharing an address with an attacker keeps working with the tokens it has)
     issued = post_token(server, credentials("analyst", READER), "127.0.0.12")[2]
-    assert get_config(server, issued["access_token"], "127.0.0.11")[0] == 200
+    assert call(server, issued["access_token"], "127.0.0.11")[0] == 200
     # refused forms count too: a throttled address is answered 429 before its body is read
     for _ in range(3):
         assert post_token(server, {"grant_type": "password"}, "127.0.0.13")[0] == 400
@@ -182,6 +186,17 @@ def test_wrong_bearer_tokens_are_slowed_per_address(server: RestServer) -> None:
     head = read_all(sock).partition(b"\r\n\r\n")[0].lower()
     sock.close()
     assert head.startswith(b"http/1.1 429 ") and b"connection: close" in head
+
+
+def test_an_access_token_is_signed_and_its_claims_cannot_be_changed(
+        server: RestServer) -> None:
+    issued = post_token(server, credentials("analyst", READER), "127.0.0.30")[2]["access_token"]
+    ns = json.dumps({"namespace": ["signed"]})
+    status, _, body = call(server, issued, "127.0.0.30", "POST", "/v1/namespaces", ns)
+    assert status == 403 and "client analyst is read-only" in body["error"]["message"]
+    raised = issued.replace(".ro.", ".rw.")  # the access level, changed by the holder
+    status, _, body = call(server, raised, "127.0.0.30", "POST", "/v1/namespaces", ns)
+    assert status == 401 and body["error"]["type"] == "NotAuthorizedException"
 
 
 def test_idle_connections_are_closed(server: RestServer) -> None:
@@ -227,11 +242,37 @@ def test_a_slowloris_is_answered_408_and_closed(server: RestServer) -> None:
     sock.close()
 
 
+@pytest.fixture(scope="module")
+def low_fd_limit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
+    """A server started with a soft file-descriptor limit of 160 and default limits."""
+    root = tmp_path_factory.mktemp("low_fd")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (160, hard))
+    try:
+        server = RestServer.on_new_catalog(root).start()  # it inherits the limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_default_cap_comes_from_the_file_descriptor_limit(low_fd_limit: RestServer,
+                                                               ) -> None:
+    cap = (160 - 64) * 7 // 8  # 84: of 160 descriptors, 64 kept and 7/8 of the rest served
+    assert_capped(low_fd_limit, cap, max(8, cap // 8))
+
+
 def test_connections_beyond_the_cap_are_answered_503(capped: RestServer) -> None:
-    server = capped
+    assert_capped(capped, 4, 8)
+
+
+def assert_capped(server: RestServer, cap: int, spare: int) -> None:
+    """``cap`` connections are served, the next ``spare`` answered 503, more closed."""
     held = []
     try:
-        for _ in range(4):  # the cap, held by clients that trickle headers
+        for _ in range(cap):  # the cap, held by clients that trickle headers
             sock = connect(server)
             sock.sendall(b"GET /v1/config HTTP/1.1\r\n")
             held.append(sock)
@@ -244,11 +285,11 @@ def test_connections_beyond_the_cap_are_answered_503(capped: RestServer) -> None
         assert b"retry-after: 1" in head.lower()
         error = json.loads(body)["error"]
         assert error["type"] == "ServiceUnavailableException"
-        assert "too many open connections (at most 4)" in error["message"]
-        spare = [connect(server) for _ in range(8)]  # the spare ones fill up...
+        assert f"too many open connections (at most {cap})" in error["message"]
+        spares = [connect(server) for _ in range(spare)]  # the spare ones fill up...
         beyond = connect(server)  # ...and one more is closed without a word
         assert read_all(beyond) == b""
-        for sock in (*spare, beyond):
+        for sock in (*spares, beyond):
             sock.close()
     finally:
         for sock in held:

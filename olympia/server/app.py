@@ -536,7 +536,8 @@ class Guard:
         never holds a secret."""
         try:
             form = await self.form(request)
-        except RestError:
+        except RestError:  # too large or not UTF-8: refused as wrong credentials are
+            self.throttle.failed(_peer(request), None)
             return 0.0
         client_id, secret = form.get("client_id", "").strip(), form.get("secret", "").strip()
         if client_id or secret:
