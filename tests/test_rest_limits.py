@@ -333,7 +333,10 @@ def test_access_tokens_are_signed_and_expire(tmp_path: Path) -> None:
                    claims, "", "a.b.c.d", "é.rw.1.x"):
         assert tokens.client_for(forged) is None
     assert Tokens.load(path, clock=clock).client_for(issued[0]) is None  # another process
-    clock.now += tokens.lifetime
+    clock.now += 100
+    assert tokens.seconds_left(issued[0]) == tokens.lifetime - 100
+    assert tokens.seconds_left(WRITER) == 0
+    clock.now += tokens.lifetime - 100
     assert tokens.client_for(issued[0]) is not None
     clock.now += 1
     assert tokens.client_for(issued[0]) is None
@@ -384,3 +387,17 @@ def test_a_throttle_is_bounded_and_locks_nobody_out_for_good(
     for peer_number in range(41):
         for client_id in ("etl", "analyst", "", None):
             assert throttle.wait(f"10.0.0.{peer_number}", client_id) == 0
+
+
+def test_signing_in_with_an_access_token_keeps_it(server: RestServer) -> None:
+    issued = post_token(server, credentials("analyst", READER), "127.0.0.31")[2]["access_token"]
+    address = urlsplit(server.url)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
+                                      source_address=("127.0.0.31", 0))
+    conn.request("POST", "/ui/login", body=urlencode({"token": issued}), headers=FORM)
+    answer = conn.getresponse()
+    answer.read()
+    conn.close()
+    cookie = answer.getheader("set-cookie") or ""
+    assert answer.status == 303 and f"olympia_ui_token={issued};" in cookie
+    assert int(cookie.split("Max-Age=")[1].split(";")[0]) <= 3600  # its own expiry

@@ -511,13 +511,16 @@ class Guard:
 
     async def trade(self, tokens: Tokens, request: Request, client_id: str | None,
                     secret: str) -> tuple[str, int] | float:
-        """An access token for a client id and secret (``client_id`` ``None``: ``secret``
-        is a bearer token, a secret or access token of the file), or the seconds to wait:
-        0 when they are wrong, more when this peer or id has no failure left (nothing is
-        then checked)."""
-        if client_id is None:
+        """An access token and its lifetime for a client id and secret (``client_id``
+        ``None``: ``secret`` is a bearer token, a secret of the file or an access token, kept
+        as it is), or the seconds to wait: 0 when they are wrong, more when this peer or id
+        has no failure left (nothing is then checked)."""
+        if client_id is None:  # an access token is kept as it is, to expire when it does
             found = _identify(request, tokens, secret)
-            return found if isinstance(found, float) else tokens.issue(found)
+            if isinstance(found, float):
+                return found
+            left = tokens.seconds_left(secret)
+            return (secret, left) if left else tokens.issue(found)
         peer = _peer(request)
         bucket = client_id if tokens.knows(client_id) else ""
         wait = self.throttle.wait(peer, bucket)

@@ -125,6 +125,11 @@ class Tokens:
         client_id = base64.urlsafe_b64decode(encoded_id + "=" * (-len(encoded_id) % 4))
         return Client(client_id.decode("utf-8"), access == "rw")
 
+    def seconds_left(self, token: str) -> int:
+        """Seconds before an access token signed here expires (0 for any other token)."""
+        fields = self._claims(token)
+        return max(0, int(fields[2]) - math.ceil(self._clock())) if fields else 0
+
     def signed(self, token: str) -> bool:
         """Whether ``token`` is an access token signed here, expired or not (a token that is
         not is a guess)."""

@@ -30,6 +30,8 @@ from olympia.server.errors import error_response
 
 #: File descriptors kept for everything but connections (the store, logs, worker threads).
 FD_RESERVE = 64
+#: The file descriptors an unlimited ``RLIMIT_NOFILE`` is taken for.
+UNLIMITED_FDS = 65536
 #: Seconds a connection may stay silent: before its first request, and between requests.
 IDLE_TIMEOUT = 5
 #: Seconds a request may take to arrive whole, from its first byte.
@@ -58,8 +60,10 @@ class Limits:
 
     @staticmethod
     def fd_limit() -> int:
-        """The process's file-descriptor limit (the soft ``RLIMIT_NOFILE``)."""
-        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        """The process's file-descriptor limit (the soft ``RLIMIT_NOFILE``; an unlimited one
+        counts as :data:`UNLIMITED_FDS`)."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return UNLIMITED_FDS if soft == resource.RLIM_INFINITY else soft
 
     @classmethod
     def default_max_connections(cls) -> int:
