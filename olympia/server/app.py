@@ -15,6 +15,7 @@ Iceberg's Spark catalog reads ``ns.t.snapshots`` first as table ``snapshots`` in
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -109,8 +110,8 @@ class _RawPath:
 
 class _TokenDoor:
     """Answer ``POST /v1/oauth/tokens`` 429 from an address with no failure left before the
-    application sees it: a client refused again and again costs the event loop no routing,
-    and its body is not read."""
+    application sees it (held first, as every such answer is: :func:`_held`): a client
+    refused again and again costs the event loop no routing, and its body is not read."""
 
     def __init__(self, app: ASGIApp, throttle: Throttle) -> None:
         self.app = app
@@ -121,7 +122,7 @@ class _TokenDoor:
                 and scope["path"] == TOKEN_PATH):
             wait = self.throttle.wait(scope["client"][0] if scope.get("client") else "", None)
             if wait > 0:
-                await _slow_down(wait)(scope, receive, send)
+                await _slow_down(await _held(wait))(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -374,7 +375,7 @@ class Access:
         self.access = access
         self.cookie = cookie
 
-    def __call__(self, request: Request) -> Client | None:
+    async def __call__(self, request: Request) -> Client | None:
         """The calling client (``None`` without a token file or for ``anyone``).
 
         Raises:
@@ -386,7 +387,7 @@ class Access:
         if tokens is None or self.access == ANYONE:
             return None
         token = _bearer(request) or (request.cookies.get(COOKIE, "") if self.cookie else "")
-        client = _identify(request, tokens, token) if token else 0.0
+        client = await _identify(request, tokens, token) if token else 0.0
         if isinstance(client, float):
             if client > 0:
                 raise HTTPException(429, "too many wrong tokens from this address: retry "
@@ -403,7 +404,7 @@ class Access:
         return client
 
 
-def _identify(request: Request, tokens: Tokens, token: str) -> Client | float:
+async def _identify(request: Request, tokens: Tokens, token: str) -> Client | float:
     """The client of a bearer token, or the seconds to wait (0: no client). An access token
     signed here is checked at once (it cannot be guessed; expired, it is refused); anything
     else tries a secret of the file, slowed down per address by ``app.state.throttle``."""
@@ -413,12 +414,28 @@ def _identify(request: Request, tokens: Tokens, token: str) -> Client | float:
     peer = _peer(request)
     wait = throttle.wait(peer, None)
     if wait > 0:
-        return wait
+        return await _held(wait)
     client = tokens.client_for(token)
     if client is None:
         throttle.failed(peer, None)
         return 0.0
     return client
+
+
+#: The longest a request refused for wrong secrets is held before its 429.
+HOLD_SECONDS = 1.0
+
+
+async def _held(wait: float) -> float:
+    """Hold a request refused for wrong secrets before answering it (at most
+    :data:`HOLD_SECONDS`): a client that waits for each answer then tries once per hold at
+    most, and costs the event loop a sleeping task instead of a request handled at once.
+
+    Returns:
+        ``wait``.
+    """
+    await asyncio.sleep(min(wait, HOLD_SECONDS))
+    return wait
 
 
 def _peer(request: Request) -> str:
@@ -442,8 +459,8 @@ async def _reading(request: Request,
     return await run_in_threadpool(service.at_version, int(version))
 
 
-def _writing(request: Request,
-             _: Annotated[Client | None, Depends(WRITES)]) -> CatalogService:
+async def _writing(request: Request,
+                   _: Annotated[Client | None, Depends(WRITES)]) -> CatalogService:
     """The catalog a write route changes: the latest (403 on a version's path)."""
     version = request.path_params.get("version")
     if version is not None:
@@ -516,7 +533,7 @@ class Guard:
         as it is), or the seconds to wait: 0 when they are wrong, more when this peer or id
         has no failure left (nothing is then checked)."""
         if client_id is None:  # an access token is kept as it is, to expire when it does
-            found = _identify(request, tokens, secret)
+            found = await _identify(request, tokens, secret)
             if isinstance(found, float):
                 return found
             left = tokens.seconds_left(secret)
@@ -525,7 +542,7 @@ class Guard:
         bucket = client_id if tokens.knows(client_id) else ""
         wait = self.throttle.wait(peer, bucket)
         if wait > 0:
-            return wait
+            return await _held(wait)
         client = tokens.check(client_id, secret)
         if client is None:
             self.throttle.failed(peer, bucket)
