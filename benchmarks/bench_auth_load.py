@@ -26,6 +26,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import resource
 import signal
 import statistics
@@ -62,20 +63,45 @@ def _raise_fd_limit() -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _server(root: Path) -> Iterator[Any]:
-    """``olympia serve`` with a token file over a catalog holding one small table."""
-    sys.path.insert(0, str(ROOT / "tests"))
+def _server(root: Path) -> Iterator[tuple[str, int]]:
+    """``olympia serve`` with a token file over a catalog holding one small table: its URL
+    and PID. Its log goes to a file, so that no thread of this process reads it while the
+    client is timed."""
     import pyarrow as pa
-    from restserver import RestServer
+    from pyiceberg.catalog.rest import RestCatalog
 
+    from olympia.catalog.catalog import Catalog as OlympiaStore
+
+    OlympiaStore.create(str(root / "catalog")).close()
     tokens = root / "tokens"
     tokens.write_text(f"bench read-only {TOKEN}\nwriter read-write {TOKEN}-w\n")
-    with RestServer.on_new_catalog(root, "--token-file", str(tokens)) as server:
-        writer = server.client(token=f"{TOKEN}-w")
+    log_path = root / "server.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "olympia"), "serve", "-c", str(root / "catalog"),
+             "--warehouse", f"file://{root}/warehouse", "--port", "0", "--token-file",
+             str(tokens)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        url = ""
+        deadline = time.monotonic() + 120
+        while not url and time.monotonic() < deadline and server.poll() is None:
+            found = re.search(r" at (http://127\.0\.0\.1:\d+)$", log_path.read_text(), re.M)
+            url = found.group(1) if found else ""
+            time.sleep(0.1)
+        if not url:
+            raise RuntimeError("olympia serve did not start: " + log_path.read_text())
+        writer = RestCatalog("bench", uri=url, token=f"{TOKEN}-w")
         writer.create_namespace("bench")
         table = writer.create_table(("bench", "events"), pa.schema([("id", pa.int64())]))
         table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
-        yield server
+        yield url, server.pid
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 class _Client:
@@ -128,15 +154,15 @@ def _attacked(url: str, client: _Client, count: int, seconds: float,
     try:
         assert attacker.stdout is not None
         ready = json.loads(attacker.stdout.readline() or "{}")  # once IDLE are open
-        cpu = server.cpu_times()
+        cpu, started = server.cpu_times(), time.perf_counter()
         samples = [client.load() for _ in range(count)]
-        used = server.cpu_times()
+        used, elapsed = server.cpu_times(), time.perf_counter() - started
         attacker.terminate()
         report = json.loads(attacker.stdout.readline() or "{}")
     finally:
         attacker.kill()
         attacker.wait()
-    report.update(ready_idle_open=ready.get("idle_open", 0),
+    report.update(ready_idle_open=ready.get("idle_open", 0), seconds=round(elapsed, 3),
                   server_cpu_s=round(used.user + used.system - cpu.user - cpu.system, 3))
     return samples, report
 
@@ -157,10 +183,10 @@ def _measure(url: str, pid: int, rounds: int, count: int, seconds: float) -> dic
         used = server.cpu_times()
         per_request = (used.user + used.system - cpu.user - cpu.system) / count
         busy, report = _attacked(url, client, count, seconds, server)
-        abusive = sum(n for key, n in report.items() if key.startswith("token_"))
-        report["server_cpu_ms_per_token_request"] = round(
-            (report["server_cpu_s"] - per_request * count) * 1000 / max(1, abusive), 3)
         report["server_cpu_ms_per_authorized_request"] = round(per_request * 1000, 3)
+        # the server's CPU beyond the authorized requests', per second of the attack
+        report["server_cpu_share_on_attackers"] = round(
+            (report["server_cpu_s"] - per_request * count) / report["seconds"], 3)
         quiet += calm
         attacked += busy
         ratios.append(round(_p99(busy) / _p99(calm), 2))
@@ -182,8 +208,8 @@ def run(quick: bool) -> dict[str, Any]:
     rounds, count, seconds = (2, 200, 60) if quick else (5, 1000, 120)
     limits = _raise_fd_limit()
     load = os.getloadavg()
-    with workdir() as tmp, _server(tmp) as server:
-        result = _measure(server.url, server.process.pid, rounds, count, seconds)
+    with workdir() as tmp, _server(tmp) as (url, pid):
+        result = _measure(url, pid, rounds, count, seconds)
     result.update(fd_limit=limits, load_average=[round(x, 2) for x in (*load,
                                                                         *os.getloadavg())],
                   goal=f"p99 attacked <= {GOAL}x quiet; every authorized request answered "
