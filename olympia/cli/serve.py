@@ -30,8 +30,8 @@ from olympia.exceptions import InvalidArgumentError
                    "<read-only|read-write> <secret>'; every request then needs one.")
 @click.option("--max-connections", type=click.IntRange(1), metavar="N",
               help="Open connections served; a connection beyond them is answered 503, and "
-                   "beyond N + N/8 closed at once (default: 7/8 of the file-descriptor limit "
-                   "less 64: 840 for 'ulimit -n' 1024).")
+                   "beyond N + N/8 (at least 8) closed at once (default: 7/8 of the "
+                   "file-descriptor limit less 64: 840 for 'ulimit -n' 1024).")
 @click.option("--timeout-idle", type=click.IntRange(1), default=5, show_default=True,
               metavar="SECONDS",
               help="Close a connection silent this long: before its first request, and "
@@ -42,8 +42,8 @@ from olympia.exceptions import InvalidArgumentError
                    "long after its first byte (408 when its headers never ended).")
 @click.option("--failed-secret-burst", type=click.IntRange(1), default=10,
               show_default=True, metavar="N",
-              help="Wrong secrets an address, or a client id, may send at once to the token "
-                   "endpoint and the UI's sign-in form before it is answered 429.")
+              help="Wrong secrets an address (or a client id, at the token endpoint and "
+                   "the UI's sign-in form) may send at once before it is answered 429.")
 @click.option("--failed-secret-interval", type=click.FloatRange(min=0, min_open=True),
               default=1.0, show_default=True, metavar="SECONDS",
               help="Seconds after which one more wrong secret is allowed.")
