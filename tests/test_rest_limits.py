@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import resource
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
             root, "--token-file", str(tokens), "--max-connections", "4", "--timeout-idle",
             "60", "--timeout-request", "60") as started:
         yield started
+    assert "Traceback" not in "".join(started.log), "".join(started.log)
 
 
 def post_token(server: RestServer, fields: dict[str, str], source: str = "127.0.0.1",
@@ -210,7 +214,13 @@ def test_idle_connections_are_closed(server: RestServer) -> None:
 
 
 def test_a_slowloris_is_answered_408_and_closed(server: RestServer) -> None:
-    sock = connect(server, "127.0.0.21")
+    assert_slow_requests_refused(server, "127.0.0.21", "/v1/oauth/tokens")
+
+
+def assert_slow_requests_refused(server: RestServer, source: str, post: str) -> None:
+    """Headers that trickle in are answered 408; a body posted to ``post`` (a route that
+    reads it) that trickles in is cut off."""
+    sock = connect(server, source)
     sock.sendall(b"GET /v1/config HTTP/1.1\r\nHost: x\r\n")
     sock.settimeout(0.25)
     answer = b""
@@ -224,9 +234,9 @@ def test_a_slowloris_is_answered_408_and_closed(server: RestServer) -> None:
     answer += read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 ") and b"request timeout" in answer
     sock.close()
-    sock = connect(server, "127.0.0.21")  # a body that trickles in: the connection is closed
-    sock.sendall(b"POST /v1/oauth/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
-                 b"Content-Type: application/x-www-form-urlencoded\r\n\r\ngrant_type=")
+    sock = connect(server, source)  # a body that trickles in: the connection is closed
+    sock.sendall(b"POST " + post.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000"
+                 b"\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\ngrant_type=")
     sock.settimeout(0.25)
     closed = False
     for _ in range(int(WAIT / 0.25)):
@@ -256,6 +266,7 @@ def low_fd_limit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServe
         yield server
     finally:
         server.stop()
+    assert "Traceback" not in "".join(server.log), "".join(server.log)
 
 
 def test_the_default_cap_comes_from_the_file_descriptor_limit(low_fd_limit: RestServer,
@@ -300,6 +311,45 @@ def assert_capped(server: RestServer, cap: int, spare: int) -> None:
             break
     else:
         pytest.fail("the server never served again")
+
+
+@pytest.fixture(scope="module")
+def h11_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
+    """A server where httptools cannot be imported, so uvicorn speaks HTTP with h11."""
+    root = tmp_path_factory.mktemp("h11")
+    shim = root / "shim" / "httptools"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text('raise ImportError("hidden: this server uses h11")\n')
+    path = os.pathsep.join(p for p in (str(shim.parent), os.environ.get("PYTHONPATH")) if p)
+    probe = subprocess.run(
+        [sys.executable, "-c", "from uvicorn.protocols.http.auto import AutoHTTPProtocol as P;"
+                               "print(P.__name__)"],
+        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "H11Protocol"
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = path
+    try:
+        server = RestServer.on_new_catalog(
+            root, "--max-connections", "4", "--timeout-idle", "1", "--timeout-request",
+            "5").start()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert "Traceback" not in "".join(server.log), "".join(server.log)
+
+
+def test_the_limits_hold_when_uvicorn_speaks_h11(h11_server: RestServer) -> None:
+    assert_slow_requests_refused(h11_server, "127.0.0.1", "/v1/namespaces")
+    sock = connect(h11_server)  # a new connection that never sends a byte
+    assert read_all(sock) == b""
+    sock.close()
+    assert_capped(h11_server, 4, 8)
 
 
 # --- the same pieces in process, with an injected clock --------------------------------
