@@ -579,27 +579,28 @@ def _add_token_endpoint(app: FastAPI, tokens: Tokens, guard: Guard) -> None:
 
     @app.post(TOKEN_PATH, dependencies=[Depends(ANYONE_MAY)])
     async def _token(request: Request) -> Response:  # after _TokenDoor's check
-        peer = _peer(request)
+
+        def refused(status: int, error: str, description: str) -> Response:
+            guard.throttle.failed(_peer(request), None)  # every refused form counts
+            return _oauth_error(status, error, description)
+
         try:
             form = await guard.form(request)
         except RestError as exc:  # the rest of its body is not read: close the connection
-            guard.throttle.failed(peer, None)
-            refused = _oauth_error(exc.status, "invalid_request", exc.message)
-            refused.headers["Connection"] = "close"
-            return refused
+            answer = refused(exc.status, "invalid_request", exc.message)
+            answer.headers["Connection"] = "close"
+            return answer
         client_id, secret = form.get("client_id"), form.get("client_secret")
         scheme, _, basic = request.headers.get("authorization", "").partition(" ")
         if client_id is None and scheme.lower() == "basic":
             try:
                 decoded = base64.b64decode(basic.strip(), validate=True).decode("utf-8")
             except (binascii.Error, UnicodeDecodeError):
-                guard.throttle.failed(peer, None)
-                return _oauth_error(400, "invalid_request", "malformed Basic credentials")
+                return refused(400, "invalid_request", "malformed Basic credentials")
             client_id, _, secret = decoded.partition(":")
         if form.get("grant_type") != "client_credentials":
-            guard.throttle.failed(peer, None)
-            return _oauth_error(400, "unsupported_grant_type",
-                                "only the client_credentials grant is supported")
+            return refused(400, "unsupported_grant_type",
+                           "only the client_credentials grant is supported")
         issued = await guard.trade(tokens, request, client_id or "", secret or "")
         if isinstance(issued, float):
             if issued > 0:
