@@ -190,9 +190,8 @@ def test_every_route_declares_whether_it_reads_or_writes(tmp_path: Path,
         app = app.app
     assert _undeclared(app) == []
     writes = {f"{method} {route.path.removeprefix('/v1')}" for route in app.routes
-              if isinstance(route, APIRoute) and route.path.startswith("/v1/namespaces")
-              | route.path.startswith("/v1/tables") | route.path.startswith("/v1/views")
-              | route.path.startswith("/v1/transactions")
+              if isinstance(route, APIRoute) and route.path.startswith(
+                  ("/v1/namespaces", "/v1/tables", "/v1/views", "/v1/transactions"))
               for method in route.methods if _declared(route) == {"write"}}
     assert writes == {
         "POST /namespaces", "DELETE /namespaces/{namespace}",
