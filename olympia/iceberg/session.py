@@ -35,7 +35,7 @@ from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.iceberg.locations import LiveIndex, LiveTable, derived_location
+from olympia.iceberg.locations import LiveIndex, LiveTable, derived_location, inside
 from olympia.iceberg.metadata import (
     ICEBERG,
     describe,
@@ -47,6 +47,7 @@ from olympia.iceberg.metadata import (
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.lru import LruCache
 from olympia.versions import timetravel
+from olympia.versions.history import diff as version_diff
 
 T = TypeVar("T")
 
@@ -393,6 +394,28 @@ class CatalogSession(MetastoreCatalog):
         self._seen = len(staged)
         return self._index
 
+    def _kept_tables(self) -> LiveIndex:
+        """Every table of every kept catalog version (oldest kept to latest, and every
+        exported version), by location and metadata file: one root read and one tree
+        difference per version, and the definitions of the tables each version changed."""
+        store = self._store
+        latest = store.refresh()
+        oldest = store.files.oldest_version()
+        index = LiveIndex()
+        exported = [timetravel.at_export(store, name)
+                    for name in store.catalog_def.exported_snapshots]
+        for snapshot in [store.at_version(oldest),
+                         *(s for s in exported if s.version < oldest)]:
+            for definition in snapshot.load_all()[1]:
+                _add(index, definition)
+        for version in range(oldest + 1, latest + 1):
+            changed = version_diff(store, version - 1, version)
+            snapshot = store.at_version(version)
+            for ref in (*changed.added, *changed.changed):
+                if ref.type == ObjectType.TABLE:
+                    _add(index, snapshot.load_table(ref.namespace, ref.name))
+        return index
+
     # --- staging metadata -------------------------------------------------------------
 
     def _require_new(self, ns: str, name: str, adopt: bool = False) -> TableDef | None:
@@ -433,8 +456,19 @@ class CatalogSession(MetastoreCatalog):
     def _delete_old_metadata(self, io: FileIO, base: TableMetadata,  # type: ignore[override]
                              metadata: TableMetadata) -> None:
         # In a transaction the "old" files are still the committed ones until it commits.
+        # Only files under the table's location are deleted: a registered metadata file's
+        # log may name any file.
         if self._txn is None:
-            MetastoreCatalog._delete_old_metadata(io, base, metadata)
+            own = [entry for entry in base.metadata_log
+                   if inside(entry.metadata_file, metadata.location)]
+            MetastoreCatalog._delete_old_metadata(
+                io, base.model_copy(update={"metadata_log": own}), metadata)
+
+
+def _add(index: LiveIndex, definition: TableDef) -> None:
+    table = LiveTable.of(definition)
+    if table is not None:
+        index.add(table)
 
 
 def _index_of(reader: CatalogReader) -> LiveIndex:

@@ -36,7 +36,7 @@ from pyiceberg.view.metadata import ViewMetadata
 
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
-from olympia.iceberg.locations import inside
+from olympia.iceberg.locations import confine
 from olympia.lru import LruCache
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
@@ -482,9 +482,12 @@ class CatalogService:
                 self._check_place(value, f"{key} of {what}")
 
     def _check_place(self, location: str, what: str) -> None:
-        if not inside(location, self.warehouse):
-            raise bad_request(f"{what}, {location}, is outside the server's warehouse "
-                              f"{self.warehouse}")
+        """Refuse (400) a place outside the warehouse or in a form a FileIO could read
+        differently (:func:`olympia.iceberg.locations.confine`)."""
+        try:
+            confine(location, self.warehouse, what, "the server's warehouse")
+        except oe.TableLocationError as exc:
+            raise bad_request(str(exc)) from None
 
     def _response(self, metadata: TableMetadata, location: str | None) -> TableResponse:
         return TableResponse(metadata_location=location,  # type: ignore[call-arg]

@@ -37,7 +37,7 @@ from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 from olympia import exceptions as oe
 from olympia.catalog.objects import View
 from olympia.iceberg.catalog import OlympiaCatalog
-from olympia.iceberg.locations import inside
+from olympia.iceberg.locations import confine
 from olympia.iceberg.typemap import columns_from_schema
 from olympia.server.errors import bad_request
 from olympia.server.models import (
@@ -244,9 +244,11 @@ class IcebergViews:
             "properties": properties, "location": location, "current_version_id": current})
 
     def _check_place(self, location: str, what: str) -> None:
-        if not inside(location, self.warehouse):
-            raise bad_request(f"the location of {what}, {location}, is outside the server's "
-                              f"warehouse {self.warehouse}")
+        try:
+            confine(location, self.warehouse, f"the location of {what}",
+                    "the server's warehouse")
+        except oe.TableLocationError as exc:
+            raise bad_request(str(exc)) from None
 
 
 def _set_current(update: SetCurrentViewVersionUpdate, versions: list[ViewVersion],
