@@ -36,7 +36,8 @@ from pyiceberg.view.metadata import ViewMetadata
 
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
-from olympia.iceberg.locations import confine
+from olympia.iceberg.locations import confine, place
+from olympia.iceberg.metadata import IcebergMetadataError
 from olympia.lru import LruCache
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
@@ -90,7 +91,8 @@ class CatalogService:
 
     Raises:
         InvalidArgumentError: the catalog has no warehouse (clients could place tables
-            anywhere the server can write).
+            anywhere the server can write), or it is a form a FileIO could read differently
+            (a relative path, a query, a ``..`` step...).
     """
 
     def __init__(self, catalog: OlympiaCatalog, client_properties: Mapping[str, str]) -> None:
@@ -99,6 +101,10 @@ class CatalogService:
             raise oe.InvalidArgumentError(
                 "the server needs a warehouse: pass --warehouse or set the catalog's "
                 "warehouse property")
+        try:
+            place(warehouse, "the server's warehouse")
+        except oe.TableLocationError as exc:
+            raise oe.InvalidArgumentError(str(exc)) from None
         self.catalog = catalog
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
@@ -328,14 +334,18 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create.
-            IcebergMetadataError: the metadata file is missing or unreadable.
-            RestError: the metadata file or the table it describes lies outside the
-                warehouse, or the table has a refused property.
+            RestError: the metadata file is missing or no Iceberg table metadata, it or the
+                table it describes lies outside the warehouse (or is a refused form), or
+                the table has a refused property.
         """
         what = f"table {namespace}.{body.name}"
         self._check_place(body.metadata_location, f"the metadata file registered as {what}")
-        # read before anything is committed (the catalog keeps it cached for the register)
-        metadata = self.catalog._read_metadata(body.metadata_location, what)
+        # read before anything is committed (the catalog keeps it cached for the register);
+        # a file the client names that is missing or no metadata is the client's error
+        try:
+            metadata = self.catalog._read_metadata(body.metadata_location, what)
+        except IcebergMetadataError as exc:
+            raise bad_request(str(exc)) from None
         self._check_place(metadata.location, f"the location of {what}")
         self._check_properties(metadata.properties, what)
         table = self.catalog.register_table((namespace, body.name), body.metadata_location,
