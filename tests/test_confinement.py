@@ -127,17 +127,22 @@ def ns(client: RestCatalog) -> str:
     return name
 
 
-def hostile(lake: Lake, tail: str) -> list[str]:
-    """Locations that pyiceberg reads as ``<top>/ESC…`` or elsewhere, while their text
-    starts with the warehouse."""
-    wh, top = lake.warehouse, lake.top
+def refused_forms(lake: Lake, tail: str) -> list[str]:
+    """Locations whose text starts with the warehouse (or is relative) that pyiceberg reads
+    as ``<top>/esc-…``, the working directory, or elsewhere."""
+    wh = lake.warehouse
     name = f"esc-{uuid.uuid4().hex[:8]}"
     return [f"{wh}/../{name}?/../wh/{tail}", f"{wh}/../{name}#/../wh/{tail}",
             f"{wh}/../{name};/../wh/{tail}", f"{wh}/%2E%2E/{name}/{tail}",
             f"{wh}/%2e./{name}", f"{wh}/..%2F{name}", f"{wh}/x\\..\\..\\{name}",
-            f"{wh}/./{tail}", f"{wh}/{tail}\n", f"{wh}/{tail}?", f"{top}/{name}",
-            f"{name}/{tail}", f"file:{name}", "file://elsewhere" + top.split("://")[-1],
-            f"s3://other-bucket/{name}", wh.replace("://", "://x") + f"/{tail}"]
+            f"{wh}/./{tail}", f"{wh}/{tail}\n", f"{wh}/{tail}?", f"{name}/{tail}",
+            f"file:{name}", "file://elsewhere" + lake.top.split("://")[-1]]
+
+
+def hostile(lake: Lake, tail: str) -> list[str]:
+    """The refused forms, and plain places outside the warehouse."""
+    return [*refused_forms(lake, tail), f"{lake.top}/esc-{uuid.uuid4().hex[:8]}",
+            "s3://other-bucket/esc", lake.warehouse.replace("://", "://x") + f"/{tail}"]
 
 
 def data_file(path: str) -> DataFile:
@@ -160,7 +165,7 @@ def test_a_hostile_place_is_refused_with_a_400_everywhere(lake: Lake, client: Re
     """Create, stage-create, write.*.path (at create and by a commit), set-location and
     register: each answers 400 naming why, and nothing appears outside the warehouse or in
     the server's working directory."""
-    before, cwd = lake.outside(), set(os.listdir("."))
+    before = lake.outside()
     table = client.create_table((ns, "t"), ROWS.schema)
     for i, location in enumerate(hostile(lake, "q")):
         with pytest.raises(BadRequestError, match="is refused|is outside"):
@@ -177,14 +182,45 @@ def test_a_hostile_place_is_refused_with_a_400_everywhere(lake: Lake, client: Re
                      f"location of table {ns}.t")
         with pytest.raises(BadRequestError, match="metadata file registered"):
             client.register_table((ns, f"r{i}"), location)
+        with pytest.raises(BadRequestError, match=f"location of namespace {ns}x{i}"):
+            client.create_namespace(f"{ns}x{i}", {"location": location})
+        with pytest.raises(BadRequestError, match=f"location of namespace {ns}"):
+            client.update_namespace_properties(ns, updates={"location": location})
     # the raw answers: a 400 ErrorModel, never a 500
     body = json.dumps({"name": "raw", "location": f"{lake.warehouse}/../raw?/../wh/raw",
                        "schema": json.loads(table.schema().model_dump_json())})
     assert_error(request(lake.server, "POST", f"/v1/namespaces/{ns}/tables", body), 400,
                  "BadRequestException", "is refused: it has a '..' step")
     table.append(ROWS)  # the table still takes commits
-    assert client.list_tables(ns) == [(ns, "t")]
-    assert lake.outside() == before and set(os.listdir(".")) == cwd
+    assert client.list_tables(ns) == [(ns, "t")] and "location" not in \
+        client.load_namespace_properties(ns)
+    assert lake.outside() == before and escaped_here() == []
+
+
+def escaped_here() -> list[str]:
+    """What a relative location made in the server's working directory (the tests')."""
+    return [entry for entry in os.listdir(".") if entry.startswith("esc-")]
+
+
+def test_the_library_writes_no_metadata_file_to_a_refused_place(lake: Lake, client: RestCatalog,
+                                                                ns: str) -> None:
+    """An Olympia job (the library) committing to a table: a ``write.metadata.path`` in a
+    refused form is refused at that commit, before the file is written (the server refuses
+    to set it; a table may carry one from before)."""
+    before = lake.outside()
+    client.create_table((ns, "t"), ROWS.schema)
+    job = OlympiaCatalog("job", **lake.library)
+    try:
+        table = job.load_table((ns, "t"))
+        for location in refused_forms(lake, "m"):
+            with pytest.raises(TableLocationError, match=f"metadata file of table {ns}.t"):
+                table.transaction().set_properties(
+                    {"write.metadata.path": location}).commit_transaction()
+        table.append(ROWS)
+    finally:
+        job.close()
+    assert client.load_table((ns, "t")).scan().to_arrow().num_rows == 3
+    assert lake.outside() == before and escaped_here() == []
 
 
 def test_a_symlink_out_of_the_warehouse_is_refused(lake: Lake, client: RestCatalog,
@@ -332,7 +368,8 @@ def locations(draw: st.DrawFn, warehouse: str) -> str:
     """A location built from path steps that name the warehouse, leave it, or hide a step
     behind a query, a fragment, parameters, encoding or whitespace."""
     start = draw(st.sampled_from([warehouse, warehouse + "/..", warehouse.split("://")[-1],
-                                  "", "file:", "file://h", "s3://other"]))
+                                  "", "esc-rel", "file:", "file:esc-rel", "file://h",
+                                  "s3://other"]))
     steps = draw(st.lists(STEPS, max_size=6))
     tail = draw(st.sampled_from(["", "?x", "#x", "/", "?/../..", ";x"]))
     return "/".join([start, *steps]) + tail
@@ -393,7 +430,7 @@ def test_nothing_outside_is_created_read_or_deleted(lake: Lake, client: RestCata
         client.purge_table((ns, name + "p"))
     except BadRequestError:
         pass
-    assert lake.outside() == before
+    assert lake.outside() == before and escaped_here() == []
 
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0,

@@ -35,7 +35,13 @@ from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.iceberg.locations import LiveIndex, LiveTable, derived_location, inside
+from olympia.iceberg.locations import (
+    LiveIndex,
+    LiveTable,
+    derived_location,
+    inside,
+    place,
+)
 from olympia.iceberg.metadata import (
     ICEBERG,
     describe,
@@ -440,10 +446,14 @@ class CatalogSession(MetastoreCatalog):
 
         Raises:
             LocationInUseError: a new table location overlaps another live table's.
+            TableLocationError: the table location or the new metadata file is a refused
+                form (:func:`olympia.iceberg.locations.place`).
         """
         if before is None or metadata.location != before.location:
             self._live().check_free(f"table {ns}.{name}", metadata.location, location,
                                     (ns, name))
+        else:  # (write.metadata.path may place it anywhere)
+            place(location, f"the new metadata file of table {ns}.{name}")
         if not self._dry_run:
             self._write_metadata(metadata, io, location)
             self._written.append((io, location))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pyiceberg.catalog import WAREHOUSE_LOCATION
+from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION
 from pyiceberg.catalog.rest import TableResponse, ViewResponse
 from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -182,10 +182,12 @@ class CatalogService:
         """``POST /v1/namespaces``.
 
         Raises:
-            RestError: a multi-level or empty namespace.
+            RestError: a multi-level or empty namespace, or a ``location`` property outside
+                the warehouse.
             NamespaceAlreadyExistsError: it exists.
         """
         name = one_level(body.namespace)
+        self._check_namespace_location(body.properties, name)
         self.catalog.create_namespace(name, body.properties)
         return {"namespace": [name], "properties": body.properties}
 
@@ -217,12 +219,14 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError: it does not exist.
-            RestError: 422 when a key is both removed and updated.
+            RestError: 422 when a key is both removed and updated; 400 for a ``location``
+                outside the warehouse.
         """
         both = sorted(set(body.removals) & set(body.updates))
         if both:
             raise RestError(422, "UnprocessableEntityException",
                             f"properties both removed and updated: {', '.join(both)}")
+        self._check_namespace_location(body.updates, namespace)
         summary = self.catalog.update_namespace_properties(namespace, set(body.removals),
                                                            body.updates)
         return {"updated": summary.updated, "removed": summary.removed,
@@ -490,6 +494,11 @@ class CatalogService:
                                   "access and cannot be set through the REST catalog")
             if key in PLACEMENT_PROPERTIES:
                 self._check_place(value, f"{key} of {what}")
+
+    def _check_namespace_location(self, properties: Mapping[str, str], name: str) -> None:
+        """A namespace's ``location`` (where its tables go by default) is a place too."""
+        if LOCATION in properties:
+            self._check_place(properties[LOCATION], f"the location of namespace {name}")
 
     def _check_place(self, location: str, what: str) -> None:
         """Refuse (400) a place outside the warehouse or in a form a FileIO could read
