@@ -65,8 +65,7 @@ def _step_fault(step: str) -> tuple[str, bool]:
     if step in (".", ".."):
         return f"a {step!r} step", step == ".."
     decoded = unquote(step)
-    if decoded.strip() in (".", "..") or "/" in decoded or "\\" in decoded \
-            or _CONTROL.search(decoded):
+    if decoded.strip() in (".", "..") or "/" in decoded or "\\" in decoded:
         return f"the step {step!r}, which percent-decodes to a path step of its own", True
     return "", False
 
