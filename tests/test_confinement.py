@@ -41,6 +41,7 @@ from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.exceptions import TableLocationError
+from olympia.expire import ExpirePolicy, expire_local
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.locations import confine
 
@@ -324,6 +325,29 @@ def test_a_purge_spares_a_table_of_a_kept_version(lake: Lake, client: RestCatalo
         client.purge_table((ns, "new"))
     past = lake.server.client("past", warehouse=f"{lake.warehouse}@{kept}")
     assert past.load_table((ns, "old")).scan().to_arrow().num_rows == 3
+
+
+def test_a_purge_is_free_once_the_version_is_expired(lake: Lake, client: RestCatalog,
+                                                     ns: str) -> None:
+    """Once the versions where ``old`` lived are expired, nothing kept reads its files:
+    purging ``new`` in its folder goes ahead (and deletes only ``new``'s own files)."""
+    old = client.create_table((ns, "old"), ROWS.schema)
+    old.append(ROWS)
+    old_files = {t.file.file_path for t in old.scan().plan_files()}
+    client.drop_table((ns, "old"))
+    new = client.create_table((ns, "new"), ROWS.schema, location=old.location())
+    new.append(ROWS)
+    with pytest.raises(BadRequestError, match=f"live table {ns}.old"):
+        client.purge_table((ns, "new"))
+    job = OlympiaCatalog("job", **lake.library)
+    try:
+        expire_local(job.olympia, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
+                                               force=True), now_ms=2**42, settle_ms=0)
+        client.purge_table((ns, "new"))
+        assert not client.table_exists((ns, "new"))
+        assert all(new.io.new_input(f).exists() for f in old_files)
+    finally:
+        job.close()
 
 
 def test_old_metadata_is_deleted_only_in_the_tables_location(lake: Lake, client: RestCatalog,

@@ -53,7 +53,7 @@ from olympia.iceberg.metadata import (
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.lru import LruCache
 from olympia.versions import timetravel
-from olympia.versions.history import diff as version_diff
+from olympia.versions.history import changes
 
 T = TypeVar("T")
 
@@ -408,18 +408,18 @@ class CatalogSession(MetastoreCatalog):
         latest = store.refresh()
         oldest = store.files.oldest_version()
         index = LiveIndex()
+        previous = store.at_version(oldest)
         exported = [timetravel.at_export(store, name)
                     for name in store.catalog_def.exported_snapshots]
-        for snapshot in [store.at_version(oldest),
-                         *(s for s in exported if s.version < oldest)]:
+        for snapshot in [previous, *(s for s in exported if s.version < oldest)]:
             for definition in snapshot.load_all()[1]:
                 _add(index, definition)
         for version in range(oldest + 1, latest + 1):
-            changed = version_diff(store, version - 1, version)
-            snapshot = store.at_version(version)
-            for ref in (*changed.added, *changed.changed):
-                if ref.type == ObjectType.TABLE:
+            snapshot = Snapshot(store.files, store.files.read_root(version))
+            for ref, _, after in changes(previous, snapshot):
+                if after is not None and ref.type == ObjectType.TABLE:
                     _add(index, snapshot.load_table(ref.namespace, ref.name))
+            previous = snapshot
         return index
 
     # --- staging metadata -------------------------------------------------------------
