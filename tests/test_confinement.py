@@ -40,10 +40,10 @@ from pyiceberg.typedef import Record
 from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
-from olympia.exceptions import TableLocationError
+from olympia.exceptions import LocationInUseError, TableLocationError
 from olympia.expire import ExpirePolicy, expire_local
 from olympia.iceberg import OlympiaCatalog
-from olympia.iceberg.locations import confine
+from olympia.iceberg.locations import LiveIndex, LiveTable, confine
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 SECRET = "s3cr3t-value-" + uuid.uuid4().hex
@@ -379,6 +379,22 @@ def test_old_metadata_is_deleted_only_in_the_tables_location(lake: Lake, client:
     finally:
         job.close()
     assert lake.outside() == before
+
+
+def test_a_live_table_stored_in_a_refused_form_holds_all_it_could_name() -> None:
+    """A table a server placed before these checks: the index counts it as holding every
+    place its location could name (for a ``..`` step or a relative path: all of its file
+    system), so no new table lands where its files may be."""
+    index = LiveIndex()
+    index.put(("n", "q"), LiveTable(("n", "q"), "file:///srv/wh/t?x"))
+    index.put(("n", "up"), LiveTable(("n", "up"), "s3://b/wh/../esc?/../wh/u"))
+    for taken, owner in (("/srv/wh/u", "n.q"), ("/srv/other", None), ("s3://b/anywhere", "n.up"),
+                         ("s3://c/x", None)):
+        if owner is None:
+            index.check_free("table n.new", taken, "", ("n", "new"))
+        else:
+            with pytest.raises(LocationInUseError, match=f"live table {owner}"):
+                index.check_free("table n.new", taken, "", ("n", "new"))
 
 
 # --- properties ------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ Place = tuple[str, str, tuple[str, ...]]  # scheme, bucket or host, path steps
 _SCHEMES = {"file": "", "s3a": "s3", "s3n": "s3"}
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CUT = {"?": "a query (?)", "#": "a fragment (#)", ";": "parameters (;)",
-        "\\": "a backslash"}
+# what pyiceberg's URL parsing cuts off at (the rest of the location is dropped)
+_CUT = {"?": "a query (?)", "#": "a fragment (#)", ";": "parameters (;)"}
 _TWICE = {"%2F": "%252F", "%5C": "%255C", "%25": "%2525"}
 
 
@@ -60,8 +60,10 @@ def _step_fault(step: str) -> tuple[str, bool]:
     for char, what in _CUT.items():
         if char in step:
             return what, False
-    if _CONTROL.search(step):
-        return "a control character", False
+    if "\\" in step:  # a separator to some file systems
+        return "a backslash", True
+    if _CONTROL.search(step):  # URL parsing drops tabs and line breaks: '..\t' is '..'
+        return "a control character", True
     if step in (".", ".."):
         return f"a {step!r} step", step == ".."
     decoded = unquote(step)
@@ -95,7 +97,7 @@ def _parse(location: str) -> tuple[Place, str]:
     scheme = _SCHEMES.get(scheme, scheme)
     if scheme == "" and authority:
         return root, f"a local location names a host ({authority})"
-    if any(char in authority for char in _CUT) or _CONTROL.search(authority):
+    if any(char in authority for char in (*_CUT, "\\")) or _CONTROL.search(authority):
         return (scheme, "", ()), "its bucket or host has a forbidden character"
     steps: list[str] = []
     for step in path.split("/"):
