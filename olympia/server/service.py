@@ -6,9 +6,12 @@ concurrent commit of the same table is tried again here against the new state: i
 the client's requirements still hold, and is refused (``CommitFailedException``, 409) only
 when they do not.
 
-Clients choose names, never places outside the server's warehouse: a table location,
-metadata path or registered metadata file must lie under the warehouse, and table properties
-that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are refused.
+Clients choose names, never places outside the server's warehouse: every place a client
+names (a table or namespace location, ``write.*.path``, a registered metadata file) is
+parsed once by :func:`olympia.iceberg.locations.confine` and must lie under the warehouse in
+a form every file IO reads alike (a ``TableLocationError``, answered 400, otherwise), and
+table properties that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are
+refused.
 
 A client configured with ``warehouse=<warehouse>@<version>`` (or ``@<ISO-8601 instant>``,
 ``@export:<name>``) gets the prefix ``version-<n>``: every table read through it is as it
@@ -182,8 +185,9 @@ class CatalogService:
         """``POST /v1/namespaces``.
 
         Raises:
-            RestError: a multi-level or empty namespace, or a ``location`` property outside
-                the warehouse.
+            RestError: a multi-level or empty namespace.
+            TableLocationError: a ``location`` property outside the warehouse (or in a
+                refused form).
             NamespaceAlreadyExistsError: it exists.
         """
         name = one_level(body.namespace)
@@ -219,8 +223,8 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError: it does not exist.
-            RestError: 422 when a key is both removed and updated; 400 for a ``location``
-                outside the warehouse.
+            RestError: 422 when a key is both removed and updated.
+            TableLocationError: a ``location`` outside the warehouse (or in a refused form).
         """
         both = sorted(set(body.removals) & set(body.updates))
         if both:
@@ -250,7 +254,8 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
             TableAlreadyExistsError: a table or view of that name exists.
-            RestError: a location outside the warehouse, or a refused property.
+            RestError: a refused property.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         identifier = (namespace, body.name)
         self._check_properties(body.properties, f"table {namespace}.{body.name}")
@@ -312,9 +317,11 @@ class CatalogService:
 
         Raises:
             NoSuchTableError: the table does not exist.
-            LocationInUseError: (purge) one of its files belongs to another live table.
-            InvalidArgumentError: (purge) its metadata names a file outside the warehouse (a
-                client wrote that metadata; the server deletes nothing outside it).
+            LocationInUseError: (purge) one of its files belongs to another table, live now
+                or at a kept catalog version.
+            TableLocationError: (purge) its location lies outside the warehouse, or its
+                metadata names a file outside its location (a client wrote that metadata;
+                the server reads and deletes nothing outside it).
             CommitFailedException: (purge) the table changed after its files were listed.
         """
         if purge:
@@ -338,9 +345,10 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create.
-            RestError: the metadata file is missing or no Iceberg table metadata, it or the
-                table it describes lies outside the warehouse (or is a refused form), or
-                the table has a refused property.
+            RestError: the metadata file is missing or no Iceberg table metadata, or the
+                table has a refused property.
+            TableLocationError: the metadata file or the table it describes lies outside
+                the warehouse (or is in a refused form).
         """
         what = f"table {namespace}.{body.name}"
         self._check_place(body.metadata_location, f"the metadata file registered as {what}")
@@ -364,8 +372,9 @@ class CatalogService:
         Raises:
             CommitFailedException: a requirement does not hold.
             NoSuchTableError: the table does not exist (and this is no create).
-            RestError: the body names another table, or an update places files outside the
-                warehouse or sets a refused property.
+            RestError: the body names another table, or an update sets a refused property.
+            TableLocationError: an update places files outside the warehouse (or names a
+                place in a refused form).
         """
         if body.identifier is not None:
             named = table_identifier(body.identifier)
@@ -412,8 +421,8 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
             AlreadyExistsError: a table or view of that name exists.
-            RestError: a location outside the warehouse, a reserved property, or a version
-                an Olympia view cannot hold.
+            RestError: a reserved property, or a version an Olympia view cannot hold.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         return self._view_response(*self.views.create(namespace, body))
 
@@ -440,6 +449,7 @@ class CatalogService:
             CommitFailedException: its uuid is not the one required.
             NotImplementedError: it has no Iceberg view metadata.
             RestError: the body names another view, or an update the view cannot take.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         if body.identifier is not None:
             named = table_identifier(body.identifier)
@@ -501,12 +511,10 @@ class CatalogService:
             self._check_place(properties[LOCATION], f"the location of namespace {name}")
 
     def _check_place(self, location: str, what: str) -> None:
-        """Refuse (400) a place outside the warehouse or in a form a FileIO could read
-        differently (:func:`olympia.iceberg.locations.confine`)."""
-        try:
-            confine(location, self.warehouse, what, "the server's warehouse")
-        except oe.TableLocationError as exc:
-            raise bad_request(str(exc)) from None
+        """Refuse a place outside the warehouse or in a form a FileIO could read
+        differently (:func:`olympia.iceberg.locations.confine`): a TableLocationError,
+        answered 400."""
+        confine(location, self.warehouse, what, "the server's warehouse")
 
     def _response(self, metadata: TableMetadata, location: str | None) -> TableResponse:
         return TableResponse(metadata_location=location,  # type: ignore[call-arg]

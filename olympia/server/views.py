@@ -83,8 +83,8 @@ class IcebergViews:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
             AlreadyExistsError: a table or view of that name exists.
-            RestError: a location outside the warehouse, a reserved property, or a version
-                the view cannot hold.
+            RestError: a reserved property, or a version the view cannot hold.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         what = f"view {namespace}.{body.name}"
         location = (body.location or self.catalog._get_default_warehouse_location(
@@ -121,6 +121,7 @@ class IcebergViews:
             CommitFailedException: the view's uuid is not the one required.
             NotImplementedError: the view has no Iceberg view metadata that describes it.
             RestError: an update the view cannot take.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         what = f"view {namespace}.{name}"
 
@@ -244,11 +245,7 @@ class IcebergViews:
             "properties": properties, "location": location, "current_version_id": current})
 
     def _check_place(self, location: str, what: str) -> None:
-        try:
-            confine(location, self.warehouse, f"the location of {what}",
-                    "the server's warehouse")
-        except oe.TableLocationError as exc:
-            raise bad_request(str(exc)) from None
+        confine(location, self.warehouse, f"the location of {what}", "the server's warehouse")
 
 
 def _set_current(update: SetCurrentViewVersionUpdate, versions: list[ViewVersion],
