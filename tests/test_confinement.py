@@ -235,6 +235,14 @@ def test_a_symlink_out_of_the_warehouse_is_refused(lake: Lake, client: RestCatal
     with pytest.raises(BadRequestError, match="once symbolic links are resolved"):
         client.create_table((ns, "t"), ROWS.schema, location=f"file://{link}/t")
     assert not any((top / "elsewhere").iterdir())
+    # a purge deletes nothing through a link inside the table's folder
+    table = client.create_table((ns, "t"), ROWS.schema)
+    (top / "elsewhere" / "kept.parquet").write_bytes(b"kept")
+    Path(table.location().removeprefix("file://"), "linked").symlink_to(top / "elsewhere")
+    name_file(table, f"{table.location()}/linked/kept.parquet")
+    with pytest.raises(BadRequestError, match="data file.*once symbolic links are resolved"):
+        client.purge_table((ns, "t"))
+    assert (top / "elsewhere" / "kept.parquet").read_bytes() == b"kept"
 
 
 # --- reading ---------------------------------------------------------------------------------
