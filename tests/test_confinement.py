@@ -358,6 +358,27 @@ def test_a_purge_is_free_once_the_version_is_expired(lake: Lake, client: RestCat
         job.close()
 
 
+def test_the_kept_tables_follow_new_versions_and_expiry(tmp_path: Path) -> None:
+    """One catalog object purging again (as the server does): the tables of the versions
+    made since its last purge are seen, and after an expiry the expired ones are not."""
+    catalog = OlympiaCatalog("lib", uri=str(tmp_path / "catalog"),
+                             warehouse=f"file://{tmp_path}/wh", **{"olympia.create": "true"})
+    catalog.create_namespace("ns")
+    catalog.create_table(("ns", "first"), ROWS.schema).append(ROWS)
+    catalog.purge_table(("ns", "first"))  # builds what it keeps
+    old = catalog.create_table(("ns", "old"), ROWS.schema)
+    old.append(ROWS)
+    catalog.drop_table(("ns", "old"))
+    catalog.create_table(("ns", "new"), ROWS.schema, location=old.location()).append(ROWS)
+    with pytest.raises(LocationInUseError, match="live table ns.old"):
+        catalog.purge_table(("ns", "new"))
+    expire_local(catalog.olympia, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
+                                               force=True), now_ms=2**42, settle_ms=0)
+    catalog.purge_table(("ns", "new"))
+    assert not catalog.table_exists(("ns", "new"))
+    catalog.close()
+
+
 def test_old_metadata_is_deleted_only_in_the_tables_location(lake: Lake, client: RestCatalog,
                                                              ns: str) -> None:
     """A client registers a metadata file whose log names the victim, with deletion of old

@@ -431,21 +431,21 @@ class OlympiaCatalog(CatalogSession):
             confine(own, within, f"{refused}: its location", "the warehouse")
         files = _table_files(table, lambda path, kind: confine(
             path, own, f"{refused}: its {kind} file", "its location"))
-        kept, live = self._kept_tables(), self._live()
-        uuid = str(table.metadata.table_uuid)
+        live, uuid = self._live(), str(table.metadata.table_uuid)
 
         def itself(other: LiveTable) -> bool:
             """The table under this or an earlier name (not a live alias of its uuid)."""
             return other.uuid == uuid and (other.key == (ns, name) or other.key not in live)
 
-        for kind, placed in files.items():
-            for path, at in placed.items():
-                other = kept.owner(at, itself)
-                if other is not None:
-                    raise oe.LocationInUseError(
-                        f"{refused}: its {kind} file {path} belongs to live table "
-                        f"{other.name} (in its location, or its metadata file, at the latest "
-                        "or a kept older catalog version)", other.name)
+        with self._kept_tables() as kept:
+            for kind, placed in files.items():
+                for path, at in placed.items():
+                    other = kept.owner(at, itself)
+                    if other is not None:
+                        raise oe.LocationInUseError(
+                            f"{refused}: its {kind} file {path} belongs to live table "
+                            f"{other.name} (in its location, or its metadata file, at the "
+                            "latest or a kept older catalog version)", other.name)
 
         def stage(bound: OlympiaCatalog) -> None:
             txn = bound._staging()

@@ -240,6 +240,7 @@ class LiveIndex:
         self._by_place: dict[Place, list[LiveTable]] = {}
         self._by_metadata: dict[Place, list[LiveTable]] = {}
         self._places: list[Place] = []  # sorted: a folder's descendants follow it
+        self._claims: set[tuple[Key, str, Place]] = set()  # what add() recorded
 
     def put(self, key: Key, table: LiveTable | None) -> None:
         """Record what table ``key`` uses now (None: nothing, or it is gone)."""
@@ -255,7 +256,7 @@ class LiveIndex:
                     del self._by_metadata[old.metadata_place]
         if table is not None:
             self._tables[key] = table
-            self.add(table)
+            self._insert(table)
 
     def __contains__(self, key: object) -> bool:
         """Whether table ``key`` is recorded (by :meth:`put`)."""
@@ -263,7 +264,17 @@ class LiveIndex:
 
     def add(self, table: LiveTable) -> None:
         """Record what ``table`` uses, beside everything recorded already (an index of
-        the tables of many catalog versions; :meth:`put` records one table's present)."""
+        the tables of many catalog versions; :meth:`put` records one table's present). A
+        table whose location was recorded already, with a metadata file inside it, adds
+        nothing: its location holds that file."""
+        claim = (table.key, table.uuid, table.place)
+        inside_it = table.metadata_place is None or _within(table.metadata_place, table.place)
+        if claim in self._claims and inside_it:
+            return
+        self._claims.add(claim)
+        self._insert(table)
+
+    def _insert(self, table: LiveTable) -> None:
         if table.place not in self._by_place:
             bisect.insort(self._places, table.place)
         self._by_place.setdefault(table.place, []).append(table)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Self, TypeVar
 
@@ -75,6 +77,8 @@ class CatalogSession(MetastoreCatalog):
     _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
     _index: LiveIndex | None
     _seen: int  # the staged actions of the transaction _index includes
+    _kept: _Kept | None  # the tables of kept versions, for purges (_kept_tables)
+    _kept_lock: threading.Lock
     _root: bool
     _dry_run: bool
 
@@ -114,6 +118,7 @@ class CatalogSession(MetastoreCatalog):
         self._written = []
         self._metadata_cache = LruCache(cache_size)
         self._index, self._seen = None, 0
+        self._kept, self._kept_lock = None, threading.Lock()
         self._root = False
         self._dry_run = False
 
@@ -400,27 +405,35 @@ class CatalogSession(MetastoreCatalog):
         self._seen = len(staged)
         return self._index
 
-    def _kept_tables(self) -> LiveIndex:
+    @contextlib.contextmanager
+    def _kept_tables(self) -> Iterator[LiveIndex]:
         """Every table of every kept catalog version (oldest kept to latest, and every
-        exported version), by location and metadata file: one root read and one tree
-        difference per version, and the definitions of the tables each version changed."""
-        store = self._store
-        latest = store.refresh()
-        oldest = store.files.oldest_version()
-        index = LiveIndex()
-        previous = store.at_version(oldest)
-        exported = [timetravel.at_export(store, name)
-                    for name in store.catalog_def.exported_snapshots]
-        for snapshot in [previous, *(s for s in exported if s.version < oldest)]:
-            for definition in snapshot.load_all()[1]:
-                _add(index, definition)
-        for version in range(oldest + 1, latest + 1):
-            snapshot = Snapshot(store.files, store.files.read_root(version))
-            for ref, _, after in changes(previous, snapshot):
-                if after is not None and ref.type == ObjectType.TABLE:
-                    _add(index, snapshot.load_table(ref.namespace, ref.name))
-            previous = snapshot
-        return index
+        exported version), by location and metadata file, held while the caller checks.
+        Kept between calls: a later call reads only the versions made since (one root read
+        and one tree difference each, and the definitions of the tables they changed); an
+        expiry or an export made since rebuilds it."""
+        with self._kept_lock:
+            store = self._store
+            latest = store.refresh()
+            since = (store.files.oldest_version(),
+                     tuple(sorted(store.catalog_def.exported_snapshots.values())))
+            kept = self._kept
+            if kept is None or kept.since != since or kept.through.version > latest:
+                first = store.at_version(since[0])
+                kept = _Kept(since, first, LiveIndex())
+                exported = [timetravel.at_export(store, name)
+                            for name in store.catalog_def.exported_snapshots]
+                for snapshot in [first, *(s for s in exported if s.version < since[0])]:
+                    for definition in snapshot.load_all()[1]:
+                        kept.add(definition)
+            for version in range(kept.through.version + 1, latest + 1):
+                snapshot = Snapshot(store.files, store.files.read_root(version))
+                for ref, _, after in changes(kept.through, snapshot):
+                    if after is not None and ref.type == ObjectType.TABLE:
+                        kept.add(snapshot.load_table(ref.namespace, ref.name))
+                kept.through = snapshot
+            self._kept = kept
+            yield kept.index
 
     # --- staging metadata -------------------------------------------------------------
 
@@ -475,10 +488,19 @@ class CatalogSession(MetastoreCatalog):
                 io, base.model_copy(update={"metadata_log": own}), metadata)
 
 
-def _add(index: LiveIndex, definition: TableDef) -> None:
-    table = LiveTable.of(definition)
-    if table is not None:
-        index.add(table)
+@dataclass
+class _Kept:
+    """The tables of the kept versions through ``through``; ``since``: the oldest kept
+    version and the exported roots when it was built."""
+
+    since: tuple[int, tuple[str, ...]]
+    through: Snapshot
+    index: LiveIndex
+
+    def add(self, definition: TableDef) -> None:
+        table = LiveTable.of(definition)
+        if table is not None:
+            self.index.add(table)
 
 
 def _index_of(reader: CatalogReader) -> LiveIndex:
