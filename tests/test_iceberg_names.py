@@ -23,9 +23,14 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from olympia import Catalog
 from olympia.cli import main
-from olympia.exceptions import InvalidNameError, LocationInUseError, SpecError
+from olympia.exceptions import (
+    InvalidNameError,
+    LocationInUseError,
+    SpecError,
+    TableLocationError,
+)
 from olympia.iceberg import OlympiaCatalog
-from olympia.iceberg.locations import LiveIndex, LiveTable, escape_part, inside
+from olympia.iceberg.locations import LiveIndex, LiveTable, escape_part, inside, place
 from olympia.iceberg.options import storage_options
 from olympia.plan import apply_plan
 
@@ -73,27 +78,31 @@ def outside(lake: Lake) -> list[str]:
 def test_escaping_rules() -> None:
     assert escape_part("orders") == "orders"
     assert escape_part("a.b_c-d~e") == "a.b_c-d~e"  # RFC 3986 unreserved stays
-    assert escape_part("..") == "%2E%2E" and escape_part(".") == "%2E"
-    assert escape_part("../x") == "..%2Fx" and escape_part("a\\b") == "a%5Cb"
-    assert escape_part("%2E") == "%252E"  # '%' itself is escaped: no two names collide
-    assert escape_part("s3://o/x") == "s3%3A%2F%2Fo%2Fx" and escape_part("é") == "%C3%A9"
+    # what could make a path step once decoded is encoded twice
+    assert escape_part("..") == "%252E%252E" and escape_part(".") == "%252E"
+    assert escape_part("../x") == "..%252Fx" and escape_part("a\\b") == "a%255Cb"
+    assert escape_part("%2E") == "%25252E"  # '%' itself is escaped: no two names collide
+    assert escape_part("s3://o/x") == "s3%3A%252F%252Fo%252Fx" and escape_part("é") == "%C3%A9"
     assert inside("s3://b/wh/x", "s3://b/wh") and not inside("s3://b/wh", "s3://b/wh")
     assert not inside("s3://b/wh/../x", "s3://b/wh") and not inside("s3://c/wh/x", "s3://b/wh")
     assert not inside("file:///wh/..\\x", "/wh") and inside("file:///wh/x", "/wh/")
     index = LiveIndex()
     index.put(("n", "t"), LiveTable(("n", "t"), "s3://b/t", "s3://b/t/metadata/1.json"))
     index.put(("n", "local"), LiveTable(("n", "local"), "/a/b"))
-    for clash in ("s3a://b/t/", "s3://b/t/x/..", "s3://b", "s3://b/t/in", "file:///a/b/c", "/a"):
+    for clash in ("s3a://b/t/", "s3://b//t", "s3://b", "s3://b/t/in", "file:///a/b/c", "/a"):
         with pytest.raises(LocationInUseError):
             index.check_free("table n.new", clash, "", ("n", "new"))
+    with pytest.raises(TableLocationError, match="'..' step"):
+        index.check_free("table n.new", "s3://b/t/x/..", "", ("n", "new"))
     with pytest.raises(LocationInUseError, match="current metadata of live table n.t"):
         index.check_free("table n.new", "s3://c/x", "s3://b/t/metadata/1.json", ("n", "new"))
     for free in ("s3://b/tt", "s3://c/t", "/a/bc", "/x"):
         index.check_free("table n.new", free, "", ("n", "new"))
     index.check_free("table n.t", "s3://b/t", "s3://b/t/metadata/1.json", ("n", "t"))  # itself
-    owner = index.owner("s3://b/t/data/f.parquet", ("n", "x"))
+    data = place("s3://b/t/data/f.parquet", "a data file")
+    owner = index.owner(data, lambda t: t.key == ("n", "x"))
     assert owner is not None and owner.name == "n.t"
-    assert index.owner("s3://b/t/data/f.parquet", ("n", "t")) is None
+    assert index.owner(data, lambda t: t.key == ("n", "t")) is None
     index.put(("n", "t"), None)
     index.check_free("table n.new", "s3://b/t", "s3://b/t/metadata/1.json", ("n", "new"))
 
@@ -113,7 +122,7 @@ def test_pyiceberg_names_stay_in_the_warehouse(lake: Lake) -> None:
         assert catalog.load_table((probe, "t")).scan().to_arrow().num_rows == 3
     # renames move no file: the table keeps its location under the warehouse
     moved = catalog.rename_table(("sales", "../x"), ("sales", "../../moved"))
-    assert moved.location() == f"{lake.warehouse}/sales/..%2Fx"
+    assert moved.location() == f"{lake.warehouse}/sales/..%252Fx"
     catalog.rename_table(("sales", "a/b"), ("..", "../y"))
     assert catalog.load_table(("..", "../y")).scan().to_arrow().num_rows == 3
     for bad in ("\x00", "a b"):
@@ -171,10 +180,12 @@ def test_explicit_locations_never_overlap_a_live_table(lake: Lake) -> None:
     catalog.create_namespace("sales")
     first = catalog.create_table("sales.first", SCHEMA)
     here = first.location()
-    for clash in (here, f"{here}/", f"{here}/inner", lake.warehouse, f"{here}/x/../"):
+    for clash in (here, f"{here}/", f"{here}/inner", lake.warehouse, f"{here}//inner"):
         with pytest.raises(LocationInUseError, match="live table sales.first") as err:
             catalog.create_table("sales.clash", SCHEMA, location=clash)
         assert err.value.other == "sales.first"
+    with pytest.raises(TableLocationError, match="'..' step"):  # never taken as 'here'
+        catalog.create_table("sales.clash", SCHEMA, location=f"{here}/x/../")
     with pytest.raises(LocationInUseError, match="sales.first"), \
             catalog.create_table_transaction("sales.clash", SCHEMA, location=here) as txn:
         txn.set_properties({"a": "b"})

@@ -4,6 +4,7 @@ the warehouse) makes the purge fail with nothing dropped or deleted."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from pyiceberg.table import Table
 from olympia import exceptions as oe
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg import catalog as iceberg_catalog
+from olympia.iceberg.locations import Place
 from olympia.server import CatalogService
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
@@ -32,8 +34,9 @@ def test_a_commit_between_the_check_and_the_drop_stops_the_purge(
     listed: list[str] = []
     list_files = iceberg_catalog._table_files
 
-    def list_then_commit(table: Table) -> dict[str, set[str]]:
-        files = list_files(table)
+    def list_then_commit(table: Table, check: Callable[[str, str], Place],
+                         ) -> dict[str, dict[str, Place]]:
+        files = list_files(table, check)
         listed.extend(p for paths in files.values() for p in paths)
         # another client commits before the drop: its metadata names a file outside
         other.load_table(("ns", "t")).add_files([f"file://{outside}"])
@@ -47,7 +50,7 @@ def test_a_commit_between_the_check_and_the_drop_stops_the_purge(
     assert outside.exists()
     assert other.load_table(("ns", "t")).scan().to_arrow().num_rows == 6
     monkeypatch.setattr(iceberg_catalog, "_table_files", list_files)
-    with pytest.raises(oe.InvalidArgumentError, match="outside"):  # the check sees it now
+    with pytest.raises(oe.TableLocationError, match="outside its location"):  # seen now
         service.drop_table("ns", "t", purge=True)
     assert outside.exists() and server_side.table_exists(("ns", "t"))
     server_side.close()

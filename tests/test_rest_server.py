@@ -271,7 +271,8 @@ def test_names_stay_names(server: RestServer, client: RestCatalog, ns: str) -> N
     assert sorted(client.list_tables(ns)) == [
         (ns, ".."), (ns, "../../escape"), (ns, "a/b"), (ns, "données/é")]
     status, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/..")
-    assert status == 200 and body["metadata"]["location"].endswith("/%2E%2E")
+    # escaped twice: decoded once, still one folder name
+    assert status == 200 and body["metadata"]["location"].endswith("/%252E%252E")
     assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/a%00b"), 400,
                  "BadRequestException", "forbidden characters")
     create = json.dumps({"name": "x\u0000y", "schema": {"type": "struct", "fields": []}})
@@ -443,7 +444,7 @@ def test_a_purge_never_deletes_outside_the_warehouse(client: RestCatalog, ns: st
     pq.write_table(ROWS, outside)
     table = client.create_table((ns, "t"), ROWS.schema)
     table.add_files([f"file://{outside}"])
-    with pytest.raises(BadRequestError, match="files its metadata names lie outside"):
+    with pytest.raises(BadRequestError, match="outside its location"):
         client.purge_table((ns, "t"))
     assert outside.exists() and client.table_exists((ns, "t"))
     client.drop_table((ns, "t"))  # a drop deletes nothing, so it is allowed

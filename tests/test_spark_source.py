@@ -553,6 +553,22 @@ def test_mismatched_schema_is_refused_before_writing(source: Any, tmp_path: Path
     assert stored_files(properties, table) == set()
 
 
+def test_a_data_folder_in_a_refused_form_is_refused_before_writing(source: Any,
+                                                                    tmp_path: Path) -> None:
+    """A table whose ``write.data.path`` pyiceberg would read as another place (a query
+    hiding ``..`` steps; set before the REST server refused it): the job writes nothing."""
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    hostile = f"file://{tmp_path}/wh/../escaped?/../wh/data"
+    catalog.load_table(table).transaction().set_properties(
+        {"write.data.path": hostile}).commit_transaction()
+    version = catalog.olympia.refresh()
+    with pytest.raises(Exception, match=r"data folder of table .* is refused: it has a '..'"):
+        write(rows(source, 10), properties, table)
+    assert catalog.olympia.refresh() == version
+    assert not (tmp_path / "escaped").exists()
+
+
 def test_concurrent_appends_both_land(source: Any, where: dict[str, str]) -> None:
     spark = source
     table, catalog = new_table(where)

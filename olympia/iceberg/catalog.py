@@ -18,7 +18,7 @@ and delegates to the modules named above.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ from pyiceberg.view import View
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader
-from olympia.iceberg.locations import inside
+from olympia.iceberg.locations import LiveTable, Place, confine
 from olympia.iceberg.metadata import (
     identifier_parts,
     is_iceberg,
@@ -395,22 +395,26 @@ class OlympiaCatalog(CatalogSession):
         """Drop a table and delete its files at once. Older catalog versions still name the
         table, but time travel and rollback can no longer read it.
 
-        Before anything is dropped or deleted, every file the table's metadata names (data,
-        manifests, manifest lists, metadata files) is checked against the other live tables
-        (and against ``within``): if one lies in another live table's location (or is its
-        metadata file), the purge is refused and nothing is dropped or deleted. The drop
-        lands only if the table is still at the metadata whose files were checked, so the
-        files deleted are exactly the ones checked.
+        Before anything is dropped, read or deleted, every file the table's metadata names
+        (metadata files, manifest lists, manifests, data files) must lie under the table's
+        own location (and that under ``within``), each checked before it is read; and no
+        file may lie in the location of another table, or be its metadata file, at any
+        kept catalog version (an export's included). Otherwise the purge is refused and
+        nothing is dropped or deleted. The drop lands only if the table is still at the
+        metadata whose files were checked, so the files deleted are exactly the ones
+        checked. Files another table's manifests name are not looked for (see
+        docs/REST.md).
 
         Args:
             identifier: The table.
-            within: If given, every file must lie under this location (a server purging
-                what clients wrote deletes nothing outside its warehouse).
+            within: If given, the table's location must lie under this location (a server
+                purging what clients wrote deletes nothing outside its warehouse).
 
         Raises:
             NoSuchTableError: it does not exist.
-            LocationInUseError: one of its files belongs to another live table.
-            InvalidArgumentError: one of its files lies outside ``within``.
+            TableLocationError: one of its files lies outside its location (or its location
+                outside ``within``), or is a refused form.
+            LocationInUseError: one of its files belongs to another table at a kept version.
             CommitFailedException: the table changed after its files were listed (nothing
                 dropped or deleted).
             CatalogError: called inside a transaction (files would go before the commit).
@@ -421,34 +425,40 @@ class OlympiaCatalog(CatalogSession):
         self._require_writable("purge_table")
         ns, name = self._table_ident(identifier)
         table = self.load_table((ns, name))
-        files = _table_files(table)
-        paths = sorted(p for kind in files.values() for p in kind)
-        refused = "refused, nothing dropped or deleted"
-        outside = [path for path in paths if within is not None and not inside(path, within)]
-        if outside:
-            raise oe.InvalidArgumentError(
-                f"purge_table {ns}.{name} {refused}: {len(outside)} of the files its metadata "
-                f"names lie outside {within} (first: {outside[0]}); drop it without purging")
-        live = self._live()
-        for path in paths:
-            other = live.owner(path, (ns, name))
-            if other is not None:
-                raise oe.LocationInUseError(
-                    f"purge_table {ns}.{name} {refused}: its file {path} belongs to live "
-                    f"table {other.name} (in its location, or its metadata file)", other.name)
+        refused = f"purge_table {ns}.{name} refused, nothing dropped or deleted"
+        own = table.metadata.location
+        if within is not None:
+            confine(own, within, f"{refused}: its location", "the warehouse")
+        files = _table_files(table, lambda path, kind: confine(
+            path, own, f"{refused}: its {kind} file", "its location"))
+        live, uuid = self._live(), str(table.metadata.table_uuid)
+
+        def itself(other: LiveTable) -> bool:
+            """The table under this or an earlier name (not a live alias of its uuid)."""
+            return other.uuid == uuid and (other.key == (ns, name) or other.key not in live)
+
+        with self._kept_tables() as kept:
+            for kind, placed in files.items():
+                for path, at in placed.items():
+                    other = kept.owner(at, itself)
+                    if other is not None:
+                        raise oe.LocationInUseError(
+                            f"{refused}: its {kind} file {path} belongs to live table "
+                            f"{other.name} (in its location, or its metadata file, at the "
+                            "latest or a kept older catalog version)", other.name)
 
         def stage(bound: OlympiaCatalog) -> None:
             txn = bound._staging()
             current = bound._definition(txn, ns, name)
             if current.location != table.metadata_location:
                 raise CommitFailedException(
-                    f"purge_table {ns}.{name} {refused}: the table changed after its files "
-                    f"were listed (its metadata is now {current.location})")
+                    f"{refused}: the table changed after its files were listed (its "
+                    f"metadata is now {current.location})")
             txn.drop_table(ns, name)
 
         self._change(stage, "purge_table")
-        for kind, paths_of_kind in files.items():
-            delete_files(table.io, paths_of_kind, kind)
+        for kind, placed in files.items():
+            delete_files(table.io, set(placed), kind)
 
     def rename_table(self, from_identifier: str | Identifier,
                      to_identifier: str | Identifier) -> Table:
@@ -539,15 +549,25 @@ class OlympiaCatalog(CatalogSession):
                                   "OlympiaCatalog.olympia.create_view or a catalog spec")
 
 
-def _table_files(table: Table) -> dict[str, set[str]]:
-    """Every file ``table``'s current metadata names, by kind."""
+def _table_files(table: Table, check: Callable[[str, str], Place],
+                 ) -> dict[str, dict[str, Place]]:
+    """Every file ``table``'s current metadata names, by kind, with its place; ``check``
+    (path, kind) gives the place of each, and is called before the file is read."""
     io, metadata = table.io, table.metadata
-    manifests = [m for snapshot in metadata.snapshots for m in snapshot.manifests(io)]
-    return {
-        "data": {e.data_file.file_path for m in manifests
-                 for e in m.fetch_manifest_entry(io, discard_deleted=False)},
-        "manifest": {m.manifest_path for m in manifests},
-        "manifest list": {s.manifest_list for s in metadata.snapshots},
-        "previous metadata": {log.metadata_file for log in metadata.metadata_log},
-        "metadata": {table.metadata_location},
-    }
+    files: dict[str, dict[str, Place]] = {
+        "metadata": {table.metadata_location: check(table.metadata_location, "metadata")},
+        "previous metadata": {log.metadata_file: check(log.metadata_file, "previous metadata")
+                              for log in metadata.metadata_log},
+        "manifest list": {}, "manifest": {}, "data": {}}
+    for snapshot in metadata.snapshots:
+        files["manifest list"][snapshot.manifest_list] = check(snapshot.manifest_list,
+                                                               "manifest list")
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in files["manifest"]:
+                continue
+            files["manifest"][manifest.manifest_path] = check(manifest.manifest_path,
+                                                              "manifest")
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+                path = entry.data_file.file_path
+                files["data"][path] = check(path, "data")
+    return files

@@ -1,69 +1,177 @@
 """Where Iceberg tables live: locations derived from names, and which locations may be used.
 
-A default table location is built from ESCAPED name parts: every character outside RFC 3986
-unreserved is percent-encoded, and a part made only of dots has its dots encoded too, so a
-name such as ``../x``, ``..``, ``a/b`` or ``s3://other/x`` is one folder name and never a path
-step. Every location derived from a name is then checked to lie under its root (warehouse or
-namespace location) after normalisation.
+Every location that comes from outside (a client's table location, ``write.*.path``, a
+registered metadata file, the files a table's metadata names) is parsed ONCE, by
+:func:`place`, into a normalised place: scheme (``file`` is ``""``, ``s3a``/``s3n`` are
+``s3``), bucket or host, and the path's steps. It refuses every form a FileIO could read
+differently from the catalog: a relative path (resolved from the working directory), a query
+or fragment (``?``, ``#``; ``;`` parameters: dropped), a ``.`` or ``..`` step before or after
+percent-decoding, a step that decodes to a separator, a backslash, control characters, blank
+edges, and a host in a local location. Places are compared step by step, never as strings.
+:func:`confine` also requires the place to lie under a root (the server's warehouse, a
+table's own location): same scheme and bucket or host, and on local disk still under it
+once symlinks are resolved.
+
+A default table location is built from ESCAPED name parts, so a name such as ``../x``,
+``..``, ``a/b`` or ``s3://other/x`` is one folder name: RFC 3986 unreserved characters stay,
+everything else is percent-encoded, and the characters that could make a path step once
+decoded (``/``, ``\\``, ``%`` and the dots of a name made only of dots) are encoded twice,
+so the part decodes to one harmless folder name.
 
 Two live tables never share files: a new or registered table's location may not equal,
 contain or lie inside another live table's location, and its metadata file may not be one a
-live table uses. Comparisons are on normalised locations (scheme, bucket or host, and the
-path with ``.``/``..`` steps and repeated slashes resolved; ``\\`` counts as a separator).
+live table uses.
 """
 
 from __future__ import annotations
 
 import bisect
-import posixpath
-from collections.abc import Iterator
+import os
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from olympia.catalog.objects import Table as TableDef
 from olympia.exceptions import LocationInUseError, TableLocationError
 
-_LOCAL = ("", "file")
+Place = tuple[str, str, tuple[str, ...]]  # scheme, bucket or host, path steps
+
+_SCHEMES = {"file": "", "s3a": "s3", "s3n": "s3"}
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# what pyiceberg's URL parsing cuts off at (the rest of the location is dropped)
+_CUT = {"?": "a query (?)", "#": "a fragment (#)", ";": "parameters (;)"}
+_TWICE = {"%2F": "%252F", "%5C": "%255C", "%25": "%2525"}
 
 
 def escape_part(name: str) -> str:
-    """``name`` as one folder name: RFC 3986 unreserved characters kept, everything else
-    percent-encoded; a name of dots only (``.``, ``..``) has its dots encoded."""
+    """``name`` as one folder name that stays one harmless folder name when percent-decoded:
+    RFC 3986 unreserved characters kept, everything else percent-encoded, ``/``, ``\\`` and
+    ``%`` encoded twice, and the dots of a name of dots only (``.``, ``..``) encoded twice."""
     escaped = quote(name, safe="")
     if escaped.strip(".") == "":
-        return "%2E" * len(escaped)
-    return escaped
+        return "%252E" * len(escaped)
+    return re.sub("%2F|%5C|%25", lambda m: _TWICE[m.group(0)], escaped)
 
 
-Place = tuple[str, str, tuple[str, ...]]  # scheme, bucket or host, path steps
+def _step_fault(step: str) -> tuple[str, bool]:
+    """Why a path step is refused ("" if it is not), and whether it may lead upwards."""
+    for char, what in _CUT.items():
+        if char in step:
+            return what, False
+    if "\\" in step:  # a separator to some file systems
+        return "a backslash", True
+    if _CONTROL.search(step):  # URL parsing drops tabs and line breaks: '..\t' is '..'
+        return "a control character", True
+    if step in (".", ".."):
+        return f"a {step!r} step", step == ".."
+    decoded = unquote(step)
+    if decoded.strip() in (".", "..") or "/" in decoded or "\\" in decoded:
+        return f"the step {step!r}, which percent-decodes to a path step of its own", True
+    return "", False
 
 
-def _normal(location: str) -> Place:
-    """(scheme, authority, path steps) of ``location`` with ``.``/``..`` resolved."""
+def _parse(location: str) -> tuple[Place, str]:
+    """``location``'s place, and why it is refused ("" if it is not).
+
+    A refused location's place is a part of it that holds everything a FileIO could take
+    the location to name: the steps before the first refused one (none when that one may
+    lead upwards, or the location is relative).
+    """
+    root: Place = ("", "", ())
+    if not location or location != location.strip():
+        return root, "it is empty or has blank edges"
     scheme, sep, rest = location.partition("://")
-    if not sep:
-        scheme, rest = ("file", location[len("file:"):]) if location.startswith("file:") \
-            else ("", location)
-        authority = ""
+    if sep:
+        scheme = scheme.lower()
+        if not _SCHEME.fullmatch(scheme):
+            return root, "it is a relative path (resolved from the working directory)"
+        authority, _, path = rest.partition("/")
+    elif location.lower().startswith("file:/"):
+        scheme, authority, path = "file", "", location[len("file:"):]
+    elif location.startswith("/"):
+        scheme, authority, path = "", "", location
     else:
-        authority, _, rest = rest.partition("/")
-    scheme = scheme.lower()
-    if scheme in _LOCAL:
-        scheme = ""
-    elif scheme in ("s3a", "s3n"):
-        scheme = "s3"
-    path = posixpath.normpath("/" + rest.replace("\\", "/"))
-    return scheme, authority, tuple(p for p in path.split("/") if p)
+        return root, "it is a relative path (resolved from the working directory)"
+    scheme = _SCHEMES.get(scheme, scheme)
+    if scheme == "" and authority:
+        return root, f"a local location names a host ({authority})"
+    if any(char in authority for char in (*_CUT, "\\")) or _CONTROL.search(authority):
+        return (scheme, "", ()), "its bucket or host has a forbidden character"
+    steps: list[str] = []
+    for step in path.split("/"):
+        if not step:
+            continue
+        fault, upwards = _step_fault(step)
+        if fault:
+            return (scheme, authority, () if upwards else tuple(steps)), f"it has {fault}"
+        steps.append(step)
+    return (scheme, authority, tuple(steps)), ""
 
 
-def _within(place: Place, top: Place) -> bool:
+def place(location: str, what: str) -> Place:
+    """The normalised place of ``location``.
+
+    Args:
+        location: A location from outside (a table location, a metadata or data file).
+        what: What it is, for the error (``the location of table sales.orders``).
+
+    Returns:
+        (scheme, bucket or host, path steps).
+
+    Raises:
+        TableLocationError: a form a FileIO could read differently (see the module).
+    """
+    parsed, fault = _parse(location)
+    if fault:
+        raise TableLocationError(f"{what}, {location!r}, is refused: {fault}")
+    return parsed
+
+
+def _within(inner: Place, top: Place) -> bool:
     steps = len(top[2])
-    return place[:2] == top[:2] and len(place[2]) > steps and place[2][:steps] == top[2]
+    return inner[:2] == top[:2] and len(inner[2]) > steps and inner[2][:steps] == top[2]
+
+
+def _local_path(at: Place) -> str:
+    return "/" + "/".join(at[2])
+
+
+def confine(location: str, root: str, what: str, where: str) -> Place:
+    """The place of ``location``, which must lie strictly under ``root``.
+
+    Args:
+        location: The location from outside.
+        root: Where it must lie (the server's warehouse, a table's location).
+        what: What it is, for the error.
+        where: What ``root`` is, for the error (``the server's warehouse``).
+
+    Returns:
+        Its place.
+
+    Raises:
+        TableLocationError: a refused form (:func:`place`), or not under ``root`` (on local
+            disk: also once symlinks are resolved).
+    """
+    inner, top = place(location, what), place(root, where)
+    if not _within(inner, top):
+        raise TableLocationError(f"{what}, {location}, is outside {where} {root}")
+    if inner[0] == "":
+        real, real_top = (os.path.realpath(_local_path(p)) for p in (inner, top))
+        if not real.startswith(real_top.rstrip("/") + "/"):
+            raise TableLocationError(f"{what}, {location}, is outside {where} {root} once "
+                                     f"symbolic links are resolved ({real})")
+    return inner
 
 
 def inside(location: str, root: str) -> bool:
-    """Whether ``location`` lies strictly under ``root`` after normalisation."""
-    return _within(_normal(location), _normal(root))
+    """Whether :func:`confine` takes ``location`` as lying under ``root``."""
+    try:
+        confine(location, root, "", "")
+    except TableLocationError:
+        return False
+    return True
 
 
 def derived_location(root: str, part: str, what: str) -> str:
@@ -78,11 +186,11 @@ def derived_location(root: str, part: str, what: str) -> str:
         The location.
 
     Raises:
-        TableLocationError: the location would not lie under ``root``.
+        TableLocationError: the location would not lie under ``root``, or ``root`` is a
+            refused form.
     """
     location = f"{root.rstrip('/')}/{escape_part(part)}"
-    if not inside(location, root):
-        raise TableLocationError(f"{what}: its location {location} would lie outside {root}")
+    confine(location, root, f"the location of {what}", "its root")
     return location
 
 
@@ -92,18 +200,21 @@ Key = tuple[str, str]  # namespace, table
 @dataclass(frozen=True)
 class LiveTable:
     """A table of the catalog and the files it uses: its location and, for an Iceberg
-    table, its current metadata file (both also kept normalised)."""
+    table, its current metadata file (both also kept as places; a stored location that
+    :func:`place` refuses, written before it did, is kept as the part of it that holds
+    everything it could name)."""
 
     key: Key
     location: str
     metadata_file: str = ""
+    uuid: str = ""  # an Iceberg table's uuid (the same table under any name and version)
     place: Place = field(init=False, repr=False, compare=False)
     metadata_place: Place | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "place", _normal(self.location))
+        object.__setattr__(self, "place", _parse(self.location)[0])
         object.__setattr__(self, "metadata_place",
-                           _normal(self.metadata_file) if self.metadata_file else None)
+                           _parse(self.metadata_file)[0] if self.metadata_file else None)
 
     @property
     def name(self) -> str:
@@ -115,7 +226,8 @@ class LiveTable:
         key = (definition.namespace, definition.name)
         table_location = definition.format_properties.get("table-location", "")
         if definition.format == "iceberg" and table_location:
-            return cls(key, table_location, definition.location)
+            return cls(key, table_location, definition.location,
+                       definition.format_properties.get("table-uuid", ""))
         return cls(key, definition.location) if definition.location else None
 
 
@@ -128,6 +240,7 @@ class LiveIndex:
         self._by_place: dict[Place, list[LiveTable]] = {}
         self._by_metadata: dict[Place, list[LiveTable]] = {}
         self._places: list[Place] = []  # sorted: a folder's descendants follow it
+        self._claims: set[tuple[Key, str, Place]] = set()  # what add() recorded
 
     def put(self, key: Key, table: LiveTable | None) -> None:
         """Record what table ``key`` uses now (None: nothing, or it is gone)."""
@@ -141,9 +254,27 @@ class LiveIndex:
                 self._by_metadata[old.metadata_place].remove(old)
                 if not self._by_metadata[old.metadata_place]:
                     del self._by_metadata[old.metadata_place]
-        if table is None:
+        if table is not None:
+            self._tables[key] = table
+            self._insert(table)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether table ``key`` is recorded (by :meth:`put`)."""
+        return key in self._tables
+
+    def add(self, table: LiveTable) -> None:
+        """Record what ``table`` uses, beside everything recorded already (an index of
+        the tables of many catalog versions; :meth:`put` records one table's present). A
+        table whose location was recorded already, with a metadata file inside it, adds
+        nothing: its location holds that file."""
+        claim = (table.key, table.uuid, table.place)
+        inside_it = table.metadata_place is None or _within(table.metadata_place, table.place)
+        if claim in self._claims and inside_it:
             return
-        self._tables[key] = table
+        self._claims.add(claim)
+        self._insert(table)
+
+    def _insert(self, table: LiveTable) -> None:
         if table.place not in self._by_place:
             bisect.insort(self._places, table.place)
         self._by_place.setdefault(table.place, []).append(table)
@@ -170,26 +301,30 @@ class LiveIndex:
             exclude: That table itself.
 
         Raises:
+            TableLocationError: the location or metadata file is a refused form
+                (:func:`place`).
             LocationInUseError: the metadata file is another live table's, or the location
                 equals, contains or lies in another live table's location.
         """
+        at = place(location, f"the location of {what}")
         if metadata_file:
-            for other in self._by_metadata.get(_normal(metadata_file), ()):
+            for other in self._by_metadata.get(place(metadata_file,
+                                                     f"the metadata file of {what}"), ()):
                 if other.key != exclude:
                     raise LocationInUseError(
                         f"{what}: metadata file {metadata_file} is the current metadata of "
                         f"live table {other.name}", other.name)
-        for other in self._around(_normal(location)):
+        for other in self._around(at):
             if other.key != exclude:
                 raise LocationInUseError(
                     f"{what}: location {location} overlaps the location {other.location} of "
                     f"live table {other.name}", other.name)
 
-    def owner(self, path: str, exclude: Key) -> LiveTable | None:
-        """The live table (but ``exclude``) whose location holds the file ``path``, or whose
-        metadata file it is."""
-        scheme, authority, steps = _normal(path)
+    def owner(self, file: Place, skip: Callable[[LiveTable], bool]) -> LiveTable | None:
+        """A table (but those ``skip`` names) whose location holds the file at ``file``,
+        or whose metadata file it is."""
+        scheme, authority, steps = file
         candidates = [*self._by_metadata.get((scheme, authority, steps), ()),
                       *(t for depth in range(len(steps) - 1, -1, -1)
                         for t in self._by_place.get((scheme, authority, steps[:depth]), ()))]
-        return next((t for t in candidates if t.key != exclude), None)
+        return next((t for t in candidates if not skip(t)), None)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Self, TypeVar
 
@@ -35,7 +37,13 @@ from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.iceberg.locations import LiveIndex, LiveTable, derived_location
+from olympia.iceberg.locations import (
+    LiveIndex,
+    LiveTable,
+    derived_location,
+    inside,
+    place,
+)
 from olympia.iceberg.metadata import (
     ICEBERG,
     describe,
@@ -47,6 +55,7 @@ from olympia.iceberg.metadata import (
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.lru import LruCache
 from olympia.versions import timetravel
+from olympia.versions.history import changes
 
 T = TypeVar("T")
 
@@ -68,6 +77,8 @@ class CatalogSession(MetastoreCatalog):
     _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
     _index: LiveIndex | None
     _seen: int  # the staged actions of the transaction _index includes
+    _kept: _Kept | None  # the tables of kept versions, for purges (_kept_tables)
+    _kept_lock: threading.Lock
     _root: bool
     _dry_run: bool
 
@@ -107,6 +118,7 @@ class CatalogSession(MetastoreCatalog):
         self._written = []
         self._metadata_cache = LruCache(cache_size)
         self._index, self._seen = None, 0
+        self._kept, self._kept_lock = None, threading.Lock()
         self._root = False
         self._dry_run = False
 
@@ -393,6 +405,36 @@ class CatalogSession(MetastoreCatalog):
         self._seen = len(staged)
         return self._index
 
+    @contextlib.contextmanager
+    def _kept_tables(self) -> Iterator[LiveIndex]:
+        """Every table of every kept catalog version (oldest kept to latest, and every
+        exported version), by location and metadata file, held while the caller checks.
+        Kept between calls: a later call reads only the versions made since (one root read
+        and one tree difference each, and the definitions of the tables they changed); an
+        expiry or an export made since rebuilds it."""
+        with self._kept_lock:
+            store = self._store
+            latest = store.refresh()
+            since = (store.files.oldest_version(),
+                     tuple(sorted(store.catalog_def.exported_snapshots.values())))
+            kept = self._kept
+            if kept is None or kept.since != since or kept.through.version > latest:
+                first = store.at_version(since[0])
+                kept = _Kept(since, first, LiveIndex())
+                exported = [timetravel.at_export(store, name)
+                            for name in store.catalog_def.exported_snapshots]
+                for snapshot in [first, *(s for s in exported if s.version < since[0])]:
+                    for definition in snapshot.load_all()[1]:
+                        kept.add(definition)
+            for version in range(kept.through.version + 1, latest + 1):
+                snapshot = Snapshot(store.files, store.files.read_root(version))
+                for ref, _, after in changes(kept.through, snapshot):
+                    if after is not None and ref.type == ObjectType.TABLE:
+                        kept.add(snapshot.load_table(ref.namespace, ref.name))
+                kept.through = snapshot
+            self._kept = kept
+            yield kept.index
+
     # --- staging metadata -------------------------------------------------------------
 
     def _require_new(self, ns: str, name: str, adopt: bool = False) -> TableDef | None:
@@ -417,10 +459,14 @@ class CatalogSession(MetastoreCatalog):
 
         Raises:
             LocationInUseError: a new table location overlaps another live table's.
+            TableLocationError: the table location or the new metadata file is a refused
+                form (:func:`olympia.iceberg.locations.place`).
         """
         if before is None or metadata.location != before.location:
             self._live().check_free(f"table {ns}.{name}", metadata.location, location,
                                     (ns, name))
+        else:  # (write.metadata.path may place it anywhere)
+            place(location, f"the new metadata file of table {ns}.{name}")
         if not self._dry_run:
             self._write_metadata(metadata, io, location)
             self._written.append((io, location))
@@ -433,8 +479,28 @@ class CatalogSession(MetastoreCatalog):
     def _delete_old_metadata(self, io: FileIO, base: TableMetadata,  # type: ignore[override]
                              metadata: TableMetadata) -> None:
         # In a transaction the "old" files are still the committed ones until it commits.
+        # Only files under the table's location are deleted: a registered metadata file's
+        # log may name any file.
         if self._txn is None:
-            MetastoreCatalog._delete_old_metadata(io, base, metadata)
+            own = [entry for entry in base.metadata_log
+                   if inside(entry.metadata_file, metadata.location)]
+            MetastoreCatalog._delete_old_metadata(
+                io, base.model_copy(update={"metadata_log": own}), metadata)
+
+
+@dataclass
+class _Kept:
+    """The tables of the kept versions through ``through``; ``since``: the oldest kept
+    version and the exported roots when it was built."""
+
+    since: tuple[int, tuple[str, ...]]
+    through: Snapshot
+    index: LiveIndex
+
+    def add(self, definition: TableDef) -> None:
+        table = LiveTable.of(definition)
+        if table is not None:
+            self.index.add(table)
 
 
 def _index_of(reader: CatalogReader) -> LiveIndex:

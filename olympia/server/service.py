@@ -6,9 +6,12 @@ concurrent commit of the same table is tried again here against the new state: i
 the client's requirements still hold, and is refused (``CommitFailedException``, 409) only
 when they do not.
 
-Clients choose names, never places outside the server's warehouse: a table location,
-metadata path or registered metadata file must lie under the warehouse, and table properties
-that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are refused.
+Clients choose names, never places outside the server's warehouse: every place a client
+names (a table or namespace location, ``write.*.path``, a registered metadata file) is
+parsed once by :func:`olympia.iceberg.locations.confine` and must lie under the warehouse in
+a form every file IO reads alike (a ``TableLocationError``, answered 400, otherwise), and
+table properties that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are
+refused.
 
 A client configured with ``warehouse=<warehouse>@<version>`` (or ``@<ISO-8601 instant>``,
 ``@export:<name>``) gets the prefix ``version-<n>``: every table read through it is as it
@@ -24,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pyiceberg.catalog import WAREHOUSE_LOCATION
+from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION
 from pyiceberg.catalog.rest import TableResponse, ViewResponse
 from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -36,7 +39,8 @@ from pyiceberg.view.metadata import ViewMetadata
 
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
-from olympia.iceberg.locations import inside
+from olympia.iceberg.locations import confine, place
+from olympia.iceberg.metadata import IcebergMetadataError
 from olympia.lru import LruCache
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
@@ -90,7 +94,8 @@ class CatalogService:
 
     Raises:
         InvalidArgumentError: the catalog has no warehouse (clients could place tables
-            anywhere the server can write).
+            anywhere the server can write), or it is a form a FileIO could read differently
+            (a relative path, a query, a ``..`` step...).
     """
 
     def __init__(self, catalog: OlympiaCatalog, client_properties: Mapping[str, str]) -> None:
@@ -99,6 +104,10 @@ class CatalogService:
             raise oe.InvalidArgumentError(
                 "the server needs a warehouse: pass --warehouse or set the catalog's "
                 "warehouse property")
+        try:
+            place(warehouse, "the server's warehouse")
+        except oe.TableLocationError as exc:
+            raise oe.InvalidArgumentError(str(exc)) from None
         self.catalog = catalog
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
@@ -177,9 +186,12 @@ class CatalogService:
 
         Raises:
             RestError: a multi-level or empty namespace.
+            TableLocationError: a ``location`` property outside the warehouse (or in a
+                refused form).
             NamespaceAlreadyExistsError: it exists.
         """
         name = one_level(body.namespace)
+        self._check_namespace_location(body.properties, name)
         self.catalog.create_namespace(name, body.properties)
         return {"namespace": [name], "properties": body.properties}
 
@@ -212,11 +224,13 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: it does not exist.
             RestError: 422 when a key is both removed and updated.
+            TableLocationError: a ``location`` outside the warehouse (or in a refused form).
         """
         both = sorted(set(body.removals) & set(body.updates))
         if both:
             raise RestError(422, "UnprocessableEntityException",
                             f"properties both removed and updated: {', '.join(both)}")
+        self._check_namespace_location(body.updates, namespace)
         summary = self.catalog.update_namespace_properties(namespace, set(body.removals),
                                                            body.updates)
         return {"updated": summary.updated, "removed": summary.removed,
@@ -240,7 +254,8 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
             TableAlreadyExistsError: a table or view of that name exists.
-            RestError: a location outside the warehouse, or a refused property.
+            RestError: a refused property.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         identifier = (namespace, body.name)
         self._check_properties(body.properties, f"table {namespace}.{body.name}")
@@ -302,9 +317,11 @@ class CatalogService:
 
         Raises:
             NoSuchTableError: the table does not exist.
-            LocationInUseError: (purge) one of its files belongs to another live table.
-            InvalidArgumentError: (purge) its metadata names a file outside the warehouse (a
-                client wrote that metadata; the server deletes nothing outside it).
+            LocationInUseError: (purge) one of its files belongs to another table, live now
+                or at a kept catalog version.
+            TableLocationError: (purge) its location lies outside the warehouse, or its
+                metadata names a file outside its location (a client wrote that metadata;
+                the server reads and deletes nothing outside it).
             CommitFailedException: (purge) the table changed after its files were listed.
         """
         if purge:
@@ -328,14 +345,19 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create.
-            IcebergMetadataError: the metadata file is missing or unreadable.
-            RestError: the metadata file or the table it describes lies outside the
-                warehouse, or the table has a refused property.
+            RestError: the metadata file is missing or no Iceberg table metadata, or the
+                table has a refused property.
+            TableLocationError: the metadata file or the table it describes lies outside
+                the warehouse (or is in a refused form).
         """
         what = f"table {namespace}.{body.name}"
         self._check_place(body.metadata_location, f"the metadata file registered as {what}")
-        # read before anything is committed (the catalog keeps it cached for the register)
-        metadata = self.catalog._read_metadata(body.metadata_location, what)
+        # read before anything is committed (the catalog keeps it cached for the register);
+        # a file the client names that is missing or no metadata is the client's error
+        try:
+            metadata = self.catalog._read_metadata(body.metadata_location, what)
+        except IcebergMetadataError as exc:
+            raise bad_request(str(exc)) from None
         self._check_place(metadata.location, f"the location of {what}")
         self._check_properties(metadata.properties, what)
         table = self.catalog.register_table((namespace, body.name), body.metadata_location,
@@ -350,8 +372,9 @@ class CatalogService:
         Raises:
             CommitFailedException: a requirement does not hold.
             NoSuchTableError: the table does not exist (and this is no create).
-            RestError: the body names another table, or an update places files outside the
-                warehouse or sets a refused property.
+            RestError: the body names another table, or an update sets a refused property.
+            TableLocationError: an update places files outside the warehouse (or names a
+                place in a refused form).
         """
         if body.identifier is not None:
             named = table_identifier(body.identifier)
@@ -398,8 +421,8 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
             AlreadyExistsError: a table or view of that name exists.
-            RestError: a location outside the warehouse, a reserved property, or a version
-                an Olympia view cannot hold.
+            RestError: a reserved property, or a version an Olympia view cannot hold.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         return self._view_response(*self.views.create(namespace, body))
 
@@ -426,6 +449,7 @@ class CatalogService:
             CommitFailedException: its uuid is not the one required.
             NotImplementedError: it has no Iceberg view metadata.
             RestError: the body names another view, or an update the view cannot take.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         if body.identifier is not None:
             named = table_identifier(body.identifier)
@@ -481,10 +505,16 @@ class CatalogService:
             if key in PLACEMENT_PROPERTIES:
                 self._check_place(value, f"{key} of {what}")
 
+    def _check_namespace_location(self, properties: Mapping[str, str], name: str) -> None:
+        """A namespace's ``location`` (where its tables go by default) is a place too."""
+        if LOCATION in properties:
+            self._check_place(properties[LOCATION], f"the location of namespace {name}")
+
     def _check_place(self, location: str, what: str) -> None:
-        if not inside(location, self.warehouse):
-            raise bad_request(f"{what}, {location}, is outside the server's warehouse "
-                              f"{self.warehouse}")
+        """Refuse a place outside the warehouse or in a form a FileIO could read
+        differently (:func:`olympia.iceberg.locations.confine`): a TableLocationError,
+        answered 400."""
+        confine(location, self.warehouse, what, "the server's warehouse")
 
     def _response(self, metadata: TableMetadata, location: str | None) -> TableResponse:
         return TableResponse(metadata_location=location,  # type: ignore[call-arg]

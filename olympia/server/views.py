@@ -37,7 +37,7 @@ from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 from olympia import exceptions as oe
 from olympia.catalog.objects import View
 from olympia.iceberg.catalog import OlympiaCatalog
-from olympia.iceberg.locations import inside
+from olympia.iceberg.locations import confine
 from olympia.iceberg.typemap import columns_from_schema
 from olympia.server.errors import bad_request
 from olympia.server.models import (
@@ -83,8 +83,8 @@ class IcebergViews:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
             AlreadyExistsError: a table or view of that name exists.
-            RestError: a location outside the warehouse, a reserved property, or a version
-                the view cannot hold.
+            RestError: a reserved property, or a version the view cannot hold.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         what = f"view {namespace}.{body.name}"
         location = (body.location or self.catalog._get_default_warehouse_location(
@@ -121,6 +121,7 @@ class IcebergViews:
             CommitFailedException: the view's uuid is not the one required.
             NotImplementedError: the view has no Iceberg view metadata that describes it.
             RestError: an update the view cannot take.
+            TableLocationError: a location outside the warehouse (or in a refused form).
         """
         what = f"view {namespace}.{name}"
 
@@ -244,9 +245,7 @@ class IcebergViews:
             "properties": properties, "location": location, "current_version_id": current})
 
     def _check_place(self, location: str, what: str) -> None:
-        if not inside(location, self.warehouse):
-            raise bad_request(f"the location of {what}, {location}, is outside the server's "
-                              f"warehouse {self.warehouse}")
+        confine(location, self.warehouse, f"the location of {what}", "the server's warehouse")
 
 
 def _set_current(update: SetCurrentViewVersionUpdate, versions: list[ViewVersion],

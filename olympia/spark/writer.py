@@ -52,6 +52,7 @@ from pyiceberg.typedef import Record
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from olympia.exceptions import CommitConflict, InvalidArgumentError
+from olympia.iceberg.locations import place
 from olympia.iceberg.options import storage_options
 from olympia.spark.options import SourceOptions
 from olympia.spark.schema import arrow_schema, check_write_schema
@@ -304,6 +305,8 @@ class OlympiaWriter(DataSourceArrowWriter):
         self._overwrite = overwrite
         self._write_id = uuid.uuid4().hex
         self._metadata: TableMetadata = table.metadata
+        place(load_location_provider(table.metadata.location, table.metadata.properties)
+              .data_path, f"the data folder of table {options.table}")
         self._io_properties = dict(table.io.properties)
         self._base_snapshot_id = table.metadata.current_snapshot_id
         self._filled_required = filled_required
@@ -330,6 +333,8 @@ class OlympiaWriter(DataSourceArrowWriter):
                 ``sort-order-id`` the table does not have; a schema mismatch (naming the
                 columns). Nothing is written.
             NoSuchTableError: the table does not exist.
+            TableLocationError: the table's data folder is a form a FileIO could read
+                differently (a query, a ``..`` step, a relative path...).
         """
         write, name = options.write, options.table
         if write.replace_where is not None:

@@ -177,7 +177,7 @@ def diff(catalog: Catalog, from_version: int, to_version: int) -> Diff:
     old, new = catalog.at_version(from_version), catalog.at_version(to_version)
     result = Diff(from_version, to_version,
                   catalog_def_changed=old.catalog_def != new.catalog_def)
-    for ref, before, after in _changes(old, new):
+    for ref, before, after in changes(old, new):
         if before is None:
             result.added.append(ref)
         elif after is None:
@@ -187,6 +187,8 @@ def diff(catalog: Catalog, from_version: int, to_version: int) -> Diff:
     return result
 
 
-def _changes(old: Snapshot, new: Snapshot) -> Iterator[tuple[ObjectRef, str | None, str | None]]:
+def changes(old: Snapshot, new: Snapshot) -> Iterator[tuple[ObjectRef, str | None, str | None]]:
+    """The objects that differ between two snapshots, with their definition files before
+    and after (None: absent), walking both trees and skipping shared subtrees."""
     for key, before, after in btree.diff(new.nodes, old.root.node, new.root.node):
         yield new.codec.decode(key), before, after
