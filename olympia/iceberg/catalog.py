@@ -77,8 +77,11 @@ class OlympiaCatalog(CatalogSession):
     (``true``: create the Olympia catalog if there is none at ``uri``) and
     ``olympia.metadata-cache-size`` (parsed metadata files kept in memory, default 256; a
     metadata file is still read on every load, and parsed again only when its bytes
-    changed, so a file deleted or replaced is noticed). Properties missing from
-    the call are read from ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__<NAME>__*`` as usual.
+    changed, so a file deleted or replaced is noticed) and ``olympia.max-metadata-size``
+    (the largest metadata file read, in bytes, default 32 MiB: a larger one is refused
+    with ``MetadataTooLargeError`` after reading one byte past it, never whole). Properties
+    missing from the call are read from ``.pyiceberg.yaml`` /
+    ``PYICEBERG_CATALOG__<NAME>__*`` as usual.
 
     Raises:
         InvalidArgumentError: no ``uri``, or a malformed property.

@@ -37,6 +37,7 @@ from pyiceberg.view.metadata import ViewMetadata
 from olympia import exceptions as oe
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.iceberg.locations import inside
+from olympia.iceberg.metadata import IcebergMetadataError
 from olympia.lru import LruCache
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
@@ -328,14 +329,19 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create.
-            IcebergMetadataError: the metadata file is missing or unreadable.
-            RestError: the metadata file or the table it describes lies outside the
-                warehouse, or the table has a refused property.
+            RestError: 400 when the metadata file is missing, a folder, larger than the
+                catalog reads or no Iceberg table metadata (the client offered it: no table
+                exists that could be corrupt), or when it or the table it describes lies
+                outside the warehouse, or the table has a refused property.
         """
         what = f"table {namespace}.{body.name}"
         self._check_place(body.metadata_location, f"the metadata file registered as {what}")
         # read before anything is committed (the catalog keeps it cached for the register)
-        metadata = self.catalog._read_metadata(body.metadata_location, what)
+        try:
+            metadata = self.catalog._read_metadata(body.metadata_location,
+                                                   f"{namespace}.{body.name}")
+        except IcebergMetadataError as exc:
+            raise bad_request(f"cannot register {what}: {exc}") from None
         self._check_place(metadata.location, f"the location of {what}")
         self._check_properties(metadata.properties, what)
         table = self.catalog.register_table((namespace, body.name), body.metadata_location,
