@@ -76,6 +76,17 @@ def create_namespace(name: str, value: str = "") -> tuple[str, str, str]:
     return "POST", "/v1/namespaces", json.dumps(body)
 
 
+def create_view(name: str) -> tuple[str, str, str]:
+    """A view create: the server writes the view's metadata file, then catalog files."""
+    body = {"name": name, "properties": {},
+            "schema": {"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "type": "long", "required": False}]},
+            "view-version": {"version-id": 1, "timestamp-ms": 0, "schema-id": 0,
+                             "summary": {}, "default-namespace": ["ns"], "representations": [
+                                 {"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}]}}
+    return "POST", "/v1/namespaces/ns/views", json.dumps(body)
+
+
 LOAD = ("GET", "/v1/namespaces/ns/tables/t", None)
 
 
@@ -144,15 +155,18 @@ def test_a_full_disk_is_a_507_on_an_open_connection(disk: Path,
     server = disk_server
     before, files = version(server), metadata_files(server)
     with filled(disk):
-        table_commit, namespace_create, load = on_one_connection(
-            server, set_property("t", "x"), create_namespace("other"), LOAD)
-    # the table's new metadata file could not be written; the namespace's catalog files
-    for answer in (table_commit, namespace_create):
+        table_commit, namespace_create, view_create, load = on_one_connection(
+            server, set_property("t", "x"), create_namespace("other"), create_view("v"), LOAD)
+    # the table's or the view's new metadata file could not be written; the namespace's
+    # catalog files
+    for answer in (table_commit, namespace_create, view_create):
         assert_error(answer, 507, "InsufficientStorageException", "No space left on device")
         assert "retry-after" not in answer[1]
-    assert "cannot write its Iceberg metadata" in table_commit[2]["error"]["message"]
+    assert "table ns.t: cannot write its Iceberg metadata" in table_commit[2]["error"]["message"]
+    assert "a view: cannot write its Iceberg metadata" in view_create[2]["error"]["message"]
     assert load[0] == 200
     assert version(server) == before and metadata_files(server) == files  # nothing left
+    assert not list((disk / "warehouse" / "ns" / "v").rglob("*.json"))
     server.client().load_table(("ns", "t")).transaction().set_properties(
         note="x").commit_transaction()  # room again: the same commit lands
     assert len(metadata_files(server)) == len(files) + 1

@@ -103,16 +103,16 @@ def _local_folder(location: str) -> bool:
     return parts.scheme in ("", "file") and os.path.isdir(parts.path)
 
 
-def write_error(file_io: FileIO, location: str, table: str, exc: OSError) -> oe.StorageError:
+def write_error(file_io: FileIO, location: str, what: str, exc: OSError) -> oe.StorageError:
     """The error to raise for a failed write of the metadata file at ``location`` of
-    ``table``: its kind as :func:`classify` tells (a store without room is
-    :class:`~olympia.exceptions.InsufficientStorageError`). What the write left of a file
-    it was creating is deleted (a file that existed already is not touched)."""
+    ``what`` (``table ns.t``): its kind as :func:`classify` tells (a store without room
+    is :class:`~olympia.exceptions.InsufficientStorageError`). What the write left of a
+    file it was creating is deleted (a file that existed already is not touched)."""
     kind = classify(exc)
     if kind is not oe.FileAlreadyExists:
         with contextlib.suppress(OSError):
             file_io.delete(location)
-    return kind(f"table {table}: cannot write its Iceberg metadata ({exc})", location)
+    return kind(f"{what}: cannot write its Iceberg metadata ({exc})", location)
 
 
 def parse_table_metadata(data: bytes, location: str, table: str,

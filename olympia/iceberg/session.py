@@ -442,7 +442,7 @@ class CatalogSession(MetastoreCatalog):
             try:
                 self._write_metadata(metadata, io, location)
             except OSError as exc:
-                raise write_error(io, location, f"{ns}.{name}", exc) from exc
+                raise write_error(io, location, f"table {ns}.{name}", exc) from exc
             self._written.append((io, location))
         self._remember(location, metadata)
         txn = self._staging()
