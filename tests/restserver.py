@@ -67,11 +67,11 @@ class RestServer:
         env = {**os.environ, "OLYMPIA_STORAGE_OPTIONS": json.dumps(self.storage_options)}
         cmd = [str(Path(sys.executable).parent / "olympia"), "serve", "-c", self.catalog_uri,
                "--warehouse", self.warehouse, "--port", "0", *self.extra]
-        limit = self.file_size_limit
-        self.process = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, env=env, preexec_fn=None if limit is None else (
-                lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))))
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, text=True, env=env)
+        if self.file_size_limit is not None:  # before it serves: it writes nothing until then
+            limit = self.file_size_limit
+            resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE, (limit, limit))
         assert self.process.stdout is not None
         for line in self.process.stdout:  # the address line comes before anything is served
             self.log.append(line)

@@ -53,7 +53,7 @@ class MetadataTooLargeError(IcebergMetadataError):
         oe.OlympiaError.__init__(
             self, f"the Iceberg metadata file {path} of table {table} is larger than "
                   f"{limit} bytes, the most this catalog reads (catalog property "
-                  f"{MAX_METADATA_PROPERTY})")
+                  f"{MAX_METADATA_PROPERTY}, olympia serve --max-metadata-bytes)")
         self.path, self.reason, self.limit = path, "larger than the catalog reads", limit
 
 
