@@ -30,6 +30,11 @@ class TransientStorageError(StorageError):
     """A failure that may go away on retry (throttling, timeouts, connection resets)."""
 
 
+class InsufficientStorageError(StorageError):
+    """The store has no room for a write: it is full (or over a quota), or the file is
+    larger than it allows. Trying again does not help until its operator acts."""
+
+
 class PartialDeleteError(StorageError):
     """A bulk delete left files in place: ``errors`` maps each (catalog-relative path) to its
     own error, a :class:`TransientStorageError` where a retry may succeed."""

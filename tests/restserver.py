@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -37,15 +38,19 @@ class RestServer:
         warehouse: Where tables live.
         storage_options: The server's own storage options (passed as OLYMPIA_STORAGE_OPTIONS).
         extra: More command-line arguments.
+        file_size_limit: The largest file the server process may write (its
+            ``RLIMIT_FSIZE``: a write past it fails with ``EFBIG``, as on a file system
+            whose files cannot grow that large; Python ignores ``SIGXFSZ``).
     """
 
     def __init__(self, catalog_uri: str, warehouse: str,
                  storage_options: dict[str, Any] | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), file_size_limit: int | None = None) -> None:
         self.catalog_uri = catalog_uri
         self.warehouse = warehouse
         self.storage_options = storage_options or {}
         self.extra = extra
+        self.file_size_limit = file_size_limit
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
         self.log: list[str] = []
@@ -64,6 +69,9 @@ class RestServer:
                "--warehouse", self.warehouse, "--port", "0", *self.extra]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, text=True, env=env)
+        if self.file_size_limit is not None:  # before it serves: it writes nothing until then
+            limit = self.file_size_limit
+            resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE, (limit, limit))
         assert self.process.stdout is not None
         for line in self.process.stdout:  # the address line comes before anything is served
             self.log.append(line)

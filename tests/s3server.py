@@ -147,6 +147,36 @@ class SeaweedS3Server:
         fs.pipe_file(f"{name}/.probe-{uuid.uuid4().hex}", b"ok")
         return name
 
+    def read_only(self, prefix: str, read_only: bool = True) -> None:
+        """Make the files under ``bucket/prefix`` read-only (or writable again) with the
+        filer's path configuration (``weed shell``'s ``fs.configure``): a write there then
+        fails as SeaweedFS fails it (500 ``InternalError``), reads still work. Returns once
+        a write under the prefix fails (or lands) as configured."""
+        from olympia.exceptions import StorageError
+        from olympia.storage import Storage
+
+        location = f"/buckets/{prefix.strip('/')}/"
+        command = (f"fs.configure -locationPrefix={location} -readOnly -apply" if read_only
+                   else f"fs.configure -locationPrefix={location} -delete -apply")
+        subprocess.run([weed_binary(), "shell", f"-master=127.0.0.1:{self.master_port}",
+                        f"-filer=127.0.0.1:{self.filer_port}"], input=command + "\nexit\n",
+                       capture_output=True, text=True, timeout=60, check=True)
+        probe = Storage(f"s3://{prefix.strip('/')}",
+                        {**self.storage_options, "retry_attempts": 1})
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            name = f".probe-{uuid.uuid4().hex}"
+            try:
+                probe.write(name, b"ok")
+                probe.delete(name)
+                writable = True
+            except StorageError:
+                writable = False
+            if writable != read_only:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{location} did not become {'read-only' if read_only else 'writable'}")
+
     def stop(self) -> None:
         """Stop the process this object started (by its PID / process group), then clean up."""
         self._stop_process()

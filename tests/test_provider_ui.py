@@ -164,6 +164,10 @@ def test_reader_sees_the_olympia_connections_and_their_catalog(airflow_ui: Airfl
         assert "The example &lt;b&gt;catalog&lt;/b&gt;" in landing.text
         home = reader.get(f"{PREFIX}{CONN}/")
         assert home.status_code == 200
+        for answer in (landing, home, reader.get(f"{PREFIX}{CONN}/namespace?name=%00")):
+            # framed by Airflow's own pages only (its navigation entry is an iframe)
+            assert "frame-ancestors 'self'" in answer.headers["content-security-policy"]
+            assert answer.headers["x-frame-options"] == "SAMEORIGIN"
         assert all(ns in home.text for ns in EXAMPLE_SPEC.namespaces)
         for ns in EXAMPLE_SPEC.namespaces:
             page = reader.get(f"{PREFIX}{CONN}/namespace", params={"name": ns})

@@ -21,6 +21,7 @@ from olympia.catalog.keys import version_path
 from olympia.exceptions import (
     FileAlreadyExists,
     FileNotFound,
+    InsufficientStorageError,
     InvalidArgumentError,
     PartialDeleteError,
     StorageError,
@@ -253,6 +254,13 @@ def test_a_denied_local_file_is_a_permanent_error(tmp_path: Any) -> None:
      TransientStorageError),
     (PermissionError(errno.EACCES, "An error occurred (503) when calling the x operation"),
      StorageError),
+    # a store without room for the write; a read-only one is a failure like any other
+    (OSError(errno.ENOSPC, "No space left on device"), InsufficientStorageError),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), InsufficientStorageError),
+    (OSError(errno.EFBIG, "File too large"), InsufficientStorageError),
+    (OSError(errno.EROFS, "Read-only file system"), StorageError),
+    (OSError(errno.EIO, "An error occurred (EntityTooLarge) when calling the PutObject "
+                        "operation: too big"), InsufficientStorageError),
 ])
 def test_classify_builtin_errors(error: Exception, kind: type) -> None:
     assert classify(error) is kind
@@ -262,6 +270,7 @@ def test_classify_bulk_delete_codes() -> None:
     assert classify("SlowDown: Please reduce your request rate.") is TransientStorageError
     assert classify("InternalError: 503 in the message") is TransientStorageError
     assert classify("AccessDenied: node/1b503c7e.arrow") is StorageError
+    assert classify("QuotaExceeded: over the bucket's quota") is InsufficientStorageError
 
 
 GETS = frozenset({"GET", "HEAD"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import Depends, FastAPI, HTTPException
@@ -187,6 +188,11 @@ def test_diff_down_to_columns_with_renames_as_renames(catalog: Catalog) -> None:
     ("/history?before=0", 400, "before must be a positive version number"),
     ("/diff?to=x", 400, "bad query: to"),
     ("/table?ns=sales", 400, "bad query: name"),
+    # names the catalog's format cannot hold
+    ("/namespace?name=%00", 400, "namespace name &#39;\\x00&#39; contains forbidden"),
+    ("/table?ns=&name=x", 400, "namespace name must not be empty"),
+    ("/table?ns=sales&name=%20", 400, "table name &#39; &#39; contains forbidden"),
+    (f"/view?ns=sales&name={'v' * 300}", 400, "is 300 bytes; the catalog allows 100"),
     ("/no/such/page", 404, "no page /no/such/page"),
 ])
 def test_errors_are_pages_naming_what_is_wrong(catalog: Catalog, url: str, status: int,
@@ -195,6 +201,33 @@ def test_errors_are_pages_naming_what_is_wrong(catalog: Catalog, url: str, statu
     assert page.status_code == status
     assert page.headers["content-type"].startswith("text/html")
     assert names in page.text and "Traceback" not in page.text
+
+
+def assert_secured(answer: Any) -> None:
+    """The answer carries the UI's security headers: no script, no foreign frame."""
+    policy = answer.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "frame-ancestors 'self'" in policy
+    assert "script-src" not in policy and "'unsafe-inline'" not in policy.replace(
+        "style-src-attr 'unsafe-inline'", "")
+    assert answer.headers["x-frame-options"] == "SAMEORIGIN"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_every_answer_carries_the_security_headers(catalog: Catalog) -> None:
+    client = client_of(catalog)
+    for url, status in (("/", 200), ("/history", 200), ("/table?ns=sales&name=orders_v2", 200),
+                        ("/static/ui.css", 200), ("/namespace?name=%00", 400),
+                        ("/namespace?name=hr", 404), ("/no/such/page", 404)):
+        answer = client.get(url)
+        assert answer.status_code == status, url
+        assert_secured(answer)
+
+    def broken(request: object) -> Catalog:
+        raise RuntimeError("a bug")
+
+    crashed = TestClient(create_ui(broken), raise_server_exceptions=False).get("/")
+    assert crashed.status_code == 500 and "a bug" not in crashed.text
+    assert_secured(crashed)
 
 
 def test_namespace_contents_page_through_tables_then_views(tmp_path: Path) -> None:
@@ -287,6 +320,7 @@ def test_serve_without_tokens_shows_the_ui_as_it_serves_the_api(
     page = client.get("/ui/namespace?name=sales")
     assert page.status_code == 200 and 'href="/ui/table?ns=sales&amp;name=orders_v2"' in page.text
     assert client.get("/ui/login").status_code == 404  # nothing to sign in to
+    assert_secured(page)
 
 
 def test_serve_with_tokens_needs_a_token_or_the_sign_in_cookie(
@@ -296,11 +330,14 @@ def test_serve_with_tokens_needs_a_token_or_the_sign_in_cookie(
     client = TestClient(create_app(service, tokens=Tokens.load(token_file)))
     refused = client.get("/ui/history")
     assert refused.status_code == 401 and 'href="/ui/login"' in refused.text
+    assert_secured(refused)
+    assert_secured(client.get("/ui/login"))
     assert client.get("/ui/", headers={"Authorization": "Bearer reader-secret"}
                       ).status_code == 200
     assert client.get("/ui/", headers={"Authorization": "Bearer wrong"}).status_code == 401
     wrong = client.post("/ui/login", data={"client_id": "reader", "secret": "nope"})
     assert wrong.status_code == 401 and "sign no one in" in wrong.text
+    assert_secured(wrong)
     signed = client.post("/ui/login", data={"client_id": "reader", "secret": "reader-secret"},
                          follow_redirects=False)
     assert signed.status_code == 303 and signed.headers["location"] == "/ui/"

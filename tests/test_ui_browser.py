@@ -184,3 +184,37 @@ def test_a_server_with_tokens_refuses_until_signed_in(tmp_path: Path, browser: A
             assert cookie["value"] != "viewer-secret"
         finally:
             page.close()
+
+
+def test_the_security_policy_holds_in_the_browser(server: RestServer, browser: Any) -> None:
+    """Chromium applies the UI's policy: the style sheet and the style attributes that
+    indent columns load with no violation reported, a page of the same origin may frame
+    the UI, and a page of another origin may not (the frame shows Chromium's error page)."""
+    page = browser.new_page()
+    refusals: list[str] = []
+    page.on("console", lambda message: refusals.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    try:
+        for path in ("/ui/", "/ui/table?ns=sales&name=payments", "/ui/history",
+                     "/ui/diff?to=1", "/ui/namespace?name=%00"):
+            page.goto(server.url + path)
+            assert page.evaluate("document.styleSheets[0].cssRules.length") > 10
+        page.goto(server.url + "/ui/table?ns=sales&name=payments")
+        assert page.evaluate("document.querySelector('th[style]').style.paddingLeft") == "0.5em"
+        assert refusals == []
+        # framed by a page of its own origin (as Airflow frames its plugins' pages; a UI
+        # page itself frames nothing: default-src 'none')
+        page.goto(server.url + "/v1/config")
+        page.evaluate("""() => new Promise(done => {
+            const frame = document.createElement('iframe');
+            frame.onload = done; frame.src = '/ui/history'; document.body.append(frame); })""")
+        assert page.frame_locator("iframe").locator("h1").inner_text() == "History"
+        assert refusals == []
+        # framed by a page of another origin (localhost is not 127.0.0.1): refused
+        page.goto(server.url.replace("127.0.0.1", "localhost") + "/v1/config")
+        page.set_content(f'<iframe src="{server.url}/ui/history"></iframe>')
+        framed = page.frames[1]
+        assert framed.url.startswith("chrome-error://")  # Chromium's page for a refused frame
+        assert "Olympia catalog" not in framed.content()  # no page of the UI
+    finally:
+        page.close()

@@ -25,6 +25,9 @@ from olympia.exceptions import InvalidArgumentError
                    "as s3.endpoint for their own file access; repeatable.")
 @click.option("--max-body-bytes", type=click.IntRange(1), default=8 * 1024 * 1024,
               show_default=True, help="Largest request body accepted.")
+@click.option("--max-metadata-bytes", type=click.IntRange(1),
+              help="Largest Iceberg metadata file read (a table to register or load); a "
+                   "larger one is refused.  [default: 33554432 (32 MiB)]")
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="PATH",
               help="Clients and their bearer tokens, one a line: '<client-id> "
                    "<read-only|read-write> <secret>'; every request then needs one.")
@@ -53,9 +56,9 @@ from olympia.exceptions import InvalidArgumentError
 @handle_errors
 def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: int,
           warehouse: str | None, client_property: tuple[str, ...], max_body_bytes: int,
-          token_file: str | None, max_connections: int | None, timeout_idle: int,
-          timeout_request: float, failed_secret_burst: int, failed_secret_interval: float,
-          insecure: bool) -> None:
+          max_metadata_bytes: int | None, token_file: str | None, max_connections: int | None,
+          timeout_idle: int, timeout_request: float, failed_secret_burst: int,
+          failed_secret_interval: float, insecure: bool) -> None:
     """Serve the catalog to Iceberg clients (Spark, DuckDB, pyiceberg, ...) over the Iceberg
     REST catalog protocol until interrupted."""
     try:
@@ -81,7 +84,7 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
     tokens = Tokens.load(token_file) if token_file is not None else None
     clients = key_value_pairs("--client-property", client_property)
     store = open_catalog(catalog_uri, storage_option)
-    catalog = OlympiaCatalog.over(store)
+    catalog = OlympiaCatalog.over(store, max_metadata_bytes=max_metadata_bytes)
     if warehouse:
         catalog.properties["warehouse"] = warehouse
     try:

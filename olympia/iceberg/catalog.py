@@ -38,7 +38,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableRequest, CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.table.update import AssertCreate, AssignUUIDUpdate, TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.view import View
 
@@ -77,8 +77,11 @@ class OlympiaCatalog(CatalogSession):
     (``true``: create the Olympia catalog if there is none at ``uri``) and
     ``olympia.metadata-cache-size`` (parsed metadata files kept in memory, default 256; a
     metadata file is still read on every load, and parsed again only when its bytes
-    changed, so a file deleted or replaced is noticed). Properties missing from
-    the call are read from ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__<NAME>__*`` as usual.
+    changed, so a file deleted or replaced is noticed) and ``olympia.max-metadata-size``
+    (the largest metadata file read, in bytes, default 32 MiB: a larger one is refused
+    with ``MetadataTooLargeError`` after reading one byte past it, never whole). Properties
+    missing from the call are read from ``.pyiceberg.yaml`` /
+    ``PYICEBERG_CATALOG__<NAME>__*`` as usual.
 
     Raises:
         InvalidArgumentError: no ``uri``, or a malformed property.
@@ -368,6 +371,7 @@ class OlympiaCatalog(CatalogSession):
                                      previous.location)
         else:
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")
+        _check_uuid(f"{ns}.{name}", current.metadata if current is not None else None, updates)
         staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
         if current is not None and staged.metadata == current.metadata:
             return response(current.metadata, current.metadata_location)
@@ -547,6 +551,27 @@ class OlympiaCatalog(CatalogSession):
         """Refused: Iceberg view metadata has no place in an Olympia catalog."""
         raise NotImplementedError("Olympia views are SQL definitions: create them with "
                                   "OlympiaCatalog.olympia.create_view or a catalog spec")
+
+
+def _check_uuid(table: str, current: TableMetadata | None,
+                updates: tuple[TableUpdate, ...]) -> None:
+    """Refuse an ``assign-uuid`` that would change a table's uuid, as Iceberg's Java
+    catalog does (``Cannot reassign uuid``): a uuid names one table for its whole life. The
+    same uuid again is accepted (it changes nothing); a table being created takes the
+    first one assigned.
+
+    Raises:
+        InvalidArgumentError: an update assigns another uuid.
+    """
+    uuid = current.table_uuid if current is not None else None
+    for update in updates:
+        if not isinstance(update, AssignUUIDUpdate):
+            continue
+        if uuid is not None and update.uuid != uuid:
+            raise oe.InvalidArgumentError(
+                f"table {table}: cannot reassign its uuid {uuid} to {update.uuid}; a table "
+                "keeps the uuid it was created with")
+        uuid = update.uuid
 
 
 def _table_files(table: Table, check: Callable[[str, str], Place],

@@ -3,20 +3,23 @@ what a commit did to it, and pyiceberg's identifier and property conventions."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
+import os
 import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import pydantic
 from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.io import FileIO
-from pyiceberg.serializers import Compressor, FromByteStream
+from pyiceberg.serializers import Compressor, FromByteStream, GzipCompressor
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
@@ -24,8 +27,15 @@ from pyiceberg.typedef import Identifier
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
 from olympia.iceberg.typemap import columns_from_schema
+from olympia.storage.retry import classify
 
 ICEBERG = "iceberg"
+#: The catalog property bounding the size of a metadata file the catalog reads (bytes).
+MAX_METADATA_PROPERTY = "olympia.max-metadata-size"
+#: Its default, 32 MiB: eight times the metadata of a table committing every minute through
+#: Iceberg's default snapshot retention (five days, about 4 MiB), while one file parsed
+#: stays a small part of a server's memory.
+DEFAULT_MAX_METADATA_BYTES = 32 * 1024 * 1024
 
 
 class IcebergMetadataError(oe.TableMetadataError, NoSuchTableError):
@@ -35,44 +45,92 @@ class IcebergMetadataError(oe.TableMetadataError, NoSuchTableError):
     written for another catalog catches it where it catches a missing table."""
 
 
-def read_table_metadata(io: FileIO, location: str, table: str) -> TableMetadata:
+class MetadataTooLargeError(IcebergMetadataError):
+    """A table's metadata file is larger than the catalog reads (``limit`` bytes, the
+    catalog property :data:`MAX_METADATA_PROPERTY`)."""
+
+    def __init__(self, path: str, table: str, limit: int) -> None:
+        oe.OlympiaError.__init__(
+            self, f"the Iceberg metadata file {path} of table {table} is larger than "
+                  f"{limit} bytes, the most this catalog reads (catalog property "
+                  f"{MAX_METADATA_PROPERTY}, olympia serve --max-metadata-bytes)")
+        self.path, self.reason, self.limit = path, "larger than the catalog reads", limit
+
+
+def read_table_metadata(io: FileIO, location: str, table: str,
+                        limit: int = DEFAULT_MAX_METADATA_BYTES) -> TableMetadata:
     """Parse the metadata file at ``location`` of ``table`` (``ns.name``).
 
     Raises:
-        IcebergMetadataError: the file is missing or unreadable as Iceberg table metadata.
-        StorageError: the storage failed otherwise (the outcome may differ on retry).
+        IcebergMetadataError: the file is missing, a folder, larger than ``limit`` bytes or
+            unreadable as Iceberg table metadata.
+        StorageError: the storage failed otherwise.
     """
-    return parse_table_metadata(read_metadata_file(io, location, table), location, table)
+    data = read_metadata_file(io, location, table, limit)
+    return parse_table_metadata(data, location, table, limit)
 
 
-def read_metadata_file(file_io: FileIO, location: str, table: str) -> bytes:
-    """The bytes of the metadata file at ``location`` of ``table``, as stored.
+def read_metadata_file(file_io: FileIO, location: str, table: str,
+                       limit: int = DEFAULT_MAX_METADATA_BYTES) -> bytes:
+    """The bytes of the metadata file at ``location`` of ``table``, as stored; at most
+    ``limit`` + 1 bytes are read.
 
     Raises:
-        IcebergMetadataError: the file does not exist.
-        StorageError: the storage failed otherwise (the outcome may differ on retry).
+        IcebergMetadataError: the file does not exist, is a folder, or holds more than
+            ``limit`` bytes.
+        StorageError: the storage failed otherwise (its kind as :func:`classify` tells).
     """
+    unreadable = f"the Iceberg metadata of table {table} is unreadable"
     try:
         with file_io.new_input(location).open() as stream:
-            return stream.read()
+            data: bytes = stream.read(limit + 1)
     except FileNotFoundError:
-        raise IcebergMetadataError(location, f"the Iceberg metadata of table {table} is "
-                                             "unreadable: the file does not exist") from None
+        raise IcebergMetadataError(location, f"{unreadable}: the file does not exist") from None
     except OSError as exc:
-        raise oe.StorageError(f"table {table}: cannot read its Iceberg metadata ({exc})",
-                              location) from exc
+        if _local_folder(location):
+            raise IcebergMetadataError(location, f"{unreadable}: it is a folder, not a file"
+                                       ) from None
+        raise classify(exc)(f"table {table}: cannot read its Iceberg metadata ({exc})",
+                            location) from exc
+    if len(data) > limit:
+        raise MetadataTooLargeError(location, table, limit)
+    return data
 
 
-def parse_table_metadata(data: bytes, location: str, table: str) -> TableMetadata:
+def _local_folder(location: str) -> bool:
+    """Whether ``location`` names a folder on local disk."""
+    parts = urlsplit(location)
+    return parts.scheme in ("", "file") and os.path.isdir(parts.path)
+
+
+def write_error(file_io: FileIO, location: str, what: str, exc: OSError) -> oe.StorageError:
+    """The error to raise for a failed write of the metadata file at ``location`` of
+    ``what`` (``table ns.t``): its kind as :func:`classify` tells (a store without room
+    is :class:`~olympia.exceptions.InsufficientStorageError`). What the write left of a
+    file it was creating is deleted (a file that existed already is not touched)."""
+    kind = classify(exc)
+    if kind is not oe.FileAlreadyExists:
+        with contextlib.suppress(OSError):
+            file_io.delete(location)
+    return kind(f"{what}: cannot write its Iceberg metadata ({exc})", location)
+
+
+def parse_table_metadata(data: bytes, location: str, table: str,
+                         limit: int = DEFAULT_MAX_METADATA_BYTES) -> TableMetadata:
     """The table metadata in ``data``, the bytes of the file at ``location`` (gzip if its
-    name says so).
+    name says so: at most ``limit`` + 1 bytes are decompressed).
 
     Raises:
-        IcebergMetadataError: ``data`` is no Iceberg table metadata.
+        IcebergMetadataError: ``data`` is no Iceberg table metadata, or decompresses to more
+            than ``limit`` bytes.
     """
     try:
-        return FromByteStream.table_metadata(
-            io.BytesIO(data), compression=Compressor.get_compressor(location=location))
+        if isinstance(Compressor.get_compressor(location=location), GzipCompressor):
+            with gzip.open(io.BytesIO(data)) as stream:
+                data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise MetadataTooLargeError(location, table, limit)
+        return FromByteStream.table_metadata(io.BytesIO(data))
     except (gzip.BadGzipFile, zlib.error) as exc:
         reason = f"not gzip data, as its name says ({exc})"
     except (ValueError, IcebergValidationError, EOFError) as exc:

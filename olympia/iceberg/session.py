@@ -45,12 +45,15 @@ from olympia.iceberg.locations import (
     place,
 )
 from olympia.iceberg.metadata import (
+    DEFAULT_MAX_METADATA_BYTES,
     ICEBERG,
+    MAX_METADATA_PROPERTY,
     describe,
     identifier_parts,
     parse_table_metadata,
     read_metadata_file,
     table_definition,
+    write_error,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.lru import LruCache
@@ -75,6 +78,7 @@ class CatalogSession(MetastoreCatalog):
     _txn: Transaction | None
     _written: list[tuple[FileIO, str]]
     _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
+    _max_metadata_bytes: int
     _index: LiveIndex | None
     _seen: int  # the staged actions of the transaction _index includes
     _kept: _Kept | None  # the tables of kept versions, for purges (_kept_tables)
@@ -94,6 +98,10 @@ class CatalogSession(MetastoreCatalog):
         cache_size = merged.get(CACHE_PROPERTY, str(DEFAULT_CACHE_SIZE))
         if not cache_size.isdigit():
             raise oe.InvalidArgumentError(f"property {CACHE_PROPERTY} must be a whole number")
+        max_metadata = merged.get(MAX_METADATA_PROPERTY, str(DEFAULT_MAX_METADATA_BYTES))
+        if not max_metadata.isdigit() or int(max_metadata) < 1:
+            raise oe.InvalidArgumentError(
+                f"property {MAX_METADATA_PROPERTY} must be a positive whole number of bytes")
         try:
             store = OlympiaStore.open(uri, options)
         except oe.NoSuchCatalogError as exc:
@@ -105,6 +113,7 @@ class CatalogSession(MetastoreCatalog):
             except oe.AlreadyExistsError:  # another process created it meanwhile
                 store = OlympiaStore.open(uri, options)
         self._setup(name, store, merged, int(cache_size))
+        self._max_metadata_bytes = int(max_metadata)
         self._root = True
 
     def _setup(self, name: str, store: OlympiaStore, properties: dict[str, str],
@@ -117,24 +126,28 @@ class CatalogSession(MetastoreCatalog):
         self._txn = None
         self._written = []
         self._metadata_cache = LruCache(cache_size)
+        self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
         self._index, self._seen = None, 0
         self._kept, self._kept_lock = None, threading.Lock()
         self._root = False
         self._dry_run = False
 
     @classmethod
-    def over(cls, store: OlympiaStore, name: str = "olympia", *,
-             dry_run: bool = False) -> Self:
+    def over(cls, store: OlympiaStore, name: str = "olympia", *, dry_run: bool = False,
+             max_metadata_bytes: int | None = None) -> Self:
         """An OlympiaCatalog over an Olympia catalog that is open already (``olympia apply``
         creating tables): the warehouse is the catalog's ``warehouse`` property, the FileIO
         gets the catalog's own storage options (:func:`iceberg_properties`). With
         ``dry_run``, commits stage definitions but write no metadata file (plans staged to
         be classified); such a catalog is only good for a transaction that is aborted.
-        It does not own ``store`` (closing it closes nothing)."""
+        ``max_metadata_bytes`` bounds a metadata file it reads (as the property
+        ``olympia.max-metadata-size``; ``None``: its default). It does not own ``store``
+        (closing it closes nothing)."""
         catalog = cls.__new__(cls)
         catalog._setup(name, store, iceberg_properties(store.uri, store.storage.options),
                        DEFAULT_CACHE_SIZE)
         catalog._dry_run = dry_run
+        catalog._max_metadata_bytes = max_metadata_bytes or DEFAULT_MAX_METADATA_BYTES
         return catalog
 
     def __repr__(self) -> str:
@@ -332,19 +345,21 @@ class CatalogSession(MetastoreCatalog):
         dry run's own staged files, never written, are served from memory.
 
         Raises:
-            IcebergMetadataError: the file is missing or is no Iceberg table metadata
-                (the message names ``table`` and the file).
+            IcebergMetadataError: the file is missing, a folder, larger than the catalog
+                reads (:class:`MetadataTooLargeError`) or no Iceberg table metadata (the
+                message names ``table`` and the file).
             StorageError: the storage failed otherwise.
         """
         cached = self._metadata_cache.get(location)
         if cached is not None and self._dry_run and cached[0] is None:
             return cached[1]
-        data = read_metadata_file(self._load_file_io(location=location), location, table)
+        limit = self._max_metadata_bytes
+        data = read_metadata_file(self._load_file_io(location=location), location, table, limit)
         digest = hashlib.sha256(data).digest()
         cached = self._metadata_cache.get(location)
         if cached is not None and cached[0] == digest:
             return cached[1]
-        metadata = parse_table_metadata(data, location, table)
+        metadata = parse_table_metadata(data, location, table, limit)
         self._remember(location, metadata, digest)
         return metadata
 
@@ -461,6 +476,8 @@ class CatalogSession(MetastoreCatalog):
             LocationInUseError: a new table location overlaps another live table's.
             TableLocationError: the table location or the new metadata file is a refused
                 form (:func:`olympia.iceberg.locations.place`).
+            StorageError: the metadata file could not be written
+                (:class:`InsufficientStorageError` where the store has no room).
         """
         if before is None or metadata.location != before.location:
             self._live().check_free(f"table {ns}.{name}", metadata.location, location,
@@ -468,7 +485,10 @@ class CatalogSession(MetastoreCatalog):
         else:  # (write.metadata.path may place it anywhere)
             place(location, f"the new metadata file of table {ns}.{name}")
         if not self._dry_run:
-            self._write_metadata(metadata, io, location)
+            try:
+                self._write_metadata(metadata, io, location)
+            except OSError as exc:
+                raise write_error(io, location, f"table {ns}.{name}", exc) from exc
             self._written.append((io, location))
         self._remember(location, metadata)
         txn = self._staging()

@@ -36,6 +36,8 @@ _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
     (oe.ReadOnlyError, 403, "ForbiddenException"),
     (oe.ProtectedObjectError, 403, "ForbiddenException"),
     (NotImplementedError, 406, "UnsupportedOperationException"),
+    # the store has no room for a write (full, file too large): no retry helps
+    (oe.InsufficientStorageError, 507, "InsufficientStorageException"),
     (oe.StorageError, 503, "ServiceUnavailableException"),
     (oe.CatalogError, 400, "BadRequestException"),
     (IcebergValidationError, 400, "BadRequestException"),

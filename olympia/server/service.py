@@ -345,19 +345,20 @@ class CatalogService:
 
         Raises:
             NoSuchNamespaceError, TableAlreadyExistsError: as for create.
-            RestError: the metadata file is missing or no Iceberg table metadata, or the
-                table has a refused property.
+            RestError: 400 when the metadata file is missing, a folder, larger than the
+                catalog reads or no Iceberg table metadata (the client offered it: no table
+                exists that could be corrupt), or when the table has a refused property.
             TableLocationError: the metadata file or the table it describes lies outside
                 the warehouse (or is in a refused form).
         """
         what = f"table {namespace}.{body.name}"
         self._check_place(body.metadata_location, f"the metadata file registered as {what}")
-        # read before anything is committed (the catalog keeps it cached for the register);
-        # a file the client names that is missing or no metadata is the client's error
+        # read before anything is committed (the catalog keeps it cached for the register)
         try:
-            metadata = self.catalog._read_metadata(body.metadata_location, what)
+            metadata = self.catalog._read_metadata(body.metadata_location,
+                                                   f"{namespace}.{body.name}")
         except IcebergMetadataError as exc:
-            raise bad_request(str(exc)) from None
+            raise bad_request(f"cannot register {what}: {exc}") from None
         self._check_place(metadata.location, f"the location of {what}")
         self._check_properties(metadata.properties, what)
         table = self.catalog.register_table((namespace, body.name), body.metadata_location,

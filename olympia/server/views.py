@@ -38,6 +38,7 @@ from olympia import exceptions as oe
 from olympia.catalog.objects import View
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.iceberg.locations import confine
+from olympia.iceberg.metadata import write_error
 from olympia.iceberg.typemap import columns_from_schema
 from olympia.server.errors import bad_request
 from olympia.server.models import (
@@ -311,8 +312,11 @@ def _write(bound: OlympiaCatalog, metadata: ViewMetadata) -> str:
     path = (f"{metadata.location}/metadata/{len(metadata.version_log):05d}-{uuid.uuid4()}"
             ".metadata.json")
     io = bound._load_file_io(location=path)
-    with io.new_output(path).create(overwrite=False) as out:
-        out.write(metadata.model_dump_json().encode())
+    try:
+        with io.new_output(path).create(overwrite=False) as out:
+            out.write(metadata.model_dump_json().encode())
+    except OSError as exc:
+        raise write_error(io, path, "a view", exc) from exc
     bound._written.append((io, path))
     return path
 

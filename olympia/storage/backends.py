@@ -177,7 +177,7 @@ class LocalBackend(Backend):
         except FileExistsError:
             raise
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS):
                 raise  # the disk's answer, not a refusal of unnamed files
             self._unnamed = False  # no linking through /proc here: named temps will do
             return False

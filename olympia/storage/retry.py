@@ -1,5 +1,6 @@
 """Olympia's own storage settings (retry budget, timeouts, concurrency) and how a storage
-failure is classified: missing, already existing, transient (tried again) or permanent."""
+failure is classified: missing, already existing, transient (tried again), a store that
+has no room for the write (full, file too large) or permanent."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from olympia.exceptions import (
     FileAlreadyExists,
     FileNotFound,
+    InsufficientStorageError,
     InvalidArgumentError,
     StorageError,
     TransientStorageError,
@@ -98,6 +100,15 @@ TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "T
                              "ServiceUnavailable", "ConditionalRequestConflict",
                              "OperationAborted"})
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# a store without room for the write: disk full or over quota, a file larger than the file
+# system or the process (RLIMIT_FSIZE) allows; on S3 an object larger than the store
+# accepts, a quota reached, a store out of space (MinIO's code, HTTP 507). A read-only
+# store is not one: S3 servers answer it as they answer other failures (SeaweedFS: 500
+# InternalError), so a read-only file system (EROFS) is the permanent StorageError too.
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+FULL_CODES = frozenset({"EntityTooLarge", "QuotaExceeded", "XMinioStorageFull",
+                        "InsufficientStorage", "507"})
+FULL_STATUS = 507
 EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
 MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 TRANSIENT_CLASSES = frozenset({
@@ -128,6 +139,8 @@ def _kind_of_code(code: str, status: int | None = None) -> Kind:
         return FileAlreadyExists
     if code in MISSING_CODES or status == 404:
         return FileNotFound
+    if code in FULL_CODES or status == FULL_STATUS:
+        return InsufficientStorageError
     if code in TRANSIENT_CODES or (code.isdigit() and int(code) in TRANSIENT_STATUS) or (
             status in TRANSIENT_STATUS):
         return TransientStorageError
@@ -142,8 +155,9 @@ def classify(error: BaseException | str) -> Kind:
             reported for one key.
 
     Returns:
-        FileNotFound, FileAlreadyExists, TransientStorageError (may go away on retry) or
-        StorageError (permanent).
+        FileNotFound, FileAlreadyExists, TransientStorageError (may go away on retry),
+        InsufficientStorageError (the store has no room for the write) or StorageError
+        (permanent).
     """
     if isinstance(error, str):
         return _kind_of_code(error.partition(":")[0].strip())
@@ -164,6 +178,8 @@ def classify(error: BaseException | str) -> Kind:
             return TransientStorageError
         if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
             return TransientStorageError
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+            return InsufficientStorageError
     # s3fs's translation of a code it knows no errno for: OSError(EIO, botocore's message)
     found = isinstance(error, OSError) and error.errno == errno.EIO and BOTOCORE_MESSAGE.match(
         error.strerror or "")

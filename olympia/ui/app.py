@@ -1,6 +1,8 @@
 """The UI application: server-rendered pages from Jinja2 templates shipped in this package
 (autoescaped: every name, comment and SQL text is shown as text), links built from the path
-the app is mounted at, and every error answered as a page naming what went wrong."""
+the app is mounted at, every error answered as a page naming what went wrong, and every
+answer with headers that keep its pages to their own style sheet, without scripts, and out
+of other sites' frames (:data:`SECURITY_HEADERS`)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from fastapi import FastAPI, Query, Request, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.reader import Snapshot
-from olympia.exceptions import InvalidArgumentError, NotFoundError, OlympiaError
+from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
 from olympia.plan.render import SIGNS, change_lines
 from olympia.plan.versiondiff import version_diff
 from olympia.ui import pages
@@ -31,6 +35,44 @@ log = logging.getLogger(__name__)
 #: Query parameters that pick a version or a page: not kept by the version form.
 _PINNING = frozenset({"version", "as_of", "after", "before"})
 FromVersion = Annotated[int | None, Query(alias="from")]
+#: The headers every UI answer carries. Pages load only the UI's own style sheet (and style
+#: attributes, which indent nested columns), run no script, send forms only to their own
+#: origin, and may be framed by pages of their own origin only (Airflow frames its plugins'
+#: pages from the same server); ``X-Frame-Options`` says the same to older browsers.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; "
+                               "style-src-attr 'unsafe-inline'; img-src 'self'; "
+                               "form-action 'self'; base-uri 'none'; frame-ancestors 'self'",
+    "X-Frame-Options": "SAMEORIGIN",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+class SecurityHeaders:
+    """ASGI middleware adding :data:`SECURITY_HEADERS` to every answer (a header the
+    answer sets already is kept)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                secure(MutableHeaders(scope=message))
+            await send(message)
+
+        await self.app(scope, receive, secured)
+
+
+def secure(headers: MutableHeaders) -> None:
+    """Add :data:`SECURITY_HEADERS` to an answer's ``headers`` (keeping any it has)."""
+    for name, value in SECURITY_HEADERS.items():
+        headers.setdefault(name, value)
 
 
 class _Context:
@@ -75,6 +117,7 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
     """
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=list(dependencies))
+    app.add_middleware(SecurityHeaders)
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
@@ -102,6 +145,7 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
     async def _invalid(request: Request, exc: InvalidArgumentError) -> Response:
         return error_page(request, 400, _message(exc))
 
+    @app.exception_handler(InvalidNameError)  # before OlympiaError, which its MRO lists first
     @app.exception_handler(ValueError)  # a name the catalog's format cannot hold, ...
     async def _bad_value(request: Request, exc: ValueError) -> Response:
         return error_page(request, 400, _message(exc))
@@ -132,7 +176,9 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("UI page %s failed", request.url.path)
-        return error_page(request, 500, "internal error; the server log has the details")
+        answer = error_page(request, 500, "internal error; the server log has the details")
+        secure(answer.headers)  # answered outside the middleware (by Starlette's outermost)
+        return answer
 
     @app.get("/", response_class=HTMLResponse)
     def home(request: Request, version: str | None = None, as_of: str | None = None,

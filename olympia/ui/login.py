@@ -12,6 +12,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from olympia.ui.app import secure
+
 #: The cookie holding a signed-in browser's access token.
 COOKIE = "olympia_ui_token"
 #: Reads and checks a posted form (fields ``client_id`` and ``secret``, or ``token``):
@@ -45,9 +47,11 @@ def login_routes(sign_in: SignIn, *, ui_path: str = "/ui",
         return str(request.scope.get("root_path", "")) + ui_path
 
     def form(request: Request, message: str = "", code: int = 200) -> HTMLResponse:
-        return templates.TemplateResponse(
+        answer = templates.TemplateResponse(
             request, "login.html", {"root": ui_root(request), "ctx": None, "keep_query": [],
                                     "message": message}, status_code=code)
+        secure(answer.headers)  # served by the application mounting the UI, not by the UI
+        return answer
 
     @router.get(f"{ui_path}/login", response_class=HTMLResponse)
     def show(request: Request) -> HTMLResponse:

@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from olympia.catalog.catalog import Catalog
 from olympia.ui import create_ui
+from olympia.ui.app import SecurityHeaders
 from olympia_provider.hooks.olympia import OlympiaHook, settings_from_connection
 from olympia_provider.plugins.catalog_ui import TITLE
 
@@ -97,6 +98,7 @@ def create_app() -> FastAPI:
     guard = [Depends(login_first), Depends(requires_access_connection("GET"))]
     app = FastAPI(title=TITLE, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.auth_manager = get_auth_manager()  # for the API server's dependencies
+    app.add_middleware(SecurityHeaders)  # the landing page's answers too
     landing = Environment(autoescape=True).from_string(LANDING_PAGE)
 
     @app.get("/", response_class=HTMLResponse, dependencies=guard)
