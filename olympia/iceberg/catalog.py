@@ -369,11 +369,17 @@ class OlympiaCatalog(CatalogSession):
         else:
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")
         staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
-        if current is not None and staged.metadata == current.metadata:
+        if current is None:
+            metadata = staged.metadata
+        elif staged.metadata == current.metadata:
             return response(current.metadata, current.metadata_location)
-        self._stage_metadata(ns, name, staged.metadata, staged.metadata_location, staged.io,
+        else:  # kept catalog versions stay readable (olympia/iceberg/retention.py)
+            metadata = self._retention.apply(ns, name, current.metadata,
+                                             current.metadata_location, staged.metadata,
+                                             updates)
+        self._stage_metadata(ns, name, metadata, staged.metadata_location, staged.io,
                              previous, current.metadata if current is not None else None)
-        return response(staged.metadata, staged.metadata_location)
+        return response(metadata, staged.metadata_location)
 
     def drop_table(self, identifier: str | Identifier) -> None:
         """Drop a table from the catalog; its files stay (see purge_table).

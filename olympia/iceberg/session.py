@@ -45,6 +45,7 @@ from olympia.iceberg.metadata import (
     table_definition,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
+from olympia.iceberg.retention import Retention
 from olympia.lru import LruCache
 from olympia.versions import timetravel
 
@@ -70,6 +71,7 @@ class CatalogSession(MetastoreCatalog):
     _seen: int  # the staged actions of the transaction _index includes
     _root: bool
     _dry_run: bool
+    _retention: Retention
 
     def __init__(self, name: str, **properties: str) -> None:
         configured = Config().get_catalog_config(name) or {}
@@ -109,6 +111,7 @@ class CatalogSession(MetastoreCatalog):
         self._index, self._seen = None, 0
         self._root = False
         self._dry_run = False
+        self._retention = Retention(store, self._read_metadata, store.storage.map)
 
     @classmethod
     def over(cls, store: OlympiaStore, name: str = "olympia", *,
