@@ -317,6 +317,8 @@ class OlympiaCatalog(CatalogSession):
         Raises:
             CommitFailedException: a requirement does not hold at the version the transaction
                 reads, or a concurrent commit changed the same table.
+            KeptSnapshotError: (a CommitFailedException) the updates remove a snapshot a
+                kept catalog version reads (olympia/iceberg/retention.py).
             NoSuchTableError: the table does not exist (and this is no create).
         """
         ns, name = self._table_ident(table.name())
@@ -341,6 +343,8 @@ class OlympiaCatalog(CatalogSession):
         Raises:
             CommitFailedException: a requirement does not hold, or a concurrent commit changed
                 one of the same tables; no table is changed.
+            KeptSnapshotError: (a CommitFailedException) a change removes a snapshot a kept
+                catalog version reads; no table is changed.
             NoSuchTableError: a table does not exist (and its change is no create).
             InvalidArgumentError: an identifier with a multi-level namespace.
         """
