@@ -171,14 +171,12 @@ class Retention:
         dropped = len(full) - len(new.metadata_log)
         removed = removes_snapshots(updates)
         if not removed:
-            return new if dropped <= 0 else new.model_copy(update={"metadata_log": full})
+            # nothing dropped from the log: kept versions' files stay reachable
+            return new if not dropped else new.model_copy(update={"metadata_log": full})
         table = f"{ns}.{name}"
         chain = [entry.metadata_file for entry in base.metadata_log] + [base_location]
         kept = kept_versions(self._store)
         start, pinned = self._needed(ns, name, str(base.table_uuid), chain, kept)
-        segment = chain[start:] if start is not None else []
-        heads = dict(zip(segment + list(pinned),
-                         self._heads_of([*segment, *pinned], table), strict=True))
         if start is None:
             raise KeptSnapshotError(
                 f"cannot remove snapshots of table {table}: {kept.window()} include versions "
@@ -186,9 +184,13 @@ class Retention:
                 "before this catalog kept them, or left behind by a rollback or "
                 "register_table), so the snapshots they read cannot be told. Expire those "
                 "catalog versions first (olympia expire), or wait until they leave the window")
+        segment = chain[start:]
+        locations = [*segment, *pinned]
+        heads = dict(zip(locations, self._heads_of(locations, table), strict=True))
         self._refuse_needed(table, removed, heads, set(segment), pinned, kept)
-        keep = set(segment) | set(pinned)
-        head = [e for e in full[:max(dropped, 0)] if e.metadata_file in keep]
+        # what pyiceberg dropped from the log goes, except the files kept versions name
+        keep = set(locations)
+        head = [e for e in full[:dropped] if e.metadata_file in keep]
         return new.model_copy(update={"metadata_log": head + list(new.metadata_log)})
 
     def _needed(self, ns: str, name: str, uuid: str, chain: list[str], kept: KeptVersions,
