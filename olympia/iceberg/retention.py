@@ -12,10 +12,11 @@ the beginning versions of live distributed transactions.
 1. A commit that removes snapshots (``remove-snapshots``, what ``expire_snapshots`` sends) is
    refused with :class:`KeptSnapshotError` when a kept version's metadata file of the same
    table (same uuid, whatever its name then) has one of them as a ref head. The metadata
-   files of the window are found on the table's lineage: every file from the one the
-   window's oldest version names to the current one is in the current file's
-   ``metadata-log`` (rule 2); one found neither there nor as the table's beginning makes
-   the check refuse, as it cannot tell what those versions read.
+   files of the window are found on the table's lineage, not by walking the versions: every
+   file from the one the window's oldest version names to the current one is in the current
+   file's ``metadata-log`` (rule 2). When the oldest one is neither there nor the table's
+   beginning, the check refuses: it cannot tell what those versions read. (Versions later in
+   the window that a catalog rollback left off the lineage are not seen: docs/ICEBERG.md.)
 2. The ``metadata-log`` (how orphan-file removal reaches older metadata files) is trimmed
    only by a commit that removes snapshots, and then only of files no kept version names;
    other commits keep every entry pyiceberg would have dropped for
