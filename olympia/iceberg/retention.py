@@ -67,6 +67,7 @@ class Heads:
 
     @classmethod
     def of(cls, metadata: TableMetadata) -> Heads:
+        """The heads of ``metadata`` (``main`` is its current snapshot in format 1)."""
         refs: dict[int, list[str]] = {}
         for ref_name, ref in metadata.refs.items():
             refs.setdefault(ref.snapshot_id, []).append(ref_name)
@@ -87,6 +88,7 @@ class KeptVersions:
     pinned: dict[int, str]
 
     def window(self) -> str:
+        """The retention window in words, for messages."""
         return (f"catalog versions {self.start} to {self.latest} (the retention window: "
                 f"keep-last {self.policy.keep_last}, older-than "
                 f"{format_duration(self.policy.older_than_ms or 0)})")
