@@ -33,10 +33,10 @@ from olympia.catalog.files import OLDEST
 from olympia.catalog.keys import version_path
 from olympia.exceptions import ExpiryAbortedError, InvalidArgumentError, NotFoundError
 from olympia.expire import ExpirePolicy, expire_local, format_duration, parse_duration
-from olympia.expire.policy import GRACE, KEEP_LAST, OLDER_THAN, save_defaults
-from olympia.expire.reachability import decide, effective_now, is_candidate, kind_of
+from olympia.expire.reachability import effective_now, is_candidate, kind_of
 from olympia.tree import btree
 from olympia.versions.dtxn import load_transaction
+from olympia.versions.policy import GRACE, KEEP_LAST, OLDER_THAN, decide, save_defaults
 
 # the steps ExpireResult.timings reports, in the order they run
 IDENTIFY_STEPS = ["decide", "raise_oldest", "list", "transactions", "walk", "classify",

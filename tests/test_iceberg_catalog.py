@@ -48,6 +48,7 @@ from olympia.exceptions import (
     ProtectedObjectError,
 )
 from olympia.iceberg import OlympiaCatalog
+from olympia.iceberg.retention import KeptSnapshotError
 
 NESTED = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -516,10 +517,15 @@ def test_append_overwrite_round_trip_s3(s3_server: Any, tmp_path: Path) -> None:
 
 def test_snapshot_expiry_is_a_table_commit(ice: OlympiaCatalog) -> None:
     table = ice.create_table("sales.t", SCHEMA)
-    for start in (0, 10, 20):
-        table.append(rows(start))
+    with table.transaction() as txn:  # two snapshots, one catalog version: the first is
+        txn.append(rows(0))           # no version's head
+        txn.append(rows(10))
+    table.append(rows(20))
     version = ice.olympia.refresh()
-    oldest = table.metadata.snapshots[0].snapshot_id
+    oldest, head = (s.snapshot_id for s in table.metadata.snapshots[:2])
+    with pytest.raises(KeptSnapshotError, match=f"snapshot {head}: catalog versions .* main"):
+        table.maintenance.expire_snapshots().by_id(head).commit()
+    assert ice.olympia.refresh() == version
     table.maintenance.expire_snapshots().by_id(oldest).commit()
     assert ice.olympia.refresh() == version + 1
     assert ice.load_table("sales.t").snapshot_by_id(oldest) is None

@@ -15,8 +15,8 @@ from pyiceberg.exceptions import CommitFailedException
 from olympia import versions
 from olympia.cli import main
 from olympia.expire.local import expire_local
-from olympia.expire.policy import ExpirePolicy
 from olympia.iceberg import OlympiaCatalog
+from olympia.versions.policy import ExpirePolicy
 
 WORKERS = 4
 APPENDS = 25

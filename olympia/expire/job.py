@@ -40,19 +40,16 @@ from olympia.catalog.files import LATEST, OLDEST, CatalogFiles
 from olympia.catalog.keys import path_version
 from olympia.catalog.transaction import now_millis
 from olympia.exceptions import ExpiryAbortedError, OlympiaError
-from olympia.expire.policy import ExpirePolicy, format_duration
 from olympia.expire.reachability import (
     FOLDERS,
     Clock,
-    Decision,
     DeleteReport,
     TxnRoots,
-    decide,
     effective_now,
-    export_roots,
     is_live,
     listing_prefixes,
 )
+from olympia.versions.policy import Decision, ExpirePolicy, decide, export_roots, format_duration
 
 SAMPLE_SIZE = 20
 DEFAULT_SETTLE_MS = 2000

@@ -10,14 +10,12 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import version_path
 from olympia.catalog.transaction import now_millis
 from olympia.expire.job import DEFAULT_SETTLE_MS, ExpireResult, FolderStats, StepHook, Walk, run
-from olympia.expire.policy import ExpirePolicy
 from olympia.expire.reachability import (
     CDEF,
     FILE,
     MISSING,
     NODE,
     Clock,
-    Decision,
     DeleteReport,
     TxnRoots,
     delete_paths,
@@ -28,6 +26,7 @@ from olympia.expire.reachability import (
     read_transactions,
 )
 from olympia.storage import FileInfo, Storage
+from olympia.versions.policy import Decision, ExpirePolicy
 
 
 class LocalEngine:

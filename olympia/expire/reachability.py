@@ -4,7 +4,8 @@ Nothing here knows about Spark. The functions that touch storage (:func:`expand_
 :func:`expand_nodes`, :func:`read_transactions`, :func:`delete_paths`) take a
 :class:`~olympia.storage.Storage` and a batch of paths, so Spark executors call them on their
 partitions and the single-process engine calls them on everything; the decisions
-(:func:`decide`, :func:`is_candidate`, :func:`is_live`, :func:`export_roots`) are pure.
+(:func:`is_candidate`, :func:`is_live`; :func:`~olympia.versions.policy.decide` and
+:func:`~olympia.versions.policy.export_roots` with the policy) are pure.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from olympia.exceptions import (
     StorageError,
     TransientStorageError,
 )
-from olympia.expire.policy import ExpirePolicy
 from olympia.storage import Storage
 from olympia.tree.node import decode_node
+from olympia.versions.policy import Decision
 
 FOLDERS = ("vn", "node", "def", "dtxn")
 DEF_KINDS = ("catalog", "namespace", "table", "view")
@@ -93,48 +94,6 @@ def effective_now(now_ms: int | None = None, clock: Clock = now_millis) -> int:
     Every time comparison of a run derives from this one instant."""
     current = clock()
     return current if now_ms is None else min(int(now_ms), current)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Which versions a run keeps, fixed before anything is listed or changed."""
-
-    now_ms: int
-    cutoff_ms: int   # unreferenced files last modified before this may be deleted
-    old_oldest: int  # vn/oldest when the run started
-    new_oldest: int  # versions below this expire
-    latest: int      # the latest version when the run started
-    order: int       # the catalog's B-tree order (node files are decoded with it)
-
-    @property
-    def versions_expired(self) -> int:
-        return self.new_oldest - self.old_oldest
-
-
-def decide(files: CatalogFiles, policy: ExpirePolicy, now_ms: int) -> Decision:
-    """The new oldest version for a resolved ``policy``.
-
-    Version v expires when it is not among the last ``keep_last`` versions AND was
-    superseded (version v+1 created) at least ``older_than_ms`` before ``now_ms``. Root
-    creation times strictly increase with the version (format ruling 9), so "superseded long
-    enough ago" is monotonic in v and a binary search needs O(log V) root reads.
-    """
-    if policy.keep_last is None or policy.older_than_ms is None or policy.grace_ms is None:
-        raise ValueError("decide() needs a resolved policy")
-    old_oldest = files.oldest_version()
-    latest_root = files.discover_latest()
-    latest = latest_root.version
-    limit = now_ms - policy.older_than_ms
-    low, high = old_oldest, max(old_oldest, latest - policy.keep_last + 1)
-    # invariant: every v < low may expire; no v >= high may
-    while low < high:
-        mid = (low + high) // 2
-        if files.read_root(mid + 1).created_at_millis <= limit:
-            low = mid + 1
-        else:
-            high = mid
-    return Decision(now_ms, now_ms - policy.grace_ms, old_oldest, low, latest,
-                    latest_root.catalog_def.order)
 
 
 def is_candidate(path: str, modified_s: float, new_oldest: int, cutoff_ms: int) -> bool:
@@ -234,15 +193,6 @@ def is_live(txn: TxnRoots, decision: Decision) -> bool:
     """A transaction is live until its expiry time plus the grace period (which absorbs
     clock skew between this job and the process that would commit it)."""
     return txn.expire_at_ms > decision.cutoff_ms
-
-
-def export_roots(catalog_def: pb.CatalogDef) -> dict[str, str]:
-    """Root path -> reason for every export a catalog definition records."""
-    out = {path: f"export {name}" for name, path in catalog_def.exported_snapshots.items()}
-    for name, export in catalog_def.exports.items():
-        if export.root_path:
-            out.setdefault(export.root_path, f"export {name}")
-    return out
 
 
 # --- deleting ------------------------------------------------------------------------------

@@ -64,7 +64,6 @@ from olympia.expire.job import (
     run,
 )
 from olympia.expire.local import LocalEngine
-from olympia.expire.policy import ExpirePolicy
 from olympia.expire.reachability import (
     CDEF,
     DELETE_BATCH,
@@ -73,7 +72,6 @@ from olympia.expire.reachability import (
     NODE,
     READ_BATCH,
     Clock,
-    Decision,
     DeleteReport,
     TxnRoots,
     expand_nodes,
@@ -83,6 +81,7 @@ from olympia.expire.reachability import (
 )
 from olympia.lru import LruCache
 from olympia.storage import FileInfo, Storage
+from olympia.versions.policy import Decision, ExpirePolicy
 
 DRIVER_READS = 4 * READ_BATCH  # walk levels up to this many files are read on the driver
 DRIVER_DELETES = 10 * DELETE_BATCH  # at most this many expired roots are deleted there

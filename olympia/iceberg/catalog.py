@@ -320,6 +320,8 @@ class OlympiaCatalog(CatalogSession):
         Raises:
             CommitFailedException: a requirement does not hold at the version the transaction
                 reads, or a concurrent commit changed the same table.
+            KeptSnapshotError: (a CommitFailedException) the updates remove a snapshot a
+                kept catalog version reads (olympia/iceberg/retention.py).
             NoSuchTableError: the table does not exist (and this is no create).
         """
         ns, name = self._table_ident(table.name())
@@ -344,6 +346,8 @@ class OlympiaCatalog(CatalogSession):
         Raises:
             CommitFailedException: a requirement does not hold, or a concurrent commit changed
                 one of the same tables; no table is changed.
+            KeptSnapshotError: (a CommitFailedException) a change removes a snapshot a kept
+                catalog version reads; no table is changed.
             NoSuchTableError: a table does not exist (and its change is no create).
             InvalidArgumentError: an identifier with a multi-level namespace.
         """
@@ -373,11 +377,17 @@ class OlympiaCatalog(CatalogSession):
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")
         _check_uuid(f"{ns}.{name}", current.metadata if current is not None else None, updates)
         staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
-        if current is not None and staged.metadata == current.metadata:
+        if current is None:
+            metadata = staged.metadata
+        elif staged.metadata == current.metadata:
             return response(current.metadata, current.metadata_location)
-        self._stage_metadata(ns, name, staged.metadata, staged.metadata_location, staged.io,
+        else:  # kept catalog versions stay readable (olympia/iceberg/retention.py)
+            metadata = self._retention.apply(ns, name, current.metadata,
+                                             current.metadata_location, staged.metadata,
+                                             updates)
+        self._stage_metadata(ns, name, metadata, staged.metadata_location, staged.io,
                              previous, current.metadata if current is not None else None)
-        return response(staged.metadata, staged.metadata_location)
+        return response(metadata, staged.metadata_location)
 
     def drop_table(self, identifier: str | Identifier) -> None:
         """Drop a table from the catalog; its files stay (see purge_table).

@@ -56,6 +56,7 @@ from olympia.iceberg.metadata import (
     write_error,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
+from olympia.iceberg.retention import Retention
 from olympia.lru import LruCache
 from olympia.versions import timetravel
 from olympia.versions.history import changes
@@ -85,6 +86,7 @@ class CatalogSession(MetastoreCatalog):
     _kept_lock: threading.Lock
     _root: bool
     _dry_run: bool
+    _retention: Retention
 
     def __init__(self, name: str, **properties: str) -> None:
         configured = Config().get_catalog_config(name) or {}
@@ -131,6 +133,7 @@ class CatalogSession(MetastoreCatalog):
         self._kept, self._kept_lock = None, threading.Lock()
         self._root = False
         self._dry_run = False
+        self._retention = Retention(store, self._read_metadata, store.storage.map)
 
     @classmethod
     def over(cls, store: OlympiaStore, name: str = "olympia", *, dry_run: bool = False,

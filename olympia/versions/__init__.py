@@ -1,5 +1,5 @@
 """Catalog versions: time travel, history and diff, rollback, snapshot export, distributed
-transactions."""
+transactions, and which versions the retention policy keeps (:mod:`olympia.versions.policy`)."""
 
 from olympia.versions.dtxn import (
     abort_transaction,

@@ -1,6 +1,8 @@
 """Retention policy: which versions expire and how old an unreferenced file must be to go.
 
-Settings come from, in order: the caller, the catalog's own properties
+The expiry job (:mod:`olympia.expire`) deletes what this policy no longer keeps; the Iceberg
+catalog (:mod:`olympia.iceberg.retention`) refuses to remove the snapshots the versions it keeps
+read. Settings come from, in order: the caller, the catalog's own properties
 (``olympia.expire.keep-last``, ``olympia.expire.older-than``, ``olympia.expire.grace``), the
 built-in defaults. Settings below the safety minimum are refused unless ``force`` is set.
 """
@@ -16,6 +18,7 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.files import CatalogFiles
 from olympia.exceptions import InvalidArgumentError
 
 MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -166,3 +169,54 @@ def save_defaults(catalog: Catalog, policy: ExpirePolicy) -> int:
         txn.set_catalog_def(new_def, actions.make(A.CATALOG_ALTER, None,
                                                   info={"expiry defaults": "set"}))
     return catalog.version
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Which versions a run keeps, fixed before anything is listed or changed."""
+
+    now_ms: int
+    cutoff_ms: int   # unreferenced files last modified before this may be deleted
+    old_oldest: int  # vn/oldest when the run started
+    new_oldest: int  # versions below this expire
+    latest: int      # the latest version when the run started
+    order: int       # the catalog's B-tree order (node files are decoded with it)
+
+    @property
+    def versions_expired(self) -> int:
+        return self.new_oldest - self.old_oldest
+
+
+def decide(files: CatalogFiles, policy: ExpirePolicy, now_ms: int) -> Decision:
+    """The new oldest version for a resolved ``policy``.
+
+    Version v expires when it is not among the last ``keep_last`` versions AND was
+    superseded (version v+1 created) at least ``older_than_ms`` before ``now_ms``. Root
+    creation times strictly increase with the version (format ruling 9), so "superseded long
+    enough ago" is monotonic in v and a binary search needs O(log V) root reads.
+    """
+    if policy.keep_last is None or policy.older_than_ms is None or policy.grace_ms is None:
+        raise ValueError("decide() needs a resolved policy")
+    old_oldest = files.oldest_version()
+    latest_root = files.discover_latest()
+    latest = latest_root.version
+    limit = now_ms - policy.older_than_ms
+    low, high = old_oldest, max(old_oldest, latest - policy.keep_last + 1)
+    # invariant: every v < low may expire; no v >= high may
+    while low < high:
+        mid = (low + high) // 2
+        if files.read_root(mid + 1).created_at_millis <= limit:
+            low = mid + 1
+        else:
+            high = mid
+    return Decision(now_ms, now_ms - policy.grace_ms, old_oldest, low, latest,
+                    latest_root.catalog_def.order)
+
+
+def export_roots(catalog_def: pb.CatalogDef) -> dict[str, str]:
+    """Root path -> reason for every export a catalog definition records."""
+    out = {path: f"export {name}" for name, path in catalog_def.exported_snapshots.items()}
+    for name, export in catalog_def.exports.items():
+        if export.root_path:
+            out.setdefault(export.root_path, f"export {name}")
+    return out
