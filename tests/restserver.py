@@ -126,11 +126,14 @@ def version(server: RestServer) -> int:
 
 
 def request(server: RestServer, method: str, path: str, body: bytes | str | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
-    """One HTTP request with ``path`` sent exactly as given: status, headers (names in
-    lower case) and the JSON answer or None."""
+            headers: dict[str, str] | None = None, source: str | None = None,
+            ) -> tuple[int, dict[str, str], Any]:
+    """One HTTP request with ``path`` sent exactly as given (from the loopback address
+    ``source``, if given): status, headers (names in lower case) and the JSON answer or
+    None."""
     address = urlsplit(server.url)
-    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30,
+                                      source_address=(source, 0) if source else None)
     try:
         data = body.encode() if isinstance(body, str) else body
         sent = {"Content-Type": "application/json"} if data is not None else {}

@@ -158,17 +158,7 @@ def test_wrong_secrets_are_slowed_per_address_and_per_client_id(server: RestServ
 def call(server: RestServer, token: str, source: str, method: str = "GET",
          path: str = "/v1/config", body: str | None = None) -> tuple[int, dict[str, str], Any]:
     """A request with a bearer token from the loopback address ``source``."""
-    address = urlsplit(server.url)
-    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
-                                      source_address=(source, 0))
-    try:
-        conn.request(method, path, body=body, headers={"Authorization": f"Bearer {token}"})
-        answer = conn.getresponse()
-        raw = answer.read()
-        return (answer.status, {k.lower(): v for k, v in answer.getheaders()},
-                json.loads(raw) if raw else None)
-    finally:
-        conn.close()
+    return request(server, method, path, body, {"Authorization": f"Bearer {token}"}, source)
 
 
 def test_wrong_bearer_tokens_are_slowed_per_address(server: RestServer) -> None:
