@@ -18,6 +18,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.exceptions import LocationInUseError, TableLocationError
 from olympia.expire import ExpirePolicy, expire_local
 from olympia.iceberg import OlympiaCatalog
+from olympia.iceberg.files import table_files, under
 from olympia.iceberg.locations import LiveIndex, LiveTable, confine
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
@@ -158,6 +160,23 @@ def name_file(table: Table, path: str) -> None:
         add.append_data_file(data_file(path))
 
 
+@contextmanager
+def trusted(lake: Lake) -> Iterator[OlympiaCatalog]:
+    """A library catalog over the server's catalog: a trusted writer (an Olympia job),
+    which may make a table reference files anywhere (pyiceberg's ``add_files``)."""
+    job = OlympiaCatalog("job", **lake.library)
+    try:
+        yield job
+    finally:
+        job.close()
+
+
+def trusted_name_file(lake: Lake, table: tuple[str, str], path: str) -> None:
+    """:func:`name_file` through a trusted writer (the server refuses the commit)."""
+    with trusted(lake) as job:
+        name_file(job.load_table(table), path)
+
+
 # --- placing -------------------------------------------------------------------------------
 
 
@@ -239,7 +258,10 @@ def test_a_symlink_out_of_the_warehouse_is_refused(lake: Lake, client: RestCatal
     table = client.create_table((ns, "t"), ROWS.schema)
     (top / "elsewhere" / "kept.parquet").write_bytes(b"kept")
     Path(table.location().removeprefix("file://"), "linked").symlink_to(top / "elsewhere")
-    name_file(table, f"{table.location()}/linked/kept.parquet")
+    linked = f"{table.location()}/linked/kept.parquet"
+    with pytest.raises(BadRequestError, match="data file.*once symbolic links are resolved"):
+        name_file(table, linked)  # the server takes no such commit
+    trusted_name_file(lake, (ns, "t"), linked)  # a trusted writer may
     with pytest.raises(BadRequestError, match="data file.*once symbolic links are resolved"):
         client.purge_table((ns, "t"))
     assert (top / "elsewhere" / "kept.parquet").read_bytes() == b"kept"
@@ -250,8 +272,8 @@ def test_a_symlink_out_of_the_warehouse_is_refused(lake: Lake, client: RestCatal
 
 def test_files_outside_are_never_read(lake: Lake, client: RestCatalog, ns: str) -> None:
     """Registering the credentials file behind a query is a 400 that echoes nothing of it;
-    so is purging a registered table whose manifest list is that file (the server checks
-    every file before reading it)."""
+    so is registering metadata whose manifest list is that file, and purging a table a
+    trusted writer registered with it (the server checks every file before reading it)."""
     creds = f"{lake.warehouse}/../creds.json"
     for location in (f"{creds}?/..", f"{creds}#/..", creds):
         status, _, body = request(lake.server, "POST", f"/v1/namespaces/{ns}/register",
@@ -267,7 +289,13 @@ def test_files_outside_are_never_read(lake: Lake, client: RestCatalog, ns: str) 
         "location": location, "snapshots": snapshots, "table_uuid": uuid.uuid4(),
         "metadata_log": []}),
         table.io.new_output(metadata))
-    client.register_table((ns, "stolen"), metadata)
+    status, _, body = request(lake.server, "POST", f"/v1/namespaces/{ns}/register",
+                              json.dumps({"name": "stolen", "metadata-location": metadata}))
+    assert status == 400 and SECRET not in json.dumps(body), body
+    assert f"table {ns}.stolen: its manifest list file" in body["error"]["message"]
+    assert not client.table_exists((ns, "stolen"))
+    with trusted(lake) as job:
+        job.register_table((ns, "stolen"), metadata)
     status, _, body = request(lake.server, "DELETE",
                               f"/v1/namespaces/{ns}/tables/stolen?purgeRequested=true")
     assert status == 400 and SECRET not in json.dumps(body), body
@@ -280,15 +308,18 @@ def test_files_outside_are_never_read(lake: Lake, client: RestCatalog, ns: str) 
 
 def test_a_purge_deletes_nothing_outside_the_tables_location(lake: Lake, client: RestCatalog,
                                                              ns: str) -> None:
-    """A manifest naming the victim (behind a query, a fragment, or plainly): the purge is
-    a 400, nothing dropped, nothing deleted."""
+    """A manifest naming the victim (behind a query, a fragment, or plainly): the server
+    refuses the commit; a trusted writer's commit of it makes the purge a 400, nothing
+    dropped, nothing deleted."""
     before = lake.outside()
     for i, path in enumerate([f"{lake.warehouse}/../victim.txt?/../wh/{ns}/f/data/x.parquet",
                               f"{lake.warehouse}/../victim.txt#/../wh/{ns}/f/x.parquet",
                               f"{lake.top}/victim.txt"]):
         table = client.create_table((ns, f"f{i}"), ROWS.schema)
         table.append(ROWS)
-        name_file(table, path)
+        with pytest.raises(BadRequestError, match=f"table {ns}.f{i}: its data file"):
+            name_file(table, path)
+        trusted_name_file(lake, (ns, f"f{i}"), path)
         with pytest.raises(BadRequestError, match="nothing dropped or deleted: its data file"):
             client.purge_table((ns, f"f{i}"))
         assert client.table_exists((ns, f"f{i}"))
@@ -298,8 +329,8 @@ def test_a_purge_deletes_nothing_outside_the_tables_location(lake: Lake, client:
 def test_a_purge_never_deletes_another_tables_data(lake: Lake, client: RestCatalog,
                                                    ns: str) -> None:
     """Table ``g`` naming table ``a``'s data file (plainly; behind a query, with steps that
-    lead the text back into ``g``; through ``..``): purging ``g`` is refused and ``a``
-    stays readable."""
+    lead the text back into ``g``; through ``..``): the server refuses the commit; when a
+    trusted writer made it, purging ``g`` is refused and ``a`` stays readable."""
     a = client.create_table((ns, "a"), ROWS.schema)
     a.append(ROWS)
     (a_file,) = [t.file.file_path for t in a.scan().plan_files()]
@@ -311,7 +342,9 @@ def test_a_purge_never_deletes_another_tables_data(lake: Lake, client: RestCatal
                               f"{f.location()}/../a/{in_a}?/..",
                               f"{f.location()}/data/../../a/{in_a}"]):
         g = client.create_table((ns, f"g{i}"), ROWS.schema)
-        name_file(g, path.format(i))
+        with pytest.raises(BadRequestError, match=f"table {ns}.g{i}: its data file"):
+            name_file(g, path.format(i))
+        trusted_name_file(lake, (ns, f"g{i}"), path.format(i))
         with pytest.raises(BadRequestError, match="nothing dropped or deleted"):
             client.purge_table(g.name())
     assert client.load_table((ns, "a")).scan().to_arrow().num_rows == 3
@@ -321,14 +354,22 @@ def test_a_purge_never_deletes_another_tables_data(lake: Lake, client: RestCatal
 
 def test_a_purge_spares_a_table_of_a_kept_version(lake: Lake, client: RestCatalog,
                                                   ns: str) -> None:
-    """``old`` is dropped (its files stay, time travel reads it); ``new`` takes its folder.
-    Purging ``new`` is refused: ``old``, live at a kept version, has that location."""
-    old = client.create_table((ns, "old"), ROWS.schema)
-    old.append(ROWS)
+    """``old`` is dropped (its files stay, time travel reads it): ``new`` may not take its
+    folder while a kept version has ``old`` there. A trusted writer placed ``old``'s
+    metadata in ``new``'s folder and made ``new`` reference it: purging ``new`` is
+    refused."""
+    with trusted(lake) as job:
+        old = job.create_table((ns, "old"), ROWS.schema, properties={
+            "write.metadata.path": f"{lake.warehouse}/{ns}/new/of-old"})
+        old.append(ROWS)
     folder, kept = old.location(), version(lake.server)
     client.drop_table((ns, "old"))
-    new = client.create_table((ns, "new"), ROWS.schema, location=folder)
-    new.append(ROWS)
+    with pytest.raises(BadRequestError, match=f"location {folder} overlaps .* table {ns}.old "
+                                              f"at kept catalog versions \\d+ to {kept}"):
+        client.create_table((ns, "new"), ROWS.schema, location=folder)
+    new = client.create_table((ns, "new"), ROWS.schema)
+    assert new.location() == f"{lake.warehouse}/{ns}/new"
+    trusted_name_file(lake, (ns, "new"), old.metadata_location)
     with pytest.raises(BadRequestError, match=f"live table {ns}.old .*kept older catalog"):
         client.purge_table((ns, "new"))
     past = lake.server.client("past", warehouse=f"{lake.warehouse}@{kept}")
@@ -338,24 +379,22 @@ def test_a_purge_spares_a_table_of_a_kept_version(lake: Lake, client: RestCatalo
 def test_a_purge_is_free_once_the_version_is_expired(lake: Lake, client: RestCatalog,
                                                      ns: str) -> None:
     """Once the versions where ``old`` lived are expired, nothing kept reads its files:
-    purging ``new`` in its folder goes ahead (and deletes only ``new``'s own files)."""
+    ``new`` may take its folder, and purging ``new`` there goes ahead (deleting only
+    ``new``'s own files)."""
     old = client.create_table((ns, "old"), ROWS.schema)
     old.append(ROWS)
     old_files = {t.file.file_path for t in old.scan().plan_files()}
     client.drop_table((ns, "old"))
-    new = client.create_table((ns, "new"), ROWS.schema, location=old.location())
-    new.append(ROWS)
-    with pytest.raises(BadRequestError, match=f"live table {ns}.old"):
-        client.purge_table((ns, "new"))
-    job = OlympiaCatalog("job", **lake.library)
-    try:
+    with pytest.raises(BadRequestError, match=f"table {ns}.old at kept catalog versions"):
+        client.create_table((ns, "new"), ROWS.schema, location=old.location())
+    with trusted(lake) as job:
         expire_local(job.olympia, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
                                                force=True), now_ms=2**42, settle_ms=0)
-        client.purge_table((ns, "new"))
-        assert not client.table_exists((ns, "new"))
-        assert all(new.io.new_input(f).exists() for f in old_files)
-    finally:
-        job.close()
+    new = client.create_table((ns, "new"), ROWS.schema, location=old.location())
+    new.append(ROWS)
+    client.purge_table((ns, "new"))
+    assert not client.table_exists((ns, "new"))
+    assert all(new.io.new_input(f).exists() for f in old_files)
 
 
 def test_the_kept_tables_follow_new_versions_and_expiry(tmp_path: Path) -> None:
@@ -366,10 +405,11 @@ def test_the_kept_tables_follow_new_versions_and_expiry(tmp_path: Path) -> None:
     catalog.create_namespace("ns")
     catalog.create_table(("ns", "first"), ROWS.schema).append(ROWS)
     catalog.purge_table(("ns", "first"))  # builds what it keeps
-    old = catalog.create_table(("ns", "old"), ROWS.schema)
+    old = catalog.create_table(("ns", "old"), ROWS.schema, properties={
+        "write.metadata.path": f"file://{tmp_path}/wh/ns/new/of-old"})
     old.append(ROWS)
     catalog.drop_table(("ns", "old"))
-    catalog.create_table(("ns", "new"), ROWS.schema, location=old.location()).append(ROWS)
+    name_file(catalog.create_table(("ns", "new"), ROWS.schema), old.metadata_location)
     with pytest.raises(LocationInUseError, match="live table ns.old"):
         catalog.purge_table(("ns", "new"))
     expire_local(catalog.olympia, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
@@ -381,10 +421,10 @@ def test_the_kept_tables_follow_new_versions_and_expiry(tmp_path: Path) -> None:
 
 def test_old_metadata_is_deleted_only_in_the_tables_location(lake: Lake, client: RestCatalog,
                                                              ns: str) -> None:
-    """A client registers a metadata file whose log names the victim, with deletion of old
-    metadata after commits on. pyiceberg deletes old metadata in the committing process, so
-    a library catalog committing to that table (an Olympia job) deletes only the table's
-    own old metadata files."""
+    """The server refuses to register a metadata file whose log names the victim. A trusted
+    writer registers it, with deletion of old metadata after commits on: pyiceberg deletes
+    old metadata in the committing process, so a library catalog committing to that table
+    (an Olympia job) deletes only the table's own old metadata files."""
     before = lake.outside()
     table = client.create_table((ns, "t"), ROWS.schema)
     location = f"{lake.warehouse}/{ns}/logged"
@@ -396,15 +436,16 @@ def test_old_metadata_is_deleted_only_in_the_tables_location(lake: Lake, client:
         "properties": {"write.metadata.delete-after-commit.enabled": "true",
                        "write.metadata.previous-versions-max": "1"}}),
         table.io.new_output(metadata))
-    client.register_table((ns, "logged"), metadata)
+    with pytest.raises(BadRequestError, match=f"{ns}.logged: its previous metadata file"):
+        client.register_table((ns, "logged"), metadata)
     job = OlympiaCatalog("job", **lake.library)
     try:
+        job.register_table((ns, "logged"), metadata)
         logged = job.load_table((ns, "logged"))
         for i in range(3):
             logged = logged.transaction().set_properties({"n": str(i)}).commit_transaction()
-        # the table's own old metadata did go
-        assert [e.metadata_file for e in logged.metadata.metadata_log][-1:] == \
-            [e.metadata_file for e in logged.metadata.metadata_log]
+        # (the log keeps every entry: kept catalog versions read them, retention.py)
+        assert f"{lake.top}/victim.txt" in [e.metadata_file for e in logged.metadata.metadata_log]
     finally:
         job.close()
     assert lake.outside() == before
@@ -473,9 +514,10 @@ def test_an_accepted_place_is_where_pyiceberg_goes(warehouse: str, data: st.Data
 def test_nothing_outside_is_created_read_or_deleted(lake: Lake, client: RestCatalog, ns: str,
                                                     data: st.DataObject) -> None:
     """Through the server: a generated location as a table location, a metadata path, a
-    registered metadata file and a data file a purge would delete. Whatever is answered,
-    every file outside the warehouse is still there, unchanged, nothing new is there, no
-    answer holds the secret, and no answer is a 500."""
+    data path, a registered metadata file, and a data file a commit adds (a purge would
+    delete it). Whatever is answered, every file outside the warehouse is still there,
+    unchanged, nothing new is there, no answer holds the secret, no answer is a 500, and
+    every table of the namespace references only files under its own location."""
     before = lake.outside()
     location = data.draw(locations(lake.warehouse))
     name = f"t{uuid.uuid4().hex[:8]}"
@@ -484,6 +526,9 @@ def test_nothing_outside_is_created_read_or_deleted(lake: Lake, client: RestCata
                                                  "schema": SCHEMA_JSON}),
         ("POST", f"/v1/namespaces/{ns}/tables", {"name": name + "m", "schema": SCHEMA_JSON,
                                                  "properties": {"write.metadata.path":
+                                                                location}}),
+        ("POST", f"/v1/namespaces/{ns}/tables", {"name": name + "d", "schema": SCHEMA_JSON,
+                                                 "properties": {"write.data.path":
                                                                 location}}),
         # (a file: registering a folder is a 503 of its own, not a matter of places)
         ("POST", f"/v1/namespaces/{ns}/register", {"name": name + "r", "metadata-location":
@@ -494,12 +539,26 @@ def test_nothing_outside_is_created_read_or_deleted(lake: Lake, client: RestCata
         assert status in (200, 400, 404, 409), (location, status, answer)
         assert SECRET not in json.dumps(answer)
     table = client.create_table((ns, name + "p"), ROWS.schema)
-    name_file(table, location.replace(lake.warehouse, table.location(), 1))
+    for path in (location, location.replace(lake.warehouse, table.location(), 1)):
+        try:
+            name_file(table, path)
+        except BadRequestError:
+            pass
+    each_file_is_under_its_table(lake, ns)
     try:
         client.purge_table((ns, name + "p"))
     except BadRequestError:
         pass
     assert lake.outside() == before and escaped_here() == []
+
+
+def each_file_is_under_its_table(lake: Lake, ns: str) -> None:
+    """Every file each table of ``ns`` references (checked before it is read) lies under
+    the table's own location: what the server let in keeps that rule."""
+    with trusted(lake) as job:
+        for identifier in job.list_tables(ns):
+            table = job.load_table(identifier)
+            table_files(table, under(table.location(), ".".join(identifier)))
 
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0,
