@@ -31,7 +31,7 @@ from iceberg_helpers import s3_properties
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
 from pyiceberg.io.pyarrow import PyArrowFileIO
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, write_manifest_list
 from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import MetadataLogEntry
@@ -563,3 +563,137 @@ def each_file_is_under_its_table(lake: Lake, ns: str) -> None:
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0,
                "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+# --- every file a table references lies under its own location ---------------------------
+
+
+def test_a_write_path_into_another_tables_folder_is_refused(lake: Lake, client: RestCatalog,
+                                                            ns: str) -> None:
+    """``write.*.path`` must lie under the table's own location (not merely the warehouse):
+    at create, stage-create and on a commit; a location change must hold the table's
+    files. Each refusal names the table, the place and the rule; nothing lands in ``a``."""
+    a = client.create_table((ns, "a"), ROWS.schema)
+    a.append(ROWS)
+    in_a = set(lake.files())
+    b = client.create_table((ns, "b"), ROWS.schema)
+    for key in ("write.data.path", "write.metadata.path", "write.object-storage.path"):
+        elsewhere = {key: f"{a.location()}/{key}"}
+        rule = f"{key} of table {ns}.c, .* is outside its location .*every file a table"
+        with pytest.raises(BadRequestError, match=rule):
+            client.create_table((ns, "c"), ROWS.schema, properties=elsewhere)
+        with pytest.raises(BadRequestError, match=rule):
+            client.create_table_transaction((ns, "c"), ROWS.schema, properties=elsewhere)
+        with pytest.raises(BadRequestError, match=f"{key} of table {ns}.b, .* is outside"):
+            b.transaction().set_properties(elsewhere).commit_transaction()
+        b = b.transaction().set_properties({key: f"{b.location()}/{key}"}).commit_transaction()
+    b.append(ROWS)
+    for location in (f"{lake.warehouse}/{ns}/b2", a.location(), f"{b.location()}/inner"):
+        set_location = {"requirements": [], "updates": [{"action": "set-location",
+                                                         "location": location}]}
+        assert_error(request(lake.server, "POST", f"/v1/namespaces/{ns}/tables/b",
+                             json.dumps(set_location)), 400, "BadRequestException",
+                     f"table {ns}.b: its location may change only to one holding its files")
+    assert set(lake.files()) == in_a | {f for f in lake.files() if "/b/" in f}
+    assert not client.table_exists((ns, "c"))
+    assert client.load_table((ns, "a")).scan().to_arrow().num_rows == 3
+    assert client.load_table((ns, "b")).scan().to_arrow().num_rows == 3
+
+
+def test_a_snapshot_naming_another_tables_manifests_is_refused(lake: Lake, client: RestCatalog,
+                                                               ns: str) -> None:
+    """A client's new snapshot whose manifest list lies in table ``f``'s folder, or whose
+    manifest list (in its own folder) lists ``f``'s manifest: each is a 400 naming the
+    file, and the table is unchanged."""
+    f = client.create_table((ns, "f"), ROWS.schema)
+    f.append(ROWS)
+    t = client.create_table((ns, "t"), ROWS.schema)
+    elsewhere = t.metadata.model_copy(update={"properties": {
+        **t.metadata.properties, "write.metadata.path": f"{f.location()}/metadata"}})
+    steered = Table(t.name(), elsewhere, t.metadata_location, t.io, t.catalog)
+    with pytest.raises(BadRequestError, match=f"table {ns}.t: its manifest list file, "
+                                              f"{f.location()}/metadata/snap-"):
+        steered.append(ROWS)
+    f_snapshot = f.current_snapshot()
+    assert f_snapshot is not None
+    listing = f"{t.location()}/metadata/snap-adopted-{uuid.uuid4().hex}.avro"
+    with write_manifest_list(2, t.io.new_output(listing), 7, None, 1, "deflate") as writer:
+        writer.add_manifests(f_snapshot.manifests(f.io))
+    commit = {"requirements": [], "updates": [
+        {"action": "add-snapshot", "snapshot": {
+            "snapshot-id": 7, "sequence-number": 1, "timestamp-ms": 1, "schema-id": 0,
+            "manifest-list": listing, "summary": {"operation": "append"}}},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+         "snapshot-id": 7}]}
+    assert_error(request(lake.server, "POST", f"/v1/namespaces/{ns}/tables/t",
+                         json.dumps(commit)), 400, "BadRequestException",
+                 f"table {ns}.t: its manifest file, {f.location()}/metadata/")
+    assert client.load_table((ns, "t")).current_snapshot() is None
+    client.purge_table((ns, "f"))
+
+
+def test_register_refuses_metadata_naming_files_outside_its_location(
+        lake: Lake, client: RestCatalog, ns: str) -> None:
+    """Registering metadata whose manifest names a data file in another table's folder (a
+    trusted writer made it, and dropped the table) is a 400 naming the file; so is
+    metadata whose manifest lists lie in another table's folder."""
+    a = client.create_table((ns, "a"), ROWS.schema)
+    a.append(ROWS)
+    (a_file,) = [t.file.file_path for t in a.scan().plan_files()]
+    client.create_table((ns, "r0"), ROWS.schema).append(ROWS)
+    trusted_name_file(lake, (ns, "r0"), a_file)
+    r0 = client.load_table((ns, "r0"))
+    client.drop_table((ns, "r0"))
+    with pytest.raises(BadRequestError, match=f"table {ns}.r: its data file, {a_file}, is "
+                                              "outside its location .*every file a table"):
+        client.register_table((ns, "r"), r0.metadata_location)
+    moved = f"{lake.warehouse}/{ns}/moved"
+    metadata = f"{moved}/metadata/00000-{uuid.uuid4()}.metadata.json"
+    ToOutputFile.table_metadata(a.metadata.model_copy(update={
+        "location": moved, "table_uuid": uuid.uuid4(), "metadata_log": []}),
+        a.io.new_output(metadata))
+    with pytest.raises(BadRequestError, match=f"table {ns}.m: its manifest list file, "
+                                              f"{a.location()}/metadata/snap-"):
+        client.register_table((ns, "m"), metadata)
+    assert not client.table_exists((ns, "r")) and not client.table_exists((ns, "m"))
+
+
+def _remove_orphans(lake: Lake, table: Table) -> list[str]:
+    """What Iceberg's orphan-file removal does (older_than aside): delete every file under
+    the table's location that its metadata does not name. Returns the files deleted."""
+    scheme = table.location().split("://")[0] + "://"
+    named = {path.removeprefix(scheme) for kind in
+             table_files(table, under(table.location(), "t")).values() for path in kind}
+    folder = table.location().removeprefix(scheme) + "/"
+    orphans = sorted(f for f in lake.files() if f.startswith(folder) and f not in named)
+    for orphan in orphans:
+        table.io.delete(scheme + orphan)
+    return orphans
+
+
+def test_drop_then_create_again_takes_a_new_location(lake: Lake, client: RestCatalog,
+                                                     ns: str) -> None:
+    """Dropped ``t``, kept versions read it: ``t`` created again gets a location of its own
+    (the escaped name and a short unique suffix), so removing the new table's orphan files
+    and purging it leave the old table readable at its kept version. The old location
+    given explicitly is refused, naming the old table and its versions."""
+    old = client.create_table((ns, "t"), ROWS.schema)
+    old.append(ROWS)
+    kept = version(lake.server)
+    client.drop_table((ns, "t"))
+    with pytest.raises(BadRequestError, match=f"table {ns}.t at kept catalog versions \\d+ "
+                                              f"to {kept}, which read its files there"):
+        client.create_table((ns, "t"), ROWS.schema, location=old.location())
+    new = client.create_table((ns, "t"), ROWS.schema)
+    assert new.location().startswith(f"{old.location()}-") and \
+        len(new.location()) == len(old.location()) + 9
+    staged = client.create_table_transaction((ns, "t2"), ROWS.schema)  # (no drop: as ever)
+    assert staged.table_metadata.location == f"{lake.warehouse}/{ns}/t2"
+    new.append(ROWS)
+    new.io.new_output(f"{new.location()}/data/orphan.parquet").create().close()
+    assert [o.rsplit("/", 1)[1] for o in _remove_orphans(lake, new)] == ["orphan.parquet"]
+    client.purge_table((ns, "t"))
+    past = lake.server.client("past", warehouse=f"{lake.warehouse}@{kept}")
+    assert past.load_table((ns, "t")).scan().to_arrow().num_rows == 3
+    again = client.create_table((ns, "t"), ROWS.schema)  # a third one: free again
+    assert again.location() not in (old.location(), new.location())
