@@ -210,6 +210,18 @@ def test_explicit_locations_never_overlap_a_live_table(lake: Lake) -> None:
     assert catalog.create_table("sales.again", SCHEMA, location=here).location() == here
 
 
+def test_a_name_freed_by_a_rename_gets_a_location_beside_the_old_one(lake: Lake) -> None:
+    """The renamed table keeps its folder; a new table of the old name gets
+    ``<name>-<8 hex digits>`` beside it, as after a drop."""
+    catalog = OlympiaCatalog("names", **lake.props)
+    catalog.create_namespace("sales")
+    here = catalog.create_table("sales.t", SCHEMA).location()
+    catalog.rename_table("sales.t", "sales.kept")
+    beside = catalog.create_table("sales.t", SCHEMA).location()
+    assert beside.startswith(f"{here}-") and len(beside) == len(here) + 9
+    assert catalog.load_table("sales.kept").location() == here
+
+
 def test_spec_location_overlapping_a_live_table_is_refused(lake: Lake, tmp_path: Path) -> None:
     catalog = Catalog.create(lake.props["uri"], storage_options(lake.props["uri"], lake.props),
                              properties={"warehouse": lake.warehouse})

@@ -412,7 +412,9 @@ class CatalogSession(MetastoreCatalog):
 
     def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
         """``<namespace location>/<table>``, else ``<warehouse>/<namespace>/<table>``, each
-        name escaped to one folder name and checked to stay under its root.
+        name escaped to one folder name and checked to stay under its root; when another
+        table has or had that location at a kept catalog version (a dropped or renamed
+        table), ``<table>-<8 random hex digits>`` beside it.
 
         Raises:
             TableLocationError: a location would leave its root.
@@ -429,10 +431,10 @@ class CatalogSession(MetastoreCatalog):
             raise ValueError("No default path is set, please specify a location when "
                              "creating a table")
         location = derived_location(root, table_name, what)
-        holders = self._kept_holders(location, what, "")
-        if holders and not any(versions.endswith(LATEST) for _, versions in holders):
-            # only tables of kept older versions had it: a free one beside it
-            location = derived_location(root, table_name, what, f"-{uuid.uuid4().hex[:8]}")
+        if self._kept_holders(location, what, ""):  # (a dropped or renamed table's)
+            beside = derived_location(root, table_name, what, f"-{uuid.uuid4().hex[:8]}")
+            if not self._kept_holders(beside, what, ""):  # else the refusal names the owner
+                location = beside
         return location
 
     def _create_staged_table(self, identifier: str | Identifier, schema: Schema | pa.Schema,
@@ -520,7 +522,9 @@ class CatalogSession(MetastoreCatalog):
             TableLocationError: a refused form.
         """
         self._live().check_free(what, location, metadata_file, key)
-        for other, versions in self._kept_holders(location, what, table_uuid):
+        taken = self._kept_holders(location, what, table_uuid)
+        if taken:
+            other, versions = taken[0]
             raise oe.LocationInUseError(
                 f"{what}: location {location} overlaps the location {other.location} of "
                 f"table {other.name} at kept {versions}, which read its files there: give "
@@ -594,7 +598,6 @@ class CatalogSession(MetastoreCatalog):
                 io, base.model_copy(update={"metadata_log": own}), metadata)
 
 
-LATEST = "and later (the latest)"
 Claim = tuple[Key, str, Place]  # a table's name, uuid and location
 
 
@@ -643,7 +646,7 @@ class _Kept:
         """The catalog versions ``table`` had its location at, in words."""
         first, last = self.spans[(table.key, table.uuid, table.place)]
         if last == -1:
-            return f"catalog versions {first} {LATEST}"
+            return f"catalog versions {first} and later (the latest)"
         return (f"catalog version {first}" if first == last
                 else f"catalog versions {first} to {last}")
 
