@@ -130,7 +130,8 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
         TableLocationError: a file, location or property breaks the rule.
     """
     location, check = after.location, under(after.location, table)
-    if before is not None and place(before.location, "") != place(location, "") \
+    what = f"the location of table {table}"
+    if before is not None and place(before.location, what) != place(location, what) \
             and not inside(before.location, location):
         raise TableLocationError(
             f"table {table}: its location may change only to one holding its files, under "
