@@ -6,9 +6,13 @@ location, a registered metadata file, the files a table's metadata names) is par
 refused with a 400 when a FileIO could read it differently from the catalog: a query,
 fragment or parameters (dropped by pyiceberg), a relative path (resolved from the server's
 working directory), ``..`` steps before or after percent-decoding, another bucket or host,
-a symlink leading out. A purge deletes only files under the table's own location that no
-other table, at any kept catalog version, has in its location. Property-based tests generate
-hostile locations; the property: nothing outside the warehouse is created, read or deleted.
+a symlink leading out. Every file a table references lies under its own location: the
+server refuses a ``write.*.path``, a manifest list, manifest or data file elsewhere (a
+trusted library writer may still put one there). A purge deletes only files under the
+table's own location that no other table, at any kept catalog version, has in its location,
+and a dropped table's location is not given to another while kept versions read it.
+Property-based tests generate hostile locations; the property: nothing outside the warehouse
+is created, read or deleted, and every table references only files under its location.
 """
 
 from __future__ import annotations
