@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from iceberg_helpers import s3_properties
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
+from pyiceberg.io import InputFile
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, write_manifest_list
 from pyiceberg.serializers import ToOutputFile
@@ -48,6 +49,7 @@ from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.exceptions import LocationInUseError, TableLocationError
 from olympia.expire import ExpirePolicy, expire_local
 from olympia.iceberg import OlympiaCatalog
+from olympia.iceberg import catalog as iceberg_catalog
 from olympia.iceberg.files import table_files, under
 from olympia.iceberg.locations import LiveIndex, LiveTable, confine
 
@@ -701,3 +703,44 @@ def test_drop_then_create_again_takes_a_new_location(lake: Lake, client: RestCat
     assert past.load_table((ns, "t")).scan().to_arrow().num_rows == 3
     again = client.create_table((ns, "t"), ROWS.schema)  # a third one: free again
     assert again.location() not in (old.location(), new.location())
+
+
+class _CountingIO(PyArrowFileIO):
+    """A FileIO noting every file opened for reading."""
+
+    def __init__(self, reads: list[str]) -> None:
+        super().__init__()
+        self.reads = reads
+
+    def new_input(self, location: str) -> InputFile:
+        self.reads.append(location)
+        return super().new_input(location)
+
+
+def test_a_commit_reads_only_its_new_manifests(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A confined commit reads the new manifest list, the parent's manifest list and the
+    new manifests, never the manifests the parent lists: 2 files for the first append, 3
+    for each later one however many came before."""
+    library = OlympiaCatalog("lib", uri=str(tmp_path / "catalog"),
+                             warehouse=f"file://{tmp_path}/wh", **{"olympia.create": "true"})
+    confined = library.confined()
+    confined.create_namespace("ns")
+    table = confined.create_table(("ns", "t"), ROWS.schema)
+    per_commit: list[list[str]] = []
+    check = iceberg_catalog.check_commit
+
+    def counted(before: Any, after: Any, updates: Any, io: Any, *rest: Any) -> int:
+        per_commit.append([])
+        return check(before, after, updates, _CountingIO(per_commit[-1]), *rest)
+
+    monkeypatch.setattr(iceberg_catalog, "check_commit", counted)
+    for _ in range(4):
+        table.append(ROWS)
+    assert [len(reads) for reads in per_commit] == [2, 3, 3, 3]
+    for reads, snapshot in zip(per_commit[1:], table.snapshots()[1:], strict=True):
+        parent = table.snapshot_by_id(snapshot.parent_snapshot_id or -1)
+        assert parent is not None
+        assert set(reads[:2]) == {snapshot.manifest_list, parent.manifest_list}
+        assert reads[2] not in {m.manifest_path for m in parent.manifests(table.io)}
+    library.close()
