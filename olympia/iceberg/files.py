@@ -74,17 +74,18 @@ def _entries(io: FileIO, manifest: ManifestFile, check: Check) -> dict[str, Plac
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)}
 
 
+def _confine(path: str, location: str, what: str) -> Place:
+    """:func:`confine` to a table's location, the refusal stating the rule."""
+    try:
+        return confine(path, location, what, "its location")
+    except TableLocationError as exc:
+        raise TableLocationError(f"{exc}; {RULE}") from None
+
+
 def under(location: str, table: str) -> Check:
     """A :data:`Check` refusing a file outside ``location``, the location of ``table``
     (``TableLocationError`` naming the table, the file and the rule)."""
-
-    def check(path: str, kind: str) -> Place:
-        try:
-            return confine(path, location, f"its {kind} file", "its location")
-        except TableLocationError as exc:
-            raise TableLocationError(f"table {table}: {exc}; {RULE}") from None
-
-    return check
+    return lambda path, kind: _confine(path, location, f"table {table}: its {kind} file")
 
 
 def check_placement(metadata: TableMetadata, table: str) -> None:
@@ -95,11 +96,7 @@ def check_placement(metadata: TableMetadata, table: str) -> None:
     """
     for key in PLACEMENT_PROPERTIES:
         if key in metadata.properties:
-            try:
-                confine(metadata.properties[key], metadata.location,
-                        f"{key} of table {table}", "its location")
-            except TableLocationError as exc:
-                raise TableLocationError(f"{exc}; {RULE}") from None
+            _confine(metadata.properties[key], metadata.location, f"{key} of table {table}")
 
 
 def check_commit(before: TableMetadata | None, after: TableMetadata,
