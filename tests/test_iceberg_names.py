@@ -29,6 +29,7 @@ from olympia.exceptions import (
     SpecError,
     TableLocationError,
 )
+from olympia.expire import ExpirePolicy, expire_local
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.locations import LiveIndex, LiveTable, escape_part, inside, place
 from olympia.iceberg.options import storage_options
@@ -197,9 +198,28 @@ def test_explicit_locations_never_overlap_a_live_table(lake: Lake) -> None:
     catalog.create_namespace("other")
     with pytest.raises(LocationInUseError, match="sales.wide"):
         catalog.create_table("other.t", SCHEMA)
-    # once the table is dropped its folder is free again
+    # a dropped table's folder stays taken while kept versions read it there: given
+    # explicitly it is refused; a default location is derived beside it
     catalog.drop_table("sales.first")
+    with pytest.raises(LocationInUseError, match="table sales.first at kept catalog versions"):
+        catalog.create_table("sales.again", SCHEMA, location=here)
+    assert catalog.create_table("sales.first", SCHEMA).location().startswith(f"{here}-")
+    # once those versions are expired the folder is free again
+    expire_local(catalog.olympia, ExpirePolicy(keep_last=1, older_than_ms=0, grace_ms=0,
+                                               force=True), now_ms=2**42, settle_ms=0)
     assert catalog.create_table("sales.again", SCHEMA, location=here).location() == here
+
+
+def test_a_name_freed_by_a_rename_gets_a_location_beside_the_old_one(lake: Lake) -> None:
+    """The renamed table keeps its folder; a new table of the old name gets
+    ``<name>-<8 hex digits>`` beside it, as after a drop."""
+    catalog = OlympiaCatalog("names", **lake.props)
+    catalog.create_namespace("sales")
+    here = catalog.create_table("sales.t", SCHEMA).location()
+    catalog.rename_table("sales.t", "sales.kept")
+    beside = catalog.create_table("sales.t", SCHEMA).location()
+    assert beside.startswith(f"{here}-") and len(beside) == len(here) + 9
+    assert catalog.load_table("sales.kept").location() == here
 
 
 def test_spec_location_overlapping_a_live_table_is_refused(lake: Lake, tmp_path: Path) -> None:
@@ -265,9 +285,10 @@ def test_locations_in_one_transaction_see_its_own_changes(lake: Lake) -> None:
         with pytest.raises(LocationInUseError, match="live table sales.renamed"):
             tx.create_table("sales.b", SCHEMA, location=f"{base}/a")
         tx.drop_table("sales.renamed")
-        tx.drop_table("sales.old")  # staged drops free their folders at once
+        tx.drop_table("sales.old")  # a staged drop frees a folder no version had
         tx.create_table("sales.b", SCHEMA, location=f"{base}/a")
-        tx.create_table("sales.c", SCHEMA, location=f"{base}/old/c")
+        with pytest.raises(LocationInUseError, match="sales.old at kept catalog versions"):
+            tx.create_table("sales.c", SCHEMA, location=f"{base}/old/c")  # (kept: read)
         with pytest.raises(LocationInUseError, match="live table sales.b"):
             tx.create_table("sales.d", SCHEMA, location=base)
-    assert sorted(catalog.list_tables("sales")) == [("sales", "b"), ("sales", "c")]
+    assert sorted(catalog.list_tables("sales")) == [("sales", "b")]

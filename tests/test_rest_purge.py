@@ -32,7 +32,7 @@ def test_a_commit_between_the_check_and_the_drop_stops_the_purge(
     outside = tmp_path / "elsewhere.parquet"
     pq.write_table(ROWS, outside)
     listed: list[str] = []
-    list_files = iceberg_catalog._table_files
+    list_files = iceberg_catalog.table_files
 
     def list_then_commit(table: Table, check: Callable[[str, str], Place],
                          ) -> dict[str, dict[str, Place]]:
@@ -42,14 +42,14 @@ def test_a_commit_between_the_check_and_the_drop_stops_the_purge(
         other.load_table(("ns", "t")).add_files([f"file://{outside}"])
         return files
 
-    monkeypatch.setattr(iceberg_catalog, "_table_files", list_then_commit)
+    monkeypatch.setattr(iceberg_catalog, "table_files", list_then_commit)
     service = CatalogService(server_side, {})
     with pytest.raises(CommitFailedException, match="changed after its files were listed"):
         service.drop_table("ns", "t", purge=True)
     assert listed and all(Path(p.removeprefix("file://")).exists() for p in listed)
     assert outside.exists()
     assert other.load_table(("ns", "t")).scan().to_arrow().num_rows == 6
-    monkeypatch.setattr(iceberg_catalog, "_table_files", list_files)
+    monkeypatch.setattr(iceberg_catalog, "table_files", list_files)
     with pytest.raises(oe.TableLocationError, match="outside its location"):  # seen now
         service.drop_table("ns", "t", purge=True)
     assert outside.exists() and server_side.table_exists(("ns", "t"))

@@ -67,12 +67,14 @@ def refused(server: RestServer, location: str, words: str) -> None:
     assert request(server, "HEAD", f"/v1/namespaces/ns/tables/{name}")[0] == 404
 
 
-def write_metadata(table: Table, location: str, **properties: str) -> str:
-    """A copy of ``table``'s metadata (with ``properties`` added) written at ``location``,
-    describing a table next to it (``<its location>-<uuid>``: no live table's place)."""
+def write_metadata(table: Table, name: str, **properties: str) -> str:
+    """A copy of ``table``'s metadata (with ``properties`` added) describing a table next
+    to it (``<its location>-<uuid>``: no live table's place), written in that table's
+    metadata folder as ``name``; returns where."""
     metadata = table.metadata.model_copy(update={
         "location": f"{table.location()}-{uuid.uuid4().hex[:8]}",
         "properties": {**table.metadata.properties, **properties}})
+    location = f"{metadata.location}/metadata/{name}"
     ToOutputFile.table_metadata(metadata, table.io.new_output(location))
     return location
 
@@ -93,7 +95,7 @@ def test_a_missing_file_a_folder_or_garbage_is_a_400(server: RestServer, table: 
 def test_metadata_larger_than_the_bound_is_a_400(server: RestServer, table: Table) -> None:
     folder = f"{table.location()}/metadata"
     bound = f"larger than {BOUND} bytes, the most this catalog reads"
-    big = write_metadata(table, f"{folder}/00009-big.metadata.json", note="x" * BOUND)
+    big = write_metadata(table, "00009-big.metadata.json", note="x" * BOUND)
     refused(server, big, bound)
     # 60 MB (sparse: costs no disk), refused after reading a byte past the bound
     huge = Path(urlsplit(folder).path) / "00009-huge.metadata.json"
@@ -107,7 +109,7 @@ def test_metadata_larger_than_the_bound_is_a_400(server: RestServer, table: Tabl
     assert bomb.stat().st_size < BOUND / 10
     refused(server, f"{folder}/{bomb.name}", bound)
     # under the bound (compressed or not) registers
-    fits = write_metadata(table, f"{folder}/00009-fits.gz.metadata.json", note="x" * 1000)
+    fits = write_metadata(table, "00009-fits.gz.metadata.json", note="x" * 1000)
     status, _, body = register(server, "fits", fits)
     assert status == 200, body
     assert body["metadata"]["properties"]["note"] == "x" * 1000
@@ -155,8 +157,8 @@ def test_registering_on_s3(s3_server: Any) -> None:
         refused(server, folder, "is unreadable")  # SeaweedFS reads a folder as empty
         fs.pipe_file(f"{folder}/00009-text.metadata.json".removeprefix("s3://"), b"text")
         refused(server, f"{folder}/00009-text.metadata.json", "not JSON")
-        big = write_metadata(table, f"{folder}/00009-big.metadata.json", note="x" * BOUND)
+        big = write_metadata(table, "00009-big.metadata.json", note="x" * BOUND)
         refused(server, big, f"larger than {BOUND} bytes")
-        fits = write_metadata(table, f"{folder}/00009-fits.metadata.json", note="small")
+        fits = write_metadata(table, "00009-fits.metadata.json", note="small")
         assert register(server, "fits", fits)[0] == 200
     assert not any("Traceback" in line for line in server.log), "".join(server.log)

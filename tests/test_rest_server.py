@@ -330,7 +330,7 @@ def test_clients_place_nothing_outside_the_warehouse(server: RestServer, client:
     outside = f"file://{tmp_path}/elsewhere"
     with pytest.raises(BadRequestError, match="outside the server's warehouse"):
         client.create_table((ns, "t"), ROWS.schema, location=outside)
-    with pytest.raises(BadRequestError, match="outside the server's warehouse"):
+    with pytest.raises(BadRequestError, match="write.metadata.path .* is outside its location"):
         client.create_table((ns, "t"), ROWS.schema,
                             properties={"write.metadata.path": outside})
     with pytest.raises(BadRequestError, match="file access"):
@@ -438,14 +438,15 @@ def test_eight_clients_append_at_once_and_every_append_lands(
 
 def test_a_purge_never_deletes_outside_the_warehouse(client: RestCatalog, ns: str,
                                                      tmp_path: Path) -> None:
-    """A client may commit metadata naming any file (here an added file outside the
-    warehouse): purging that table is refused, nothing dropped or deleted."""
+    """A client may not commit metadata naming a file outside the table's location (here
+    one added outside the warehouse): a 400, the table unchanged; its purge deletes only
+    its own files. (A trusted writer's such commit: tests/test_confinement.py.)"""
     outside = tmp_path / "elsewhere.parquet"
     pq.write_table(ROWS, outside)
     table = client.create_table((ns, "t"), ROWS.schema)
-    table.add_files([f"file://{outside}"])
-    with pytest.raises(BadRequestError, match="outside its location"):
-        client.purge_table((ns, "t"))
-    assert outside.exists() and client.table_exists((ns, "t"))
-    client.drop_table((ns, "t"))  # a drop deletes nothing, so it is allowed
-    assert outside.exists()
+    with pytest.raises(BadRequestError, match=f"{ns}.t: its data file, file://{outside}, is "
+                                              "outside its location"):
+        table.add_files([f"file://{outside}"])
+    assert client.load_table((ns, "t")).current_snapshot() is None
+    client.purge_table((ns, "t"))
+    assert outside.exists() and not client.table_exists((ns, "t"))

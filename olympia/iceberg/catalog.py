@@ -18,7 +18,7 @@ and delegates to the modules named above.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,8 @@ from pyiceberg.view import View
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader
-from olympia.iceberg.locations import LiveTable, Place, confine
+from olympia.iceberg.files import check_commit, check_placement, table_files, under
+from olympia.iceberg.locations import LiveTable, confine
 from olympia.iceberg.metadata import (
     identifier_parts,
     is_iceberg,
@@ -293,10 +294,18 @@ class OlympiaCatalog(CatalogSession):
             IcebergMetadataError: the metadata file is missing or unreadable.
             LocationInUseError: another live table uses the metadata file or its table
                 location overlaps another live table's (aliasing it would let one table's
-                commits and purges damage the other).
+                commits and purges damage the other), or that of another table at a kept
+                catalog version.
+            TableLocationError: (a :meth:`confined` catalog) a file the metadata names, or a
+                ``write.*.path``, lies outside its table location (every file is checked
+                before it is read).
         """
         ns, name = self._table_ident(identifier)
         metadata = self._read_metadata(metadata_location, f"{ns}.{name}")
+        if self._confined:
+            check_placement(metadata, f"{ns}.{name}")
+            table_files(self._as_table(ns, name, metadata, metadata_location),
+                        under(metadata.location, f"{ns}.{name}"))
 
         def stage(bound: OlympiaCatalog) -> None:
             txn = bound._staging()
@@ -304,8 +313,8 @@ class OlympiaCatalog(CatalogSession):
                 previous: TableDef | None = txn.load_table(ns, name)
             else:
                 previous = bound._require_new(ns, name, adopt=True)
-            bound._live().check_free(f"table {ns}.{name}", metadata.location,
-                                     metadata_location, (ns, name))
+            bound._check_free(f"table {ns}.{name}", metadata.location, metadata_location,
+                              (ns, name), str(metadata.table_uuid))
             txn.put_table(table_definition(ns, name, metadata, metadata_location, previous),
                           create=previous is None)
 
@@ -323,6 +332,8 @@ class OlympiaCatalog(CatalogSession):
             KeptSnapshotError: (a CommitFailedException) the updates remove a snapshot a
                 kept catalog version reads (olympia/iceberg/retention.py).
             NoSuchTableError: the table does not exist (and this is no create).
+            TableLocationError: (a :meth:`confined` catalog) the commit would make the
+                table reference a file outside its location.
         """
         ns, name = self._table_ident(table.name())
         return self._change(lambda bound: bound._stage_commit(ns, name, requirements, updates),
@@ -350,6 +361,8 @@ class OlympiaCatalog(CatalogSession):
                 catalog version reads; no table is changed.
             NoSuchTableError: a table does not exist (and its change is no create).
             InvalidArgumentError: an identifier with a multi-level namespace.
+            TableLocationError: (a :meth:`confined` catalog) a change would make its table
+                reference a file outside its location; no table is changed.
         """
         targets = [self._table_ident((*change.identifier.namespace.root,
                                       change.identifier.name)) for change in changes]
@@ -377,16 +390,19 @@ class OlympiaCatalog(CatalogSession):
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")
         _check_uuid(f"{ns}.{name}", current.metadata if current is not None else None, updates)
         staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
-        if current is None:
-            metadata = staged.metadata
-        elif staged.metadata == current.metadata:
+        before = current.metadata if current is not None else None
+        if current is not None and staged.metadata == current.metadata:
             return response(current.metadata, current.metadata_location)
-        else:  # kept catalog versions stay readable (olympia/iceberg/retention.py)
+        if self._confined:
+            check_commit(before, staged.metadata, updates, staged.io, f"{ns}.{name}",
+                         self._store.storage.map_reads)
+        metadata = staged.metadata
+        if current is not None:  # kept catalog versions stay readable (retention.py)
             metadata = self._retention.apply(ns, name, current.metadata,
                                              current.metadata_location, staged.metadata,
                                              updates)
         self._stage_metadata(ns, name, metadata, staged.metadata_location, staged.io,
-                             previous, current.metadata if current is not None else None)
+                             previous, before)
         return response(metadata, staged.metadata_location)
 
     def drop_table(self, identifier: str | Identifier) -> None:
@@ -416,8 +432,8 @@ class OlympiaCatalog(CatalogSession):
         kept catalog version (an export's included). Otherwise the purge is refused and
         nothing is dropped or deleted. The drop lands only if the table is still at the
         metadata whose files were checked, so the files deleted are exactly the ones
-        checked. Files another table's manifests name are not looked for (see
-        docs/REST.md).
+        checked. (A :meth:`confined` catalog keeps every file a table references under
+        its location, so no other table's files are there to be deleted.)
 
         Args:
             identifier: The table.
@@ -443,7 +459,7 @@ class OlympiaCatalog(CatalogSession):
         own = table.metadata.location
         if within is not None:
             confine(own, within, f"{refused}: its location", "the warehouse")
-        files = _table_files(table, lambda path, kind: confine(
+        files = table_files(table, lambda path, kind: confine(
             path, own, f"{refused}: its {kind} file", "its location"))
         live, uuid = self._live(), str(table.metadata.table_uuid)
 
@@ -454,7 +470,7 @@ class OlympiaCatalog(CatalogSession):
         with self._kept_tables() as kept:
             for kind, placed in files.items():
                 for path, at in placed.items():
-                    other = kept.owner(at, itself)
+                    other = kept.index.owner(at, itself)
                     if other is not None:
                         raise oe.LocationInUseError(
                             f"{refused}: its {kind} file {path} belongs to live table "
@@ -583,26 +599,3 @@ def _check_uuid(table: str, current: TableMetadata | None,
                 "keeps the uuid it was created with")
         uuid = update.uuid
 
-
-def _table_files(table: Table, check: Callable[[str, str], Place],
-                 ) -> dict[str, dict[str, Place]]:
-    """Every file ``table``'s current metadata names, by kind, with its place; ``check``
-    (path, kind) gives the place of each, and is called before the file is read."""
-    io, metadata = table.io, table.metadata
-    files: dict[str, dict[str, Place]] = {
-        "metadata": {table.metadata_location: check(table.metadata_location, "metadata")},
-        "previous metadata": {log.metadata_file: check(log.metadata_file, "previous metadata")
-                              for log in metadata.metadata_log},
-        "manifest list": {}, "manifest": {}, "data": {}}
-    for snapshot in metadata.snapshots:
-        files["manifest list"][snapshot.manifest_list] = check(snapshot.manifest_list,
-                                                               "manifest list")
-        for manifest in snapshot.manifests(io):
-            if manifest.manifest_path in files["manifest"]:
-                continue
-            files["manifest"][manifest.manifest_path] = check(manifest.manifest_path,
-                                                              "manifest")
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                path = entry.data_file.file_path
-                files["data"][path] = check(path, "data")
-    return files

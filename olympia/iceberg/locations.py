@@ -174,13 +174,14 @@ def inside(location: str, root: str) -> bool:
     return True
 
 
-def derived_location(root: str, part: str, what: str) -> str:
-    """``<root>/<escaped part>``, checked to lie under ``root``.
+def derived_location(root: str, part: str, what: str, suffix: str = "") -> str:
+    """``<root>/<escaped part><suffix>``, checked to lie under ``root``.
 
     Args:
         root: The warehouse or namespace location (a trailing ``/`` is ignored).
         part: A namespace or table name.
         what: The object, for the error (``table sales.orders``).
+        suffix: Appended to the escaped name (RFC 3986 unreserved characters only).
 
     Returns:
         The location.
@@ -189,7 +190,7 @@ def derived_location(root: str, part: str, what: str) -> str:
         TableLocationError: the location would not lie under ``root``, or ``root`` is a
             refused form.
     """
-    location = f"{root.rstrip('/')}/{escape_part(part)}"
+    location = f"{root.rstrip('/')}/{escape_part(part)}{suffix}"
     confine(location, root, f"the location of {what}", "its root")
     return location
 
@@ -290,6 +291,14 @@ class LiveIndex:
             if not _within(below, place):
                 break
             yield from self._by_place[below]
+
+    def holders(self, location: str, what: str) -> list[LiveTable]:
+        """The tables whose location equals, holds or lies in ``location``.
+
+        Raises:
+            TableLocationError: ``location`` is a refused form (``what``: what it is).
+        """
+        return list(self._around(place(location, what)))
 
     def check_free(self, what: str, location: str, metadata_file: str, exclude: Key) -> None:
         """Refuse a table location (and metadata file) another live table uses.

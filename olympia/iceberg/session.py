@@ -15,10 +15,11 @@ import contextlib
 import copy
 import hashlib
 import threading
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION, MetastoreCatalog
 from pyiceberg.exceptions import (
@@ -27,7 +28,11 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import StagedTable
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
@@ -37,9 +42,12 @@ from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
+from olympia.iceberg.files import check_placement
 from olympia.iceberg.locations import (
+    Key,
     LiveIndex,
     LiveTable,
+    Place,
     derived_location,
     inside,
     place,
@@ -60,6 +68,9 @@ from olympia.iceberg.retention import Retention
 from olympia.lru import LruCache
 from olympia.versions import timetravel
 from olympia.versions.history import changes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -82,8 +93,8 @@ class CatalogSession(MetastoreCatalog):
     _max_metadata_bytes: int
     _index: LiveIndex | None
     _seen: int  # the staged actions of the transaction _index includes
-    _kept: _Kept | None  # the tables of kept versions, for purges (_kept_tables)
-    _kept_lock: threading.Lock
+    _kept: _KeptCache  # the tables of kept versions (_kept_tables), shared by copies
+    _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
     _retention: Retention
@@ -130,7 +141,8 @@ class CatalogSession(MetastoreCatalog):
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
         self._index, self._seen = None, 0
-        self._kept, self._kept_lock = None, threading.Lock()
+        self._kept = _KeptCache()
+        self._confined = False
         self._root = False
         self._dry_run = False
         self._retention = Retention(store, self._read_metadata, store.storage.map)
@@ -152,6 +164,24 @@ class CatalogSession(MetastoreCatalog):
         catalog._dry_run = dry_run
         catalog._max_metadata_bytes = max_metadata_bytes or DEFAULT_MAX_METADATA_BYTES
         return catalog
+
+    def confined(self) -> Self:
+        """This catalog holding every table to one rule: every file it references lies
+        under its own location (olympia/iceberg/files.py), for writers that are not trusted
+        (``olympia serve``'s clients). A create, register or commit that would break it is
+        refused with ``TableLocationError``: ``write.*.path`` outside the table's location;
+        a location change to one that does not hold the old one; and each new manifest
+        list, manifest, data, delete or statistics file outside the location, checked
+        before it is read (a commit reads the new manifest lists, its parent's manifest list
+        and the new manifests; a register every file its metadata names). Other catalogs
+        trust their writers: ``add_files`` of files elsewhere is theirs to choose.
+
+        Returns:
+            A copy sharing this catalog's store and caches.
+        """
+        other = copy.copy(self)
+        other._confined, other._root = True, False
+        return other
 
     def __repr__(self) -> str:
         mode = (f", version={self._pinned.version}" if self._pinned is not None
@@ -382,7 +412,9 @@ class CatalogSession(MetastoreCatalog):
 
     def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
         """``<namespace location>/<table>``, else ``<warehouse>/<namespace>/<table>``, each
-        name escaped to one folder name and checked to stay under its root.
+        name escaped to one folder name and checked to stay under its root; when another
+        table has or had that location at a kept catalog version (a dropped or renamed
+        table), ``<table>-<8 random hex digits>`` beside it.
 
         Raises:
             TableLocationError: a location would leave its root.
@@ -390,14 +422,37 @@ class CatalogSession(MetastoreCatalog):
         """
         what = f"table {database_name}.{table_name}"
         properties = self.load_namespace_properties((database_name,))
-        if properties.get(LOCATION):
-            return derived_location(properties[LOCATION], table_name, what)
         warehouse = self.properties.get(WAREHOUSE)
-        if warehouse:
-            folder = derived_location(warehouse, database_name, f"namespace {database_name}")
-            return derived_location(folder, table_name, what)
-        raise ValueError("No default path is set, please specify a location when creating "
-                         "a table")
+        if properties.get(LOCATION):
+            root = properties[LOCATION]
+        elif warehouse:
+            root = derived_location(warehouse, database_name, f"namespace {database_name}")
+        else:
+            raise ValueError("No default path is set, please specify a location when "
+                             "creating a table")
+        location = derived_location(root, table_name, what)
+        if self._kept_holders(location, what, ""):  # (a dropped or renamed table's)
+            beside = derived_location(root, table_name, what, f"-{uuid.uuid4().hex[:8]}")
+            if not self._kept_holders(beside, what, ""):  # else the refusal names the owner
+                location = beside
+        return location
+
+    def _create_staged_table(self, identifier: str | Identifier, schema: Schema | pa.Schema,
+                             location: str | None = None,
+                             partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+                             sort_order: SortOrder = UNSORTED_SORT_ORDER,
+                             properties: Properties = EMPTY_DICT) -> StagedTable:
+        """pyiceberg's new table; a confined catalog (:meth:`confined`) refuses
+        ``write.*.path`` outside its location.
+
+        Raises:
+            TableLocationError: such a property.
+        """
+        staged = super()._create_staged_table(identifier, schema, location, partition_spec,
+                                              sort_order, properties)
+        if self._confined:
+            check_placement(staged.metadata, ".".join(staged.name()))
+        return staged
 
     def _live(self) -> LiveIndex:
         """The live tables as this session reads them. The latest or a pinned version is
@@ -424,18 +479,18 @@ class CatalogSession(MetastoreCatalog):
         return self._index
 
     @contextlib.contextmanager
-    def _kept_tables(self) -> Iterator[LiveIndex]:
+    def _kept_tables(self) -> Iterator[_Kept]:
         """Every table of every kept catalog version (oldest kept to latest, and every
         exported version), by location and metadata file, held while the caller checks.
         Kept between calls: a later call reads only the versions made since (one root read
         and one tree difference each, and the definitions of the tables they changed); an
         expiry or an export made since rebuilds it."""
-        with self._kept_lock:
+        with self._kept.lock:
             store = self._store
             latest = store.refresh()
             since = (store.files.oldest_version(),
                      tuple(sorted(store.catalog_def.exported_snapshots.values())))
-            kept = self._kept
+            kept = self._kept.state
             if kept is None or kept.since != since or kept.through.version > latest:
                 first = store.at_version(since[0])
                 kept = _Kept(since, first, LiveIndex())
@@ -443,15 +498,47 @@ class CatalogSession(MetastoreCatalog):
                             for name in store.catalog_def.exported_snapshots]
                 for snapshot in [first, *(s for s in exported if s.version < since[0])]:
                     for definition in snapshot.load_all()[1]:
-                        kept.add(definition)
+                        kept.record((definition.namespace, definition.name), definition,
+                                    snapshot.version, once=snapshot is not first)
             for version in range(kept.through.version + 1, latest + 1):
                 snapshot = Snapshot(store.files, store.files.read_root(version))
                 for ref, _, after in changes(kept.through, snapshot):
-                    if after is not None and ref.type == ObjectType.TABLE:
-                        kept.add(snapshot.load_table(ref.namespace, ref.name))
+                    if ref.type == ObjectType.TABLE:
+                        kept.record((ref.namespace, ref.name), None if after is None else
+                                    snapshot.load_table(ref.namespace, ref.name), version)
                 kept.through = snapshot
-            self._kept = kept
-            yield kept.index
+            self._kept.state = kept
+            yield kept
+
+    def _check_free(self, what: str, location: str, metadata_file: str, key: Key,
+                    table_uuid: str) -> None:
+        """Refuse a table location (and metadata file) another live table uses, or that
+        another table (another uuid) had at a kept catalog version: kept versions read
+        its files there, and Iceberg's orphan-file removal on the new table would delete
+        them.
+
+        Raises:
+            LocationInUseError: the location or metadata file is taken.
+            TableLocationError: a refused form.
+        """
+        self._live().check_free(what, location, metadata_file, key)
+        taken = self._kept_holders(location, what, table_uuid)
+        if taken:
+            other, versions = taken[0]
+            raise oe.LocationInUseError(
+                f"{what}: location {location} overlaps the location {other.location} of "
+                f"table {other.name} at kept {versions}, which read its files there: give "
+                "the table another location (or none: a free one is derived), or wait until "
+                "those versions are expired", other.name)
+
+    def _kept_holders(self, location: str, what: str, table_uuid: str,
+                      ) -> list[tuple[LiveTable, str]]:
+        """The tables of kept versions (but those with ``table_uuid``) whose location
+        equals, holds or lies in ``location``, each with the versions it had it at."""
+        with self._kept_tables() as kept:
+            return [(t, kept.versions(t))
+                    for t in kept.index.holders(location, f"the location of {what}")
+                    if not t.uuid or t.uuid != table_uuid]
 
     # --- staging metadata -------------------------------------------------------------
 
@@ -483,8 +570,8 @@ class CatalogSession(MetastoreCatalog):
                 (:class:`InsufficientStorageError` where the store has no room).
         """
         if before is None or metadata.location != before.location:
-            self._live().check_free(f"table {ns}.{name}", metadata.location, location,
-                                    (ns, name))
+            self._check_free(f"table {ns}.{name}", metadata.location, location, (ns, name),
+                             str(metadata.table_uuid))
         else:  # (write.metadata.path may place it anywhere)
             place(location, f"the new metadata file of table {ns}.{name}")
         if not self._dry_run:
@@ -511,19 +598,57 @@ class CatalogSession(MetastoreCatalog):
                 io, base.model_copy(update={"metadata_log": own}), metadata)
 
 
+Claim = tuple[Key, str, Place]  # a table's name, uuid and location
+
+
+class _KeptCache:
+    """The :class:`_Kept` a catalog and its copies share, and the lock guarding it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state: _Kept | None = None
+
+
 @dataclass
 class _Kept:
     """The tables of the kept versions through ``through``; ``since``: the oldest kept
-    version and the exported roots when it was built."""
+    version and the exported roots when it was built. ``spans``: the first and last
+    version each table had each location at (last ``-1``: it still has it at
+    ``through``); ``holds``: what each table of ``through`` has."""
 
     since: tuple[int, tuple[str, ...]]
     through: Snapshot
     index: LiveIndex
+    spans: dict[Claim, list[int]] = field(default_factory=dict)
+    holds: dict[Key, Claim] = field(default_factory=dict)
 
-    def add(self, definition: TableDef) -> None:
-        table = LiveTable.of(definition)
-        if table is not None:
-            self.index.add(table)
+    def record(self, key: Key, definition: TableDef | None, version: int, *,
+               once: bool = False) -> None:
+        """What table ``key`` uses from ``version`` on (``None``: nothing, it is gone);
+        ``once``: at that version only (an exported one)."""
+        table = None if definition is None else LiveTable.of(definition)
+        claim = None if table is None else (table.key, table.uuid, table.place)
+        if not once:
+            held = self.holds.pop(key, None)
+            if held is not None and held != claim:
+                self.spans[held][1] = version - 1
+        if table is None or claim is None:
+            return
+        self.index.add(table)
+        span = self.spans.setdefault(claim, [version, version])
+        span[0] = min(span[0], version)
+        if not once:
+            self.holds[key], span[1] = claim, -1
+        elif span[1] != -1:
+            span[1] = max(span[1], version)
+
+    def versions(self, table: LiveTable) -> str:
+        """The catalog versions ``table`` had its location at, in words."""
+        first, last = self.spans[(table.key, table.uuid, table.place)]
+        if last == -1:
+            return f"catalog versions {first} and later (the latest)"
+        return (f"catalog version {first}" if first == last
+                else f"catalog versions {first} to {last}")
 
 
 def _index_of(reader: CatalogReader) -> LiveIndex:

@@ -7,11 +7,13 @@ the client's requirements still hold, and is refused (``CommitFailedException``,
 when they do not.
 
 Clients choose names, never places outside the server's warehouse: every place a client
-names (a table or namespace location, ``write.*.path``, a registered metadata file) is
-parsed once by :func:`olympia.iceberg.locations.confine` and must lie under the warehouse in
-a form every file IO reads alike (a ``TableLocationError``, answered 400, otherwise), and
-table properties that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are
-refused.
+names (a table or namespace location, a registered metadata file) is parsed once by
+:func:`olympia.iceberg.locations.confine` and must lie under the warehouse in a form every
+file IO reads alike (a ``TableLocationError``, answered 400, otherwise), and table
+properties that steer the server's own file IO (``s3.*``, ``py-io-impl``, ...) are refused.
+The catalog is :meth:`~olympia.iceberg.OlympiaCatalog.confined`: every file a table
+references (``write.*.path`` too) must lie under the table's own location, so a purge never
+deletes a file another table references.
 
 A client configured with ``warehouse=<warehouse>@<version>`` (or ``@<ISO-8601 instant>``,
 ``@export:<name>``) gets the prefix ``version-<n>``: every table read through it is as it
@@ -60,8 +62,6 @@ T = TypeVar("T")
 
 #: How long a commit that keeps losing races is tried again before the client gets the 409.
 COMMIT_RETRY_SECONDS = 30.0
-#: Table properties that place files the server writes.
-PLACEMENT_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path")
 #: Table properties a client may not set: they steer the server's own file IO.
 REFUSED_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "client.", "py-",
                              "write.py-location-provider.")
@@ -87,7 +87,8 @@ class CatalogService:
     """The REST catalog's operations over one Olympia catalog.
 
     Args:
-        catalog: The catalog every request uses (one per server process).
+        catalog: The catalog every request uses (one per server process); the service
+            uses it :meth:`~olympia.iceberg.OlympiaCatalog.confined`.
         client_properties: What the operator gives clients (``--client-property``): the
             config defaults and every loaded table's ``config``. Never the server's own
             storage settings.
@@ -108,7 +109,7 @@ class CatalogService:
             place(warehouse, "the server's warehouse")
         except oe.TableLocationError as exc:
             raise oe.InvalidArgumentError(str(exc)) from None
-        self.catalog = catalog
+        self.catalog = catalog.confined()
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
         self.views = IcebergViews(catalog, self.warehouse)
@@ -255,7 +256,10 @@ class CatalogService:
             NoSuchNamespaceError: the namespace does not exist.
             TableAlreadyExistsError: a table or view of that name exists.
             RestError: a refused property.
-            TableLocationError: a location outside the warehouse (or in a refused form).
+            TableLocationError: a location outside the warehouse (or in a refused form), or
+                a ``write.*.path`` outside the table's location.
+            LocationInUseError: the location is another table's, live or at a kept version
+                (a default location is derived beside one only kept versions had).
         """
         identifier = (namespace, body.name)
         self._check_properties(body.properties, f"table {namespace}.{body.name}")
@@ -349,7 +353,9 @@ class CatalogService:
                 catalog reads or no Iceberg table metadata (the client offered it: no table
                 exists that could be corrupt), or when the table has a refused property.
             TableLocationError: the metadata file or the table it describes lies outside
-                the warehouse (or is in a refused form).
+                the warehouse (or is in a refused form), or a file its metadata names (or
+                a ``write.*.path``) lies outside the table's location.
+            LocationInUseError: the location is another table's, live or at a kept version.
         """
         what = f"table {namespace}.{body.name}"
         self._check_place(body.metadata_location, f"the metadata file registered as {what}")
@@ -375,7 +381,10 @@ class CatalogService:
             NoSuchTableError: the table does not exist (and this is no create).
             RestError: the body names another table, or an update sets a refused property.
             TableLocationError: an update places files outside the warehouse (or names a
-                place in a refused form).
+                place in a refused form), or the commit would make the table reference a
+                file outside its location (a new manifest list, manifest, data, delete or
+                statistics file, a ``write.*.path``, a location that does not hold the
+                table's files).
         """
         if body.identifier is not None:
             named = table_identifier(body.identifier)
@@ -498,13 +507,12 @@ class CatalogService:
             elif isinstance(update, SetPropertiesUpdate):
                 self._check_properties(update.updates, what)
 
-    def _check_properties(self, properties: Mapping[str, str], what: str) -> None:
-        for key, value in properties.items():
+    @staticmethod
+    def _check_properties(properties: Mapping[str, str], what: str) -> None:
+        for key in properties:
             if key.startswith(REFUSED_PROPERTY_PREFIXES):
                 raise bad_request(f"{what}: property {key} steers the server's own file "
                                   "access and cannot be set through the REST catalog")
-            if key in PLACEMENT_PROPERTIES:
-                self._check_place(value, f"{key} of {what}")
 
     def _check_namespace_location(self, properties: Mapping[str, str], name: str) -> None:
         """A namespace's ``location`` (where its tables go by default) is a place too."""

@@ -1,0 +1,168 @@
+"""The files an Iceberg table references, and the rule a catalog whose writers are not
+trusted (``OlympiaCatalog.confined``, what ``olympia serve`` uses) holds them to: every file
+a table references lies under the table's own location.
+
+Table locations never overlap (:class:`olympia.iceberg.locations.LiveIndex`), so a purge,
+which deletes only under the purged table's location, then never deletes a file another
+table references. The rule is checked where files enter a table: at create and register,
+and on every commit, each file before it is read (:func:`olympia.iceberg.locations.confine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestFile, read_manifest_list
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, TableUpdate
+
+from olympia.exceptions import TableLocationError
+from olympia.iceberg.locations import Place, confine, inside, place
+
+#: Table properties that place the files a table's writers write.
+PLACEMENT_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path")
+RULE = "every file a table references must lie under the table's own location"
+
+Check = Callable[[str, str], Place]  # (path, kind of file) -> its place, or raises
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Map(Protocol):
+    """Runs ``fn`` over ``items`` (concurrently), results in input order."""
+
+    def __call__(self, fn: Callable[[T], R], items: Iterable[T], /) -> list[R]: ...
+
+
+def table_files(table: Table, check: Check) -> dict[str, dict[str, Place]]:
+    """Every file ``table``'s current metadata names, by kind, with its place.
+
+    Args:
+        table: The table.
+        check: Gives the place of a file (path, kind), or raises; called before the file
+            is read.
+
+    Returns:
+        kind -> path -> place, for the kinds metadata, previous metadata, statistics,
+        manifest list, manifest and data (data and delete files).
+    """
+    io, metadata = table.io, table.metadata
+    stats = [s.statistics_path for s in (*metadata.statistics, *metadata.partition_statistics)]
+    files: dict[str, dict[str, Place]] = {
+        "metadata": {table.metadata_location: check(table.metadata_location, "metadata")},
+        "previous metadata": {log.metadata_file: check(log.metadata_file, "previous metadata")
+                              for log in metadata.metadata_log},
+        "statistics": {path: check(path, "statistics") for path in stats},
+        "manifest list": {}, "manifest": {}, "data": {}}
+    for snapshot in metadata.snapshots:
+        files["manifest list"][snapshot.manifest_list] = check(snapshot.manifest_list,
+                                                               "manifest list")
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path not in files["manifest"]:
+                files["manifest"][manifest.manifest_path] = check(manifest.manifest_path,
+                                                                  "manifest")
+                files["data"].update(_entries(io, manifest, check))
+    return files
+
+
+def _entries(io: FileIO, manifest: ManifestFile, check: Check) -> dict[str, Place]:
+    """The data and delete files ``manifest`` names (deleted entries too), checked."""
+    return {entry.data_file.file_path: check(entry.data_file.file_path, "data")
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)}
+
+
+def _confine(path: str, location: str, what: str) -> Place:
+    """:func:`confine` to a table's location, the refusal stating the rule."""
+    try:
+        return confine(path, location, what, "its location")
+    except TableLocationError as exc:
+        raise TableLocationError(f"{exc}; {RULE}") from None
+
+
+def under(location: str, table: str) -> Check:
+    """A :data:`Check` refusing a file outside ``location``, the location of ``table``
+    (``TableLocationError`` naming the table, the file and the rule)."""
+    return lambda path, kind: _confine(path, location, f"table {table}: its {kind} file")
+
+
+def check_placement(metadata: TableMetadata, table: str) -> None:
+    """Refuse a ``write.*.path`` property of ``metadata`` outside its table location.
+
+    Raises:
+        TableLocationError: a placement property outside the location (or a refused form).
+    """
+    for key in PLACEMENT_PROPERTIES:
+        if key in metadata.properties:
+            _confine(metadata.properties[key], metadata.location, f"{key} of table {table}")
+
+
+def check_commit(before: TableMetadata | None, after: TableMetadata,
+                 updates: Iterable[TableUpdate], io: FileIO, table: str, parallel: Map) -> int:
+    """Refuse a commit that would make ``table`` (at ``before``; ``None``: a create)
+    reference a file outside its location in force after the commit (``after``).
+
+    Checked: a location change (only to one holding the old location, so the files
+    written so far stay under it), the ``write.*.path`` properties when the commit sets one
+    or the location, new statistics files, and for each new snapshot its manifest list,
+    every manifest it lists that its parent snapshot (one of ``before``'s, or one checked
+    here) does not, and every data and delete file of those manifests, each before it is
+    read. Which manifests are new is told by the manifest lists, never by what a manifest
+    says of itself (``added_snapshot_id``).
+
+    Args:
+        before: The table's current metadata (``None``: the commit creates it).
+        after: Its metadata after the commit.
+        updates: The commit's updates.
+        io: Reads the table's files.
+        table: The table, for messages.
+        parallel: Runs a function over items concurrently (the storage's pool).
+
+    Returns:
+        How many files were read (manifest lists and manifests).
+
+    Raises:
+        TableLocationError: a file, location or property breaks the rule.
+    """
+    location, check = after.location, under(after.location, table)
+    what = f"the location of table {table}"
+    if before is not None and place(before.location, what) != place(location, what) \
+            and not inside(before.location, location):
+        raise TableLocationError(
+            f"table {table}: its location may change only to one holding its files, under "
+            f"{before.location}; {location} does not hold them ({RULE}: copy the files and "
+            "register the copy's metadata instead)")
+    if before is None or any(isinstance(u, SetLocationUpdate) or (
+            isinstance(u, SetPropertiesUpdate) and set(u.updates) & set(PLACEMENT_PROPERTIES))
+            for u in updates):
+        check_placement(after, table)
+    old = before or after.model_copy(update={"snapshots": [], "statistics": [],
+                                             "partition_statistics": []})
+    known_stats = {s.statistics_path for s in (*old.statistics, *old.partition_statistics)}
+    for stats in (*after.statistics, *after.partition_statistics):
+        if stats.statistics_path not in known_stats:
+            check(stats.statistics_path, "statistics")
+    ids = {s.snapshot_id for s in old.snapshots}
+    new = [s for s in after.snapshots if s.snapshot_id not in ids]
+    parents = {s.parent_snapshot_id for s in new} & ids
+    lists = [*dict.fromkeys([*(s.manifest_list for s in old.snapshots
+                               if s.snapshot_id in parents),
+                             *(s.manifest_list for s in new)])]
+    for path in lists:
+        check(path, "manifest list")
+    listed = dict(zip(lists, parallel(lambda path: list(read_manifest_list(io.new_input(path))),
+                                          lists), strict=True))
+    checked = {s.snapshot_id: {m.manifest_path for m in listed[s.manifest_list]}
+               for s in old.snapshots if s.snapshot_id in parents}
+    fresh: dict[str, ManifestFile] = {}
+    for snapshot in new:  # in the order they were added: a parent before its child
+        known = checked.get(snapshot.parent_snapshot_id or -1, set())
+        for manifest in listed[snapshot.manifest_list]:
+            if manifest.manifest_path not in known and manifest.manifest_path not in fresh:
+                check(manifest.manifest_path, "manifest")
+                fresh[manifest.manifest_path] = manifest
+        checked[snapshot.snapshot_id] = {m.manifest_path for m in listed[snapshot.manifest_list]}
+    parallel(lambda manifest: _entries(io, manifest, check), list(fresh.values()))
+    return len(lists) + len(fresh)
