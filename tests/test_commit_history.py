@@ -130,10 +130,10 @@ class Gate(Backend):
         self._op("create", path, lambda: self.inner.create_exclusive(path, data), creates=True)
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
-        """The contract's publish with its writes in turn: the machine decides one
-        operation of a writer at a time."""
-        super().publish(files, path, data)
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
+        """The contract's publish with its writes and checks in turn: the machine decides
+        one operation of a writer at a time."""
+        super().publish(files, path, data, run_in_turn, present)
 
     def exists(self, path: str) -> bool:
         return self._op("exists", path, lambda: self.inner.exists(path))

@@ -9,6 +9,7 @@ Each scenario runs on local disk and on the real S3 server (``shared_location``)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -239,9 +241,12 @@ class _LostAnswer:
             raise TimeoutError("the answer to the create was lost")
 
     def publish(self, files: dict[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
         for name, content in files.items():
             self.inner.write(name, content)
+        missing = [name for name in present if not self.inner.exists(name)]
+        if missing:
+            raise FileNotFoundError(errno.ENOENT, "missing", missing[0])
         self.create_exclusive(path, data)
 
     def read(self, path: str) -> bytes:
@@ -334,10 +339,11 @@ def test_a_commit_that_gave_up_never_lands_later(shared_location: Location) -> N
     publish = ours.storage.publish
     rival = iter(range(1))
 
-    def racing(files: dict[str, bytes], path: str, data: bytes) -> None:
+    def racing(files: dict[str, bytes], path: str, data: bytes,
+               present: Sequence[str] = ()) -> None:
         if next(rival, None) is not None:  # another writer takes the version first
             theirs.create_table("s", "rival", columns=COLUMNS)
-        publish(files, path, data)
+        publish(files, path, data, present)
 
     ours.storage.publish = racing  # type: ignore[method-assign]
     with pytest.raises(CommitConflict, match="gave up"):
