@@ -260,50 +260,56 @@ class CommitGroup:
         Raises:
             BaseException: An interrupt (see :func:`commit`).
         """
-        with self._cond:
-            self._waiting.append(member)
+        queued = leading = False
         while True:
-            with self._cond:
-                try:  # a caller returns once its outcome is set and its batch ended
+            try:
+                with self._cond:
+                    if not queued:
+                        self._waiting.append(member)
+                        queued = True
+                    # a caller returns once its outcome is set and the batch that set it
+                    # ended
                     while self._leading and (member in self._landing or not member.finished):
                         self._cond.wait()
-                except BaseException as exc:
-                    self._interrupted(member, exc)
-                    return
-                if member.finished:
-                    return
-                self._leading = True
-                self._landing, self._waiting = _disjoint(self._waiting)
-                taken = self._landing
-            try:
-                self._newest = _land_batch(files, taken, self._newest)
+                    if member.finished:
+                        return
+                    self._leading = leading = True
+                    self._landing, self._waiting = _disjoint(self._waiting)
+                self._newest = _land_batch(files, self._landing, self._newest)
             except BaseException as exc:
-                self._batch_failed(member, taken, exc)
+                if leading:
+                    self._batch_failed(member, list(self._landing), exc)
+                else:
+                    with self._cond:
+                        self._interrupted(member, exc)
+                    return
             finally:
-                with self._cond:
-                    self._landing = []
-                    self._leading = False
-                    self._cond.notify_all()
+                if leading:
+                    with self._cond:
+                        self._landing = []
+                        self._leading = leading = False
+                        self._cond.notify_all()
 
     def _interrupted(self, member: _Member, exc: BaseException) -> None:
-        """``member``'s caller was interrupted by ``exc`` (this group's lock held). Still
-        queued: the change is withdrawn, so it never lands, and ``exc`` is raised. In the
-        batch under way: its outcome, if set, is the caller's; otherwise
+        """``member``'s caller was interrupted by ``exc`` (this group's lock held). Not in
+        the batch under way: the change is withdrawn from the queue, so it never lands,
+        and ``exc`` is raised. In it: its outcome, if set, is the caller's; otherwise
         :class:`CommitOutcomeUnknown` is raised (``exc`` itself if not an Exception)."""
+        if member.finished or member in self._landing:
+            member.gone = True
+            if not isinstance(exc, Exception):
+                raise exc
+            if member.finished:
+                return  # the batch decided before the interrupt was seen
+            member.error = CommitOutcomeUnknown(
+                f"this commit was interrupted ({exc!r}) after its change was handed to the "
+                "batch being landed: whether it lands is unknown (in that batch or never); "
+                "refresh and look")
+            raise member.error from exc
         if member in self._waiting:
             self._waiting.remove(member)
-            member.error = exc
-            raise exc
-        member.gone = True
-        if member.finished and isinstance(exc, Exception):
-            return  # the batch decided before the interrupt was seen
-        if not isinstance(exc, Exception):
-            raise exc
-        member.error = CommitOutcomeUnknown(
-            f"this commit was interrupted ({exc!r}) after its change was handed to the "
-            "batch being landed: whether it lands is unknown (in that batch or never); "
-            "refresh and look")
-        raise member.error from exc
+        member.error = exc
+        raise exc
 
     def _batch_failed(self, member: _Member, taken: list[_Member], exc: BaseException,
                       ) -> None:
