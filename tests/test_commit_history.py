@@ -12,8 +12,9 @@ every later one of that writer never reach the store); a pause may end, be inter
 (an exception, as a task timeout raises) or crash its writer. Out of band, the machine
 backs the prefix up and restores it in place, while transactions are open and while
 every commit under way is pausing after a lost race (never mid-attempt: a copy is
-whole), and delivers an exception (a task timeout) to a caller waiting in a catalog
-object's queue.
+whole; as a writer begins its pause, the others' operations run until they pause or end,
+and in the teardown the newest copy comes back the first time a writer pauses), and
+delivers an exception (a task timeout) to a caller waiting in a catalog object's queue.
 
 After every run:
 
@@ -370,6 +371,8 @@ class CommitHistory(RuleBasedStateMachine):
         if not staged:
             return
         slot = self.slots[data.draw(st.sampled_from(staged))]
+        if self._no_attempt_under_way() and data.draw(st.booleans()):
+            self.backup()  # a copy with the commit's base and none of its files
         slot.committing = True
         if slot.writer == 3:
             _, conn = worker()
@@ -425,6 +428,8 @@ class CommitHistory(RuleBasedStateMachine):
     def step(self, data: st.DataObject) -> None:
         writer = data.draw(st.sampled_from(self._pending_writers()))
         self._step(writer, data.draw(st.sampled_from(DECISIONS)))
+        if self._pending_of(writer).startswith("pause ") and data.draw(st.booleans()):
+            self._restore_while_pausing(data)  # as the writer begins its pause
 
     def _pending_writers(self) -> list[int]:
         writers = [w for w, (_, gate) in self.catalogs.items() if gate.pending is not None]
@@ -486,8 +491,9 @@ class CommitHistory(RuleBasedStateMachine):
     def restore(self, data: st.DataObject) -> None:
         self._restore(data)
 
-    def _restore(self, data: st.DataObject) -> None:
-        backup = data.draw(st.sampled_from(self.backups))
+    def _restore(self, data: st.DataObject | None) -> None:
+        """Restore a drawn copy (without ``data``: the newest one)."""
+        backup = data.draw(st.sampled_from(self.backups)) if data else self.backups[-1]
         shutil.rmtree(self.uri)
         for path, content in backup.files.items():
             full = os.path.join(self.uri, path)
@@ -499,11 +505,10 @@ class CommitHistory(RuleBasedStateMachine):
         event("restore: " + ("while a commit pauses" if self._pausing() else
                              "no commit pausing"))
 
-    @precondition(lambda self: self._pausing() and self.backups)
-    @rule(data=st.data())
-    def restore_while_pausing(self, data: st.DataObject) -> None:
+    def _restore_while_pausing(self, data: st.DataObject | None) -> None:
         """A writer pauses after a lost race: every other commit under way goes on (each
-        of its operations runs) until it pauses too or ends, and then a copy comes back."""
+        of its operations runs) until it pauses too or ends, and then a copy comes back
+        (drawn; in the teardown, the newest)."""
         for _ in range(10_000):
             if self._no_attempt_under_way():
                 break
@@ -572,10 +577,15 @@ class CommitHistory(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            restored = False  # once, the first time a writer pauses
             for _ in range(10_000):  # every commit under way goes on to its end
                 writers = self._pending_writers()
                 if not writers and not any(s.committing for s in self.slots):
                     break
+                if not restored and self._pausing():
+                    self._restore_while_pausing(None)
+                    restored = True
+                    continue
                 for writer in writers:
                     self._step(writer, "go")
             self._collect()
