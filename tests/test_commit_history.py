@@ -467,8 +467,7 @@ class CommitHistory(RuleBasedStateMachine):
                 slot.txn, slot.committing, slot.thread, slot.outcome = None, False, None, None
                 slot.handle = None
         for cid, (writer, restores) in list(self.landing.items()):
-            catalog, _ = self.catalogs[writer]
-            if writer == 3 or not commit_group(catalog.files).landing:
+            if writer == 3 or not commit_group(self.catalogs[writer][0].files).landing:
                 del self.landing[cid]  # its batch ended: it landed there or never will
                 if restores == self.restores and cid not in self._present():
                     self.absent.add(cid)
