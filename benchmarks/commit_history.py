@@ -4,8 +4,11 @@
 examples with fresh random draws (hypothesis's ``explore`` profile, not the suite's
 derandomized one), split evenly over ``--workers`` pytest processes (each draws its own
 random examples), and prints one JSON line: examples asked for, whether they all passed,
-and seconds. It is not a ``bench_*`` module, so ``python -m benchmarks`` does not run it:
-at 13-24 examples a second per core, 200 000 examples take about two hours on two cores.
+and seconds; each worker also prints hypothesis's statistics, whose events count the
+outcomes callers were told and the restores made while a commit paused. It is not a
+``bench_*`` module, so ``python -m benchmarks`` does not run it: at 13-24 examples a
+second per idle core (before issue 44's moves; 3-8 a second per core on two cores shared
+with other work), 200 000 examples take between 75 minutes and several hours.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     workers = [subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=0",
-         str(ROOT / "tests" / "test_commit_history.py")], cwd=ROOT, env=env)
+         "--hypothesis-show-statistics", str(ROOT / "tests" / "test_commit_history.py")],
+        cwd=ROOT, env=env)
         for _ in range(args.workers)]
     codes = [worker.wait() for worker in workers]
     code = next((c for c in codes if c), 0)

@@ -160,11 +160,13 @@ class _RecordingBackend(Backend):
         self.inner.create_exclusive(path, data)
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
         for name in files:
             self._note("write", name)
+        for name in present:
+            self._note("exists", name)
         self._note("create_exclusive", path)
-        self.inner.publish(files, path, data, run_all)
+        self.inner.publish(files, path, data, run_all, present)
 
     def exists(self, path: str) -> bool:
         self._note("exists", path)

@@ -149,6 +149,13 @@ class CommitConflict(CatalogError):
         self.version = version
 
 
+class CommitOutcomeUnknown(CatalogError):
+    """Whether a commit landed is unknown: its caller was interrupted (an exception such as
+    a task timeout reached the waiting thread) after the change was handed to a batch
+    being landed, or the thread landing it was. The change may still land in that batch
+    and never in a later one: refresh and look. The interrupt is its ``__cause__``."""
+
+
 class TableLocationError(CatalogError, ValueError):
     """A table location derived from a name would leave its warehouse (or namespace
     location)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,13 +110,14 @@ class StalledCommit:
         publish = catalog.storage.publish
 
         def slow_root(files: dict[str, bytes], path: str, data: bytes,
-                      written: Callable[[], None] | None = None) -> None:
+                      written: Callable[[], None] | None = None,
+                      present: Sequence[str] = ()) -> None:
             catalog.storage.write_many(files)
             if written is not None:
                 written()
             files_written.set()
             assert self._release.wait(120)
-            publish({}, path, data)
+            publish({}, path, data, present)
 
         catalog.storage.publish = slow_root  # type: ignore[method-assign,assignment]
         self._thread = threading.Thread(

@@ -6,9 +6,11 @@ storage; counts are asserted, never times."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+import uuid
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -26,7 +28,7 @@ from olympia.catalog.commit import (
     commit_group,
 )
 from olympia.catalog.keys import path_version
-from olympia.exceptions import CatalogError, CommitConflict
+from olympia.exceptions import CatalogError, CommitConflict, CommitOutcomeUnknown
 from olympia.storage import Backend, FileInfo
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -276,3 +278,153 @@ def test_a_dropped_catalog_leaves_no_group_behind() -> None:
     del catalog
     gc.collect()
     assert files() is None and group() is None
+
+
+class TaskTimeout(Exception):
+    """What a task runner raises in the thread it interrupts (Airflow's task timeout)."""
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def relayed(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Location]:
+    """A catalog location on local disk, or on S3 behind a slow relay (each request
+    delayed, as a distant server's are)."""
+    if request.param == "local":
+        yield Location(str(tmp_path / "warehouse"), {}, "local")
+        return
+    from s3server import FaultProxy
+
+    server = request.getfixturevalue("s3_server")
+    with FaultProxy(server.endpoint_url) as relay:
+        relay.delay_s = 0.02
+        yield Location(f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}",
+                       relay.storage_options(server.storage_options), "s3")
+
+
+class _Held:
+    """``catalog``'s root publications wait, the ``n``-th one until ``release(n)``."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.publish = catalog.storage.publish
+        self.entered = [threading.Event() for _ in range(3)]
+        self.released = [threading.Event() for _ in range(3)]
+        self.count = 0
+        catalog.storage.publish = self  # type: ignore[method-assign]
+
+    def __call__(self, files: dict[str, bytes], path: str, data: bytes, *rest: Any,
+                 **named: Any) -> None:
+        n, self.count = self.count, self.count + 1
+        self.entered[n].set()
+        assert self.released[n].wait(120)
+        self.publish(files, path, data, *rest, **named)
+
+
+def _interrupt_main_thread(when: Callable[[], bool]) -> threading.Thread:
+    """Once ``when()`` holds, interrupt the main thread (the test's) with TaskTimeout:
+    a signal whose handler raises it, as a task runner's timeout does."""
+    def handler(_signum: int, _frame: Any) -> None:
+        raise TaskTimeout("the task timed out")
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+
+    def run() -> None:
+        for _ in range(12000):  # a bounded wait, not a timing assertion
+            if when():
+                break
+            time.sleep(0.005)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.previous = previous  # type: ignore[attr-defined]
+    return thread
+
+
+def _tables_by_version(location: Location) -> dict[int, list[str]]:
+    """The tables of namespace ``s`` in every version from 2 (which created ``t1``)."""
+    latest = Catalog.open(location.uri, location.storage_options)
+    return {v: latest.at_version(v).list_tables("s") for v in range(2, latest.version + 1)}
+
+
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_an_interrupted_queued_commit_is_withdrawn(relayed: Location, coalesce: bool) -> None:
+    """A drop queued behind another thread's commit through the same catalog object is
+    interrupted (TaskTimeout): its caller gets the interrupt, and the drop never lands,
+    though the same object goes on committing."""
+    catalog = Catalog.create(relayed.uri, relayed.storage_options)
+    catalog.create_namespace("s")
+    catalog.create_table("s", "t1", columns=COLUMNS)
+    catalog = Catalog.open(relayed.uri, relayed.storage_options, coalesce_commits=coalesce)
+    held = _Held(catalog)
+    group = commit_group(catalog.files)
+    first = threading.Thread(target=catalog.create_table, args=("s", "first"),
+                             kwargs={"columns": COLUMNS})
+    first.start()
+    assert held.entered[0].wait(120)
+    alarm = _interrupt_main_thread(lambda: group.submitted == 2)
+    try:
+        with pytest.raises(TaskTimeout):
+            catalog.drop_table("s", "t1")
+    finally:
+        signal.signal(signal.SIGUSR1, alarm.previous)  # type: ignore[attr-defined]
+    assert group.submitted == 1  # the drop left the queue with its caller
+    for n in range(3):
+        held.released[n].set()
+    first.join(120)
+    catalog.create_table("s", "after", columns=COLUMNS)
+    tables = _tables_by_version(relayed)
+    assert tables[max(tables)] == ["after", "first", "t1"]
+    assert all("t1" in names for names in tables.values())
+
+
+def test_an_interrupted_commit_in_the_batch_under_way_is_outcome_unknown(
+        relayed: Location) -> None:
+    """Coalesced, a drop and another thread's create are taken into one batch together;
+    the drop's caller (or, if it leads, its landing) is interrupted while the batch's
+    root waits to be published: the caller gets CommitOutcomeUnknown, never a failure,
+    and the drop lands in that batch's version or never."""
+    catalog = Catalog.create(relayed.uri, relayed.storage_options)
+    catalog.create_namespace("s")
+    catalog.create_table("s", "t1", columns=COLUMNS)
+    catalog = Catalog.open(relayed.uri, relayed.storage_options, coalesce_commits=True)
+    held = _Held(catalog)
+    group = commit_group(catalog.files)
+    outcomes: dict[str, object] = {}
+
+    def create(name: str) -> None:
+        try:
+            outcomes[name] = catalog.create_table("s", name, columns=COLUMNS)
+        except Exception as exc:  # every outcome is recorded and checked
+            outcomes[name] = exc
+
+    first = threading.Thread(target=create, args=("first",))
+    first.start()
+    assert held.entered[0].wait(120)
+    second = threading.Thread(target=create, args=("second",))
+
+    def queued() -> bool:  # the drop, then the second create, wait behind the first
+        if group.submitted == 2 and not second.is_alive():
+            second.start()
+        if group.submitted == 3 and not held.released[0].is_set():
+            held.released[0].set()  # the next batch takes the drop and the create
+        return held.entered[1].is_set()
+
+    alarm = _interrupt_main_thread(queued)
+    try:
+        with pytest.raises(CommitOutcomeUnknown) as info:
+            catalog.drop_table("s", "t1")
+    finally:
+        signal.signal(signal.SIGUSR1, alarm.previous)  # type: ignore[attr-defined]
+    assert isinstance(info.value.__cause__, TaskTimeout)
+    held.released[1].set()
+    held.released[2].set()
+    first.join(120)
+    second.join(120)
+    catalog.create_table("s", "after", columns=COLUMNS)
+    tables = _tables_by_version(relayed)
+    dropped = [v for v, names in tables.items() if "t1" not in names]
+    landed = outcomes["second"]
+    assert not isinstance(landed, Exception) or isinstance(landed, CommitOutcomeUnknown)
+    if dropped:  # with the second create, in that batch's version, and after it
+        assert "second" in tables[dropped[0]] and "second" not in tables[dropped[0] - 1]
+        assert dropped == list(range(dropped[0], max(tables) + 1))
+    assert "after" in tables[max(tables)]

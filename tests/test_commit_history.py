@@ -1,21 +1,29 @@
 """The commit protocol under random interleavings (issue 33): a hypothesis state machine.
 
-Several writers commit to one catalog on local disk: threads with a catalog object each,
-threads sharing one coalescing catalog object (its queued commits), and a writer in
-another process. Every storage operation of every writer passes through a gate (a
-wrapper around the real backend) that waits for the machine's decision, so the machine
-chooses the interleaving one storage operation at a time, and for each operation whether
-it runs, fails transiently, runs and then loses its answer (a create that succeeded is
-reported as a timeout), or crashes the writer there (that operation and every later one of
-that writer never reach the store). Out of band, the machine backs the prefix up and
-restores it in place, while transactions are open (never mid-commit: a copy is whole).
+Several writers commit to one catalog on local disk: a thread with a catalog object of
+its own, two threads sharing one catalog object (its queue: they take turns), three
+threads sharing one coalescing catalog object, and a writer in another process. Every
+storage operation of every writer, and every pause after a lost race, passes through a
+gate (a wrapper around the real backend) that waits for the machine's decision, so the
+machine chooses the interleaving one step at a time, and for each storage operation
+whether it runs, fails transiently, runs and then loses its answer (a create that
+succeeded is reported as a timeout), or crashes the writer there (that operation and
+every later one of that writer never reach the store); a pause may end, be interrupted
+(an exception, as a task timeout raises) or crash its writer. Out of band, the machine
+backs the prefix up and restores it in place, while transactions are open and while
+every commit under way is pausing after a lost race (never mid-attempt: a copy is
+whole; as a writer begins its pause, the others' operations run until they pause or end,
+and in the teardown the newest copy comes back the first time a writer pauses), and
+delivers an exception (a task timeout) to a caller waiting in a catalog object's queue.
 
 After every run:
 
 - every commit reported successful is in the history exactly once, at the reported
   version (unless a restore took the store back before it);
-- nothing reported as a conflict ever appears, and a commit whose outcome was unknown or
-  whose writer crashed, absent from the history when that was reported, never appears;
+- nothing reported as a conflict or withdrawn by an interrupt ever appears, and a commit
+  whose outcome was unknown or whose writer crashed, absent from the history when that
+  was reported (or, when an interrupted caller was told the outcome is unknown, when the
+  batch holding its change ended), never appears;
 - the history is a serial order of the commits it holds: each version's commits touched
   no object that a version after their base touched (no lost update), and each version's
   tables are the previous version's with its commits' changes applied;
@@ -27,6 +35,8 @@ The suite runs a bounded number of derandomized examples; a long run is
 
 from __future__ import annotations
 
+import ctypes
+import inspect
 import multiprocessing
 import os
 import shutil
@@ -40,7 +50,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -54,7 +64,7 @@ from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
 from olympia.catalog.commit import commit_group
 from olympia.catalog.reader import Snapshot
-from olympia.exceptions import CommitConflict, OlympiaError
+from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, OlympiaError
 from olympia.storage import Backend, FileInfo
 from olympia.storage.backends import RunAll, run_in_turn
 from olympia.tree import btree
@@ -71,6 +81,10 @@ class Crashed(BaseException):
     """The writer's process died at this storage operation (injected)."""
 
 
+class Interrupted(Exception):
+    """An exception delivered to a caller (a task runner's timeout)."""
+
+
 class Gate(Backend):
     """A real backend whose every operation waits for the machine's decision, except the
     operations of the machine's own thread (a transaction beginning and staging) and, in
@@ -85,6 +99,7 @@ class Gate(Backend):
         self._machine = threading.get_ident()
         self._cond = threading.Condition()
         self.pending: str | None = None
+        self.waiter: int | None = None  # the thread whose operation is pending
         self._decision: str | None = None
 
     def _op(self, name: str, path: str, run: Callable[[], T], creates: bool = False) -> T:
@@ -107,11 +122,17 @@ class Gate(Backend):
 
     def _await(self, name: str, path: str) -> str:
         with self._cond:
-            self.pending = f"{name} {path}"
+            self.pending, self.waiter = f"{name} {path}", threading.get_ident()
             while self._decision is None:
                 self._cond.wait()
             decision, self._decision = self._decision, None
             return decision
+
+    def pause(self, _seconds: float) -> None:
+        """A commit's pause after a lost race (its ``sleep``): the machine may restore
+        the prefix before letting it end; "fail" interrupts the writer there (an
+        exception, as a task timeout raises), "crash" kills it."""
+        self._op("pause", "", lambda: None)
 
     def decide(self, decision: str) -> None:
         """Let the pending operation go with ``decision`` (the machine's side)."""
@@ -130,10 +151,10 @@ class Gate(Backend):
         self._op("create", path, lambda: self.inner.create_exclusive(path, data), creates=True)
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
-        """The contract's publish with its writes in turn: the machine decides one
-        operation of a writer at a time."""
-        super().publish(files, path, data)
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
+        """The contract's publish with its writes and checks in turn: the machine decides
+        one operation of a writer at a time."""
+        super().publish(files, path, data, run_in_turn, present)
 
     def exists(self, path: str) -> bool:
         return self._op("exists", path, lambda: self.inner.exists(path))
@@ -151,9 +172,9 @@ class Gate(Backend):
 def gated_catalog(uri: str, coalesce: bool = False,
                   ask: Callable[[str], str] | None = None) -> tuple[Catalog, Gate]:
     catalog = Catalog.open(uri, OPTIONS, commit_timeout=3600, coalesce_commits=coalesce)
-    catalog.commit_options = type(catalog.commit_options)(
-        timeout_s=3600, sleep=lambda _s: None, jitter=lambda bound: 0.0, coalesce=coalesce)
     gate = Gate(catalog.storage.backend, ask)
+    catalog.commit_options = type(catalog.commit_options)(
+        timeout_s=3600, sleep=gate.pause, jitter=lambda bound: 0.0, coalesce=coalesce)
     catalog.storage.backend = gate
     return catalog, gate
 
@@ -181,14 +202,20 @@ def stage(catalog: Catalog, cid: str, picks: Sequence[tuple[str, bool]]) -> Any:
 
 
 def outcome_of(commit: Callable[[], int]) -> tuple[str, int]:
-    """How a commit ended: committed (with its version), conflict, unknown, crashed."""
+    """How a commit ended: committed (with its version), conflict, withdrawn (its caller
+    got the interrupt delivered to it), unknown, unknown-interrupted (its batch may still
+    be landing), crashed."""
     try:
         return "committed", commit()
     except Crashed:
         return "crashed", -1
     except CommitConflict:
         return "conflict", -1
-    except OlympiaError:  # a storage error or an interrupted leader: outcome unknown
+    except Interrupted:
+        return "withdrawn", -1
+    except CommitOutcomeUnknown:
+        return "unknown-interrupted", -1
+    except OlympiaError:  # a storage error: outcome unknown
         return "unknown", -1
 
 
@@ -266,19 +293,24 @@ class Backup:
 
 
 class CommitHistory(RuleBasedStateMachine):
-    """Writers 0 and 1: threads, a catalog object each; writer 2: three threads sharing
-    one coalescing catalog object; writer 3: another process."""
+    """Writer 0: a thread with a catalog object; writer 1: two threads sharing one
+    catalog object; writer 2: three threads sharing one coalescing catalog object;
+    writer 3: another process."""
 
     def __init__(self) -> None:
         super().__init__()
         self.folder = tempfile.mkdtemp(prefix="olympia-history-")
         self.uri = os.path.join(self.folder, "c")
         self.catalogs: dict[int, tuple[Catalog, Gate]] = {}
-        self.slots = [Slot(0), Slot(1), Slot(2), Slot(2), Slot(2), Slot(3)]
+        self.slots = [Slot(0), Slot(1), Slot(1), Slot(2), Slot(2), Slot(2), Slot(3)]
         self.txns: dict[str, Txn] = {}
         self.expected: dict[str, int] = {}  # reported committed -> version
-        self.failed: set[str] = set()  # reported as a conflict
+        self.failed: set[str] = set()  # reported as a conflict, or withdrawn
         self.absent: set[str] = set()  # outcome unknown or crashed, absent when reported
+        # told unknown by an interrupt while its batch may be landing: (writer, restores
+        # when reported), until that writer's catalog object lands no batch
+        self.landing: dict[str, tuple[int, int]] = {}
+        self.restores = 0
         self.backups: list[Backup] = []
         self.process_pending: str | None = None
         self.count = 0
@@ -292,13 +324,16 @@ class CommitHistory(RuleBasedStateMachine):
         _, conn = worker()
         conn.send(("open", self.uri))
         assert conn.recv() == ("ok",)
+        self.backup()  # a copy to restore is always at hand
 
     # --- the writers ----------------------------------------------------------------
 
-    def _no_commit_under_way(self) -> bool:
-        """Whether a copy of the prefix is whole (transactions may be open: one open
-        across a restore must not build on a version the restore replaced)."""
-        return not any(s.committing for s in self.slots)
+    def _no_attempt_under_way(self) -> bool:
+        """Whether a copy of the prefix is whole: every commit under way is pausing after
+        a lost race, or waiting in its catalog object's queue (transactions may be open:
+        one open across a restore must not build on a version the restore replaced, and
+        a retry after the pause must not name the files the restore removed)."""
+        return all(self._pending_of(w).startswith("pause ") for w in self._pending_writers())
 
     @rule(data=st.data())
     def begin(self, data: st.DataObject) -> None:
@@ -336,6 +371,8 @@ class CommitHistory(RuleBasedStateMachine):
         if not staged:
             return
         slot = self.slots[data.draw(st.sampled_from(staged))]
+        if self._no_attempt_under_way() and data.draw(st.booleans()):
+            self.backup()  # a copy with the commit's base and none of its files
         slot.committing = True
         if slot.writer == 3:
             _, conn = worker()
@@ -391,6 +428,8 @@ class CommitHistory(RuleBasedStateMachine):
     def step(self, data: st.DataObject) -> None:
         writer = data.draw(st.sampled_from(self._pending_writers()))
         self._step(writer, data.draw(st.sampled_from(DECISIONS)))
+        if self._pending_of(writer).startswith("pause ") and data.draw(st.booleans()):
+            self._restore_while_pausing(data)  # as the writer begins its pause
 
     def _pending_writers(self) -> list[int]:
         writers = [w for w, (_, gate) in self.catalogs.items() if gate.pending is not None]
@@ -416,18 +455,26 @@ class CommitHistory(RuleBasedStateMachine):
                 assert slot.txn is not None
                 kind, version = slot.outcome
                 cid = slot.txn.cid
+                event(f"outcome: {kind}")
                 if kind == "committed":
                     self.expected[cid] = version
-                elif kind == "conflict":
+                elif kind in ("conflict", "withdrawn"):
                     self.failed.add(cid)
+                elif kind == "unknown-interrupted":
+                    self.landing[cid] = (slot.writer, self.restores)
                 elif cid not in self._present():
                     self.absent.add(cid)
                 slot.txn, slot.committing, slot.thread, slot.outcome = None, False, None, None
                 slot.handle = None
+        for cid, (writer, restores) in list(self.landing.items()):
+            if writer == 3 or not commit_group(self.catalogs[writer][0].files).landing:
+                del self.landing[cid]  # its batch ended: it landed there or never will
+                if restores == self.restores and cid not in self._present():
+                    self.absent.add(cid)
 
     # --- out-of-band changes ------------------------------------------------------------
 
-    @precondition(lambda self: self._no_commit_under_way())
+    @precondition(lambda self: self._no_attempt_under_way())
     @rule()
     def backup(self) -> None:
         files = {}
@@ -438,10 +485,14 @@ class CommitHistory(RuleBasedStateMachine):
                     files[os.path.relpath(path, self.uri)] = f.read()
         self.backups.append(Backup(files, dict(self.expected)))
 
-    @precondition(lambda self: self._no_commit_under_way() and self.backups)
+    @precondition(lambda self: self._no_attempt_under_way() and self.backups)
     @rule(data=st.data())
     def restore(self, data: st.DataObject) -> None:
-        backup = data.draw(st.sampled_from(self.backups))
+        self._restore(data)
+
+    def _restore(self, data: st.DataObject | None) -> None:
+        """Restore a drawn copy (without ``data``: the newest one)."""
+        backup = data.draw(st.sampled_from(self.backups)) if data else self.backups[-1]
         shutil.rmtree(self.uri)
         for path, content in backup.files.items():
             full = os.path.join(self.uri, path)
@@ -449,6 +500,65 @@ class CommitHistory(RuleBasedStateMachine):
             with open(full, "wb") as f:
                 f.write(content)
         self.expected = dict(backup.expected)
+        self.restores += 1
+        event("restore: " + ("while a commit pauses" if self._pausing() else
+                             "no commit pausing"))
+
+    def _restore_while_pausing(self, data: st.DataObject | None) -> None:
+        """A writer pauses after a lost race: every other commit under way goes on (each
+        of its operations runs) until it pauses too or ends, and then a copy comes back
+        (drawn; in the teardown, the newest)."""
+        for _ in range(10_000):
+            if self._no_attempt_under_way():
+                break
+            for writer in self._pending_writers():
+                if not self._pending_of(writer).startswith("pause "):
+                    self._step(writer, "go")
+        else:
+            raise AssertionError("the other writers never paused or ended")
+        if self._pausing():
+            self._restore(data)
+
+    def _pausing(self) -> bool:
+        return any(self._pending_of(w).startswith("pause ") for w in self._pending_writers())
+
+    def _pending_of(self, writer: int) -> str:
+        pending = self.process_pending if writer == 3 else self.catalogs[writer][1].pending
+        return pending or ""
+
+    @precondition(lambda self: self._queued_callers())
+    @rule(data=st.data())
+    def interrupt(self, data: st.DataObject) -> None:
+        """Deliver an exception (a task timeout) to a caller waiting in its catalog
+        object's queue, while the leader of that object's batch waits at the gate."""
+        slot = self.slots[data.draw(st.sampled_from(self._queued_callers()))]
+        thread = slot.thread
+        assert thread is not None and thread.ident is not None
+        catalog, _ = self.catalogs[slot.writer]
+        group = commit_group(catalog.files)
+        _await_waiting(thread)
+        delivered = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(Interrupted))
+        assert delivered == 1
+        with group._cond:  # wake it: the exception is raised once it runs again
+            group._cond.notify_all()
+        thread.join(QUIET_S)
+        assert not thread.is_alive(), _stacks([thread])
+        self._quiet(slot.writer)
+        self._collect()
+
+    def _queued_callers(self) -> list[int]:
+        """The slots whose committing thread waits in its catalog object's queue (not at
+        the gate) while that object's batch is being landed."""
+        queued = []
+        for i, slot in enumerate(self.slots):
+            if slot.writer in (1, 2) and slot.committing and slot.outcome is None:
+                _, gate = self.catalogs[slot.writer]
+                thread = slot.thread
+                if (thread is not None and thread.is_alive() and gate.pending is not None
+                        and thread.ident != gate.waiter):
+                    queued.append(i)
+        return queued
 
     # --- what must hold -----------------------------------------------------------------
 
@@ -466,10 +576,15 @@ class CommitHistory(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            restored = False  # once, the first time a writer pauses
             for _ in range(10_000):  # every commit under way goes on to its end
                 writers = self._pending_writers()
                 if not writers and not any(s.committing for s in self.slots):
                     break
+                if not restored and self._pausing():
+                    self._restore_while_pausing(None)
+                    restored = True
+                    continue
                 for writer in writers:
                     self._step(writer, "go")
             self._collect()
@@ -536,6 +651,25 @@ def _stacks(threads: Sequence[threading.Thread]) -> str:
 
 def _submitted(files: Any) -> int:
     return commit_group(files).submitted
+
+
+_WAIT_LINE = [  # where Condition.wait blocks until notified (its last waiter.acquire())
+    inspect.getsourcelines(threading.Condition.wait)[1] + i
+    for i, line in enumerate(inspect.getsourcelines(threading.Condition.wait)[0])
+    if line.strip() == "waiter.acquire()"][-1]
+
+
+def _await_waiting(thread: threading.Thread) -> None:
+    """Wait until ``thread`` is blocked in a Condition's wait (bounded: a hang fails)."""
+    deadline = time.monotonic() + QUIET_S
+    while True:
+        frame = sys._current_frames().get(thread.ident or 0)
+        if frame is not None and frame.f_code is threading.Condition.wait.__code__ and (
+                frame.f_lineno == _WAIT_LINE):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the caller never waited:\n{_stacks([thread])}")
+        time.sleep(0.0002)
 
 
 CommitHistory.TestCase.settings = settings(

@@ -9,6 +9,7 @@ Each scenario runs on local disk and on the real S3 server (``shared_location``)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -239,9 +241,12 @@ class _LostAnswer:
             raise TimeoutError("the answer to the create was lost")
 
     def publish(self, files: dict[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
         for name, content in files.items():
             self.inner.write(name, content)
+        missing = [name for name in present if not self.inner.exists(name)]
+        if missing:
+            raise FileNotFoundError(errno.ENOENT, "missing", missing[0])
         self.create_exclusive(path, data)
 
     def read(self, path: str) -> bytes:
@@ -334,10 +339,11 @@ def test_a_commit_that_gave_up_never_lands_later(shared_location: Location) -> N
     publish = ours.storage.publish
     rival = iter(range(1))
 
-    def racing(files: dict[str, bytes], path: str, data: bytes) -> None:
+    def racing(files: dict[str, bytes], path: str, data: bytes,
+               present: Sequence[str] = ()) -> None:
         if next(rival, None) is not None:  # another writer takes the version first
             theirs.create_table("s", "rival", columns=COLUMNS)
-        publish(files, path, data)
+        publish(files, path, data, present)
 
     ours.storage.publish = racing  # type: ignore[method-assign]
     with pytest.raises(CommitConflict, match="gave up"):
@@ -349,3 +355,72 @@ def test_a_commit_that_gave_up_never_lands_later(shared_location: Location) -> N
     latest = Catalog.open(shared_location.uri, options)
     for version in range(1, latest.version + 1):
         assert "t1" in verified(latest, version).list_tables("s")
+
+
+@pytest.mark.parametrize("copy", ["with the winner", "before the base"])
+def test_a_restore_during_a_retrys_pause_never_lands_a_root_naming_missing_files(
+        shared_location: Location, copy: str) -> None:
+    """Our first attempt loses the race for version 3 after writing its files; during
+    the pause that follows, the prefix is restored from a copy taken with the winner's
+    version 3 (only our files go) or before our base, version 2 (the base goes too). The
+    retry writes its files anew and lands version 4, which loads and verifies; or, its
+    base gone, gets CommitConflict and nothing of it lands."""
+    options = shared_location.storage_options
+    catalog = _catalog(shared_location)
+    copies = {"before the base": snapshot_prefix(catalog.storage)}
+    catalog.create_table("s", "t3", columns=COLUMNS)  # version 2: our base
+    ours = Catalog.open(shared_location.uri, options)
+    theirs = Catalog.open(shared_location.uri, shared_location.elsewhere().storage_options)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        if not pauses:
+            restore_prefix(ours.storage, copies[copy])
+        pauses.append(seconds)
+
+    ours.commit_options = replace(ours.commit_options, sleep=pause)
+    publish = ours.storage.publish
+
+    def racing(files: dict[str, bytes], path: str, data: bytes, *rest: Any,
+               **named: Any) -> None:
+        if "with the winner" not in copies:  # another writer takes version 3 first
+            theirs.create_table("s", "theirs", columns=COLUMNS)
+            copies["with the winner"] = snapshot_prefix(ours.storage)
+        publish(files, path, data, *rest, **named)
+
+    ours.storage.publish = racing  # type: ignore[method-assign]
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS, properties={"k": "v"})
+    if copy == "before the base":
+        with pytest.raises(CommitConflict, match="no longer in the store as it was read"):
+            txn.commit()
+        latest = Catalog.open(shared_location.uri, options)
+        assert latest.version == 1 and latest.list_tables("s") == ["t1", "t2"]
+    else:
+        assert txn.commit() == 4
+        latest = Catalog.open(shared_location.uri, options)
+        assert latest.version == 4
+        assert latest.list_tables("s") == ["mine", "t1", "t2", "t3", "theirs"]
+        assert latest.load_table("s", "mine").properties == {"k": "v"}
+    assert pauses
+    for version in range(latest.version + 1):
+        verified(latest, version)
+
+
+def test_a_folder_at_vn_latest_is_ignored(shared_location: Location) -> None:
+    """A folder where vn/latest belongs (a file inside it on S3) is a hint that cannot be
+    read: the catalog opens at its latest version, commits, and readers find them."""
+    options = shared_location.storage_options
+    catalog = _catalog(shared_location)
+    catalog.storage.delete("vn/latest")
+    if shared_location.kind == "local":
+        os.mkdir(os.path.join(shared_location.uri, "vn", "latest"))
+    catalog.storage.write("vn/latest/0", b"5\n")
+    opened = Catalog.open(shared_location.uri, options)
+    assert opened.version == 1
+    opened.create_table("s", "t3", columns=COLUMNS)
+    again = Catalog.open(shared_location.uri, options)
+    assert again.version == 2 and again.list_tables("s") == ["t1", "t2", "t3"]
+    with catalog.transaction() as txn:  # a catalog object that had loaded version 1
+        txn.create_table("s", "t4", columns=COLUMNS)
+    assert Catalog.open(shared_location.uri, options).version == 3

@@ -6,11 +6,11 @@ transactions. Read top to bottom, it is the protocol:
    threads of one process make through one catalog object are landed one batch at a time,
    first come first landed, by whichever caller finds no batch under way (the leader).
 3. :func:`_land_batch` reads each member's base root from the store again and keeps
-   only members whose base is still there with the same digest (:func:`_still_stored`: a
+   only members whose base is still there with the same digest (:func:`_verified`: a
    prefix restored from a copy may hold other roots under the same names). The batch's
    base is the newest of the members' bases. When a member began on an older version, or
-   this group already landed a newer one, the versions after the bases are first read
-   from the store (:func:`_catch_up`).
+   this group already landed a newer one, the bases and the versions after them are read
+   in one batch (:func:`_catch_up`).
 4. :func:`_attempt` replays the change copy-on-write onto the base's tree, encodes the
    changed nodes and the root, and :meth:`olympia.storage.Storage.publish` writes the new
    definition and node files, then creates ``vn/<v+1>`` exclusively (put-if-absent).
@@ -22,15 +22,23 @@ transactions. Read top to bottom, it is the protocol:
    checks each member's actions against theirs
    (:func:`olympia.catalog.actions.find_conflict`) and rebases on the newest, and step 4
    runs again at once, on what was just read; until the time budget (``commit_timeout``)
-   is spent. Node files an earlier attempt wrote are reused where their content is
-   unchanged, and definition files are written once (:class:`_Written`).
+   is spent. The roots read include the base itself: a retry builds only on a base it
+   read in this attempt. Node files an earlier attempt wrote are reused where their
+   content is unchanged, and definition files are written once (:class:`_Written`), but
+   only once seen in the store again: their existence is checked in the batch that writes
+   the attempt's new files, before the root is created (:meth:`Storage.publish`'s
+   ``present``); one found missing (a restore from a copy removed it) sends the attempt
+   back to step 5 with nothing reused.
 6. The winner writes the ``vn/latest`` hint, best effort (:func:`_write_hint`).
 
 With :attr:`CommitOptions.coalesce`, disjoint changes of one batch share one version and
 each caller gets its own outcome (a conflict is reported to the caller it concerns).
 Every fact a commit builds on was read from the store in this commit, or is immutable
 content verified by its checksum (definition and node files); nothing is kept outside
-the catalog prefix, and a change only ever lands from the process that made it.
+the catalog prefix, and a change only ever lands from the process that made it. Nothing
+reported failed lands later: a caller interrupted while its change is queued withdraws
+it; one interrupted once its change is in the batch being landed is told
+:class:`CommitOutcomeUnknown`.
 
 Over 400 lines for one reason: the queue of in-process commits (:class:`CommitGroup`) sets
 each member's outcome from the attempt loop, so both live beside the protocol, in the
@@ -56,9 +64,12 @@ from olympia.catalog.reader import Snapshot
 from olympia.exceptions import (
     CatalogError,
     CommitConflict,
+    CommitOutcomeUnknown,
     FileAlreadyExists,
+    FileNotFound,
     InvalidArgumentError,
     NoSuchVersionError,
+    OlympiaError,
     StorageError,
 )
 from olympia.tree import btree
@@ -168,6 +179,12 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         CatalogError: A node file would exceed the catalog's ``node_file_max_size_bytes``.
         TransientStorageError: The root's create kept failing and whether it landed could
             not be learned from the store (the outcome is unknown: refresh and look).
+        CommitOutcomeUnknown: An exception (a task timeout, say: its ``__cause__``)
+            interrupted the caller, or the thread landing the change, once the change was
+            in the batch being landed; it lands in that batch or never. An interrupt that
+            reaches the caller while the change is still queued withdraws it and is raised
+            as it is (the change never lands); so is one that is not an ``Exception``
+            (``KeyboardInterrupt``, ``SystemExit``), whatever the change's fate.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
     member = _Member(base, change, options)
@@ -185,6 +202,7 @@ class _Member:
     options: CommitOptions
     root: Root | None = None
     error: BaseException | None = None
+    gone: bool = False  # its caller was interrupted and left while its batch lands
 
     @property
     def joins(self) -> bool:
@@ -217,52 +235,103 @@ class CommitGroup:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._waiting: list[_Member] = []
-        self._landing: list[_Member] = []
+        self._waiting: list[_Member] = []  # queued, in order (left out of a batch first)
+        self._landing: list[_Member] = []  # the members of the batch under way
         self._leading = False
         self._newest = -1  # the newest version the last batch landed or read
 
     @property
     def submitted(self) -> int:
         """Changes whose callers this group still holds: queued, or in the batch under way
-        (their outcome set or not: each caller waits until that batch ends)."""
+        (their outcome set or not: each caller waits until that batch ends, unless it is
+        interrupted)."""
         with self._cond:
-            return len(self._waiting) + len(self._landing)
+            return len(self._waiting) + sum(not m.gone for m in self._landing)
+
+    @property
+    def landing(self) -> bool:
+        """Whether a batch is under way."""
+        with self._cond:
+            return self._leading
 
     def submit(self, files: CatalogFiles, member: _Member) -> None:
-        """Commit ``member`` (alone or with others); its outcome is set on return."""
-        with self._cond:
-            self._waiting.append(member)
+        """Commit ``member`` (alone or with others); its outcome is set on return.
+
+        Raises:
+            BaseException: An interrupt (see :func:`commit`).
+        """
+        queued = leading = False
         while True:
-            with self._cond:
-                # a caller returns once its outcome is set and the batch that set it ended
-                while self._leading and (member in self._landing or not member.finished):
-                    self._cond.wait()
-                if member.finished:
-                    return
-                self._leading = True
-                self._landing, self._waiting = self._waiting, []
-            taken, left = _disjoint(self._landing)
             try:
-                self._newest = _land_batch(files, taken, self._newest)
-            except BaseException as exc:
-                failed = exc if isinstance(exc, Exception) else CatalogError(
-                    f"the thread committing this change was interrupted ({exc!r}); whether "
-                    "the version was created is unknown: refresh and look")
-                for other in taken:
-                    if not other.finished:
-                        other.error = exc if other is member else failed
-                if failed is not exc:  # an interrupt of the leading thread: its own change,
-                    if member in left:  # if left for a later batch, is withdrawn with it
-                        left.remove(member)
-                        member.error = exc
-                    raise
-            finally:
                 with self._cond:
-                    self._waiting[:0] = left  # our own change may be among them
-                    self._landing = []
-                    self._leading = False
-                    self._cond.notify_all()
+                    if not queued:
+                        self._waiting.append(member)
+                        queued = True
+                    # a caller returns once its outcome is set and the batch that set it
+                    # ended
+                    while self._leading and (member in self._landing or not member.finished):
+                        self._cond.wait()
+                    if member.finished:
+                        return
+                    self._leading = leading = True
+                    self._landing, self._waiting = _disjoint(self._waiting)
+                self._newest = _land_batch(files, self._landing, self._newest)
+            except BaseException as exc:
+                if leading:
+                    self._batch_failed(member, list(self._landing), exc)
+                else:
+                    with self._cond:
+                        self._interrupted(member, exc)
+                    return
+            finally:
+                if leading:
+                    with self._cond:
+                        self._landing = []
+                        self._leading = leading = False
+                        self._cond.notify_all()
+
+    def _interrupted(self, member: _Member, exc: BaseException) -> None:
+        """``member``'s caller was interrupted by ``exc`` (this group's lock held). Not in
+        the batch under way: the change is withdrawn from the queue, so it never lands,
+        and ``exc`` is raised. In it: its outcome, if set, is the caller's; otherwise
+        :class:`CommitOutcomeUnknown` is raised (``exc`` itself if not an Exception)."""
+        if member.finished or member in self._landing:
+            member.gone = True
+            if not isinstance(exc, Exception):
+                raise exc
+            if member.finished:
+                return  # the batch decided before the interrupt was seen
+            member.error = CommitOutcomeUnknown(
+                f"this commit was interrupted ({exc!r}) after its change was handed to the "
+                "batch being landed: whether it lands is unknown (in that batch or never); "
+                "refresh and look")
+            raise member.error from exc
+        if member in self._waiting:
+            self._waiting.remove(member)
+        member.error = exc
+        raise exc
+
+    def _batch_failed(self, member: _Member, taken: list[_Member], exc: BaseException,
+                      ) -> None:
+        """``_land_batch`` raised ``exc`` in the leading thread, whose change is
+        ``member``. The protocol's own errors (OlympiaError) are every unfinished member's
+        outcome: nothing landed, or :class:`TransientStorageError` says the outcome is
+        unknown. Anything else interrupted the landing: those members are told
+        :class:`CommitOutcomeUnknown`, and the leader is interrupted as a caller is."""
+        if isinstance(exc, OlympiaError):
+            for other in taken:
+                if not other.finished:
+                    other.error = exc
+            return
+        unknown = CommitOutcomeUnknown(
+            f"the thread landing this commit was interrupted ({exc!r}): whether its "
+            "version was created is unknown; refresh and look")
+        unknown.__cause__ = exc
+        for other in taken:
+            if not other.finished and other is not member:
+                other.error = unknown
+        with self._cond:
+            self._interrupted(member, exc)
 
 
 _GROUPS: weakref.WeakKeyDictionary[CatalogFiles, tuple[int, CommitGroup]] = (
@@ -304,16 +373,16 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
     versions after the bases, which are then read before the first attempt.
 
     Returns:
-        The newest version known at the end: the one landed, or the newest read.
+        The newest version known at the end: the one landed, or the newest read (-1: none).
     """
-    members = _still_stored(files, members)
-    if not members:
-        return newest
     base = max((m.base for m in members), key=lambda b: b.version)
     if newest > base.version or any(m.base.version != base.version for m in members):
-        base, members = _catch_up(files, members, max(newest, base.version))
-    if not members:
-        return base.version
+        found, members = _catch_up(files, members, max(newest, base.version))
+    else:
+        found, members = base, _still_stored(files, members)
+    if found is None or not members:
+        return found.version if found else -1
+    base = found
     options = members[0].options
     deadline = options.clock() + options.timeout_s
     written = _Written()
@@ -323,6 +392,9 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
         try:
             committed = _attempt(files, base, _merged(members), written)
         except FileAlreadyExists:
+            losses += 1
+        except _Vanished:  # the store went back (a restore): build anew on what it holds
+            written = _Written()
             losses += 1
         else:
             files.remember_root(committed)  # for readers; a commit reads roots fresh
@@ -338,11 +410,13 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
                     f"other writers kept winning (latest seen: version {base.version + 1})",
                     version=base.version + 1)
             return base.version + 1
-        # pause, then learn the winners: the next attempt builds on what was just read
+        # pause, then learn the winners (and that the base is still stored): the next
+        # attempt builds on what was just read
         options.sleep(options.jitter(bound))
-        base, members = _catch_up(files, members, base.version + 1)
-        if not members:
-            return base.version
+        found, members = _catch_up(files, members, base.version + 1)
+        if found is None or not members:
+            return found.version if found else -1
+        base = found
 
 
 def _merged(members: Sequence[_Member]) -> Change:
@@ -365,6 +439,7 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     Raises:
         FileAlreadyExists: Another writer took the version (seen before writing, where
             telling is free, or when creating the root).
+        _Vanished: A file an earlier attempt wrote, which this one would name, is gone.
     """
     version = base.version + 1
     _lost_already(files, version)
@@ -379,14 +454,17 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
                 rollback_from_root=change.rollback_from, actions=change.rows)
     files_out = {p: d for p, d in change.new_defs.items() if p not in written.defs}
     files_out.update(btree.encode_files(flushed.files, order))
+    reused = sorted(flushed.reused | (change.new_defs.keys() & written.defs))
     _lost_already(files, version)
     root_bytes = encode_node(root, order)
     _check_size(cdef, {**files_out, "root": root_bytes})
-    try:
-        files.storage.publish(files_out, version_path(version), root_bytes)
+    try:  # what an earlier attempt wrote is named only if the store still holds it
+        files.storage.publish(files_out, version_path(version), root_bytes, present=reused)
     except FileAlreadyExists:
         written.note(base, change, flushed)  # in place: a rebase may refer to them
         raise
+    except FileNotFound as exc:
+        raise _Vanished(str(exc)) from None
     for path, node in flushed.files.items():  # the next transaction reads them
         base.nodes.remember(path, node)
     return Root(version, version_path(version), root, cdef, root_digest(root_bytes))
@@ -400,26 +478,35 @@ def _lost_already(files: CatalogFiles, version: int) -> None:
         raise FileAlreadyExists("file already exists", files.storage.display(path))
 
 
+class _Vanished(Exception):
+    """A file an earlier attempt of this commit wrote is no longer in the store (a prefix
+    restored from a copy): nothing was created, and nothing that attempt wrote is reused."""
+
+
 def _catch_up(files: CatalogFiles, members: list[_Member], through: int,
-              ) -> tuple[Snapshot, list[_Member]]:
-    """Read the versions after the members' bases from the store (through ``through``,
-    known to exist, and further where that is free: :func:`_roots_after`), and check each
-    member against those after its own base. Returns the newest version and the members
-    it leaves possible (their bases advanced to it); the others get their
-    :class:`CommitConflict`.
+              ) -> tuple[Snapshot | None, list[_Member]]:
+    """Read the roots from the members' oldest base on from the store (through
+    ``through``, known to exist, and further where that is free: :func:`_roots_from`),
+    keep the members whose base the store still holds as they read it (:func:`_verified`)
+    and check each against the versions after its own base.
+
+    Returns:
+        The newest version read (None: not even the oldest base is stored) and the members
+        it leaves possible (their bases advanced to it); the others get their
+        :class:`CommitConflict`.
     """
-    oldest = min(members, key=lambda m: m.base.version).base
-    roots = _roots_after(files, oldest.version, through)
-    newest = Snapshot(files, roots[-1]) if roots else oldest
-    theirs = {root.version: Snapshot(files, root).actions() for root in roots}
+    oldest = min(m.base.version for m in members)
+    roots = _roots_from(files, oldest, through)
+    members = _verified(members, {root.version: root.digest for root in roots})
+    if not roots:
+        return None, members
+    newest = Snapshot(files, roots[-1])
+    theirs: dict[int, list[apb.ActionDef]] = {}
     kept = []
     for member in members:
-        if member.base.version > newest.version:
-            member.error = CommitConflict(
-                f"version {member.base.version}, which this commit began on, is no longer "
-                f"in the store (latest: version {newest.version}; restored from a copy?)",
-                version=newest.version)
         for version in range(member.base.version + 1, newest.version + 1):
+            if version not in theirs:
+                theirs[version] = Snapshot(files, roots[version - oldest]).actions()
             member.error = member.error or _conflict(version, theirs[version], member.change)
         if member.error is None:
             member.base = newest
@@ -428,20 +515,27 @@ def _catch_up(files: CatalogFiles, members: list[_Member], through: int,
 
 
 def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
-    """The members whose base the store still holds as they read it (same root digest).
-    The others get their :class:`CommitConflict`: a prefix restored from an earlier copy
-    (and perhaps committed to again) no longer holds the version they staged their change
-    on, and building on it would lose the store's versions or leave a gap before ours."""
+    """The members whose base the store still holds as they read it (their bases read
+    again, in one batch: :func:`_verified`)."""
     versions = sorted({m.base.version for m in members})
     digests = files.storage.map_reads(files.stored_digest, versions)
-    stored = dict(zip(versions, digests, strict=True))
+    return _verified(members, dict(zip(versions, digests, strict=True)))
+
+
+def _verified(members: list[_Member], stored: Mapping[int, str | None]) -> list[_Member]:
+    """The members whose base version has the same root digest in ``stored`` (version ->
+    the digest of the store's root, read now; absent or None: missing). The others get
+    their :class:`CommitConflict`: a prefix restored from an earlier copy (and perhaps
+    committed to again) no longer holds the version they staged their change on, and
+    building on it would lose the store's versions or leave a gap before ours."""
     kept = []
     for member in members:
         version = member.base.version
-        if stored[version] == member.base.root.digest:
+        digest = stored.get(version)
+        if digest == member.base.root.digest:
             kept.append(member)
             continue
-        now = "is missing" if stored[version] is None else "holds another root"
+        now = "is missing" if digest is None else "holds another root"
         member.error = CommitConflict(
             f"version {version}, which this commit began on, is no longer in the store as "
             f"it was read: the store {now} (expired, or restored from a copy?); begin "
@@ -449,12 +543,12 @@ def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
     return kept
 
 
-def _roots_after(files: CatalogFiles, version: int, through: int) -> list[Root]:
-    """The roots of the versions after ``version`` read from the store, never from a cache
-    (a restored prefix may hold other roots under the same names), until one is missing:
-    those through ``through`` (known to exist: a create of it failed, or this group landed
-    it) and :data:`READ_AHEAD` more at a time, concurrently on remote storage (where
-    telling is free, local disk and memory, a missing one is not read)."""
+def _roots_from(files: CatalogFiles, version: int, through: int) -> list[Root]:
+    """The roots of ``version`` and the versions after it read from the store, never from
+    a cache (a restored prefix may hold other roots under the same names), until one is
+    missing: those through ``through`` (known to exist: a create of it failed, or this
+    group landed it) and :data:`READ_AHEAD` more at a time, concurrently on remote storage
+    (where telling is free, local disk and memory, a missing one is not read)."""
     def read(v: int) -> Root | None:
         if not (files.storage.remote or files.storage.known_to_exist(version_path(v))):
             return None
@@ -464,7 +558,7 @@ def _roots_after(files: CatalogFiles, version: int, through: int) -> list[Root]:
             return None
 
     roots: list[Root] = []
-    first, last = version + 1, max(through, version + READ_AHEAD)
+    first, last = version, max(through, version + READ_AHEAD)
     while True:
         for root in files.storage.map_reads(read, range(first, last + 1)):
             if root is None:

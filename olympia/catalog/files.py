@@ -24,6 +24,7 @@ from olympia.exceptions import (
     NoSuchCatalogError,
     NoSuchVersionError,
     NotFoundError,
+    StorageError,
 )
 from olympia.lru import LruCache
 from olympia.storage import Storage
@@ -183,11 +184,17 @@ class CatalogFiles:
         return self._read_hint(path)[1]
 
     def _read_hint(self, path: str) -> tuple[bool, int | None]:
-        """(whether the file exists, the version it holds if it holds one)."""
+        """(whether the file exists, the version it holds if it holds one). A vn/latest
+        that cannot be read at all (a folder of that name, a failing read) is ignored as
+        one that holds no version number is: it is only a hint."""
         try:
             text = self.storage.read(path).decode("ascii", errors="replace").strip()
         except FileNotFound:
             return False, None
+        except StorageError:
+            if path != LATEST:
+                raise
+            return True, None
         if not (text.isdigit() and len(text) <= len(str(MAX_VERSION))
                 and int(text) <= MAX_VERSION):
             return True, None  # only a hint: an unreadable one is ignored

@@ -249,6 +249,13 @@ class Transaction(ObjectWrites):
             CorruptFileError: A read of this transaction failed verification.
             CatalogError: The transaction is not open, or a node would exceed the
                 catalog's size limit.
+            CommitOutcomeUnknown: An exception (its ``__cause__``: a task timeout, say)
+                interrupted this commit once its change was in the batch being landed:
+                it lands in that batch or never; refresh and look. An interrupt that
+                arrives while the change is still queued withdraws it (it never lands)
+                and is raised as it is.
+            TransientStorageError: The root's create kept failing and whether it landed
+                could not be learned (outcome unknown); the transaction stays open.
             StorageError: Writing failed; the transaction stays open.
         """
         self._check_open()

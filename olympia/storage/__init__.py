@@ -148,8 +148,11 @@ class Storage:
                     self.stats.add(retries=1)
                     time.sleep(self.settings.pause(attempt))
                     continue
-                if kind is FileNotFound:
+                if kind is FileNotFound:  # the file the backend names, if it is ours
                     self.stats.add(misses=1)
+                    name = getattr(exc, "filename", None)
+                    if isinstance(name, str) and name.startswith(self.root):
+                        path = name[len(self.root):]
                     raise FileNotFound("file not found", self.display(path)) from None
                 self.stats.add(failures=1)
                 if isinstance(exc, StorageError):
@@ -182,27 +185,34 @@ class Storage:
         self.stats.add(writes=1, bytes_written=len(data))
         self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
 
-    def publish(self, files: Mapping[str, bytes], path: str, data: bytes) -> None:
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                present: Iterable[str] = ()) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`, with its retries): a reader never finds ``path``
         without all of ``files`` (:meth:`Backend.publish`, which may write them
-        concurrently through :meth:`map`).
+        concurrently through :meth:`map`) and of ``present``, whose existence is checked
+        in the same batch as the writes (no round trip of its own; on a remote store one
+        request each, counted in ``exists``).
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
             path: The file created last, exclusively.
             data: Its content.
+            present: Relative paths of files written earlier that ``path`` refers to too.
 
         Raises:
+            FileNotFound: A file of ``present`` is missing (named); ``path`` was not
+                created.
             FileAlreadyExists: ``path`` exists; ``files`` were written.
             TransientStorageError: The store kept failing, and whether ``path`` was
                 created by this call could not be learned by reading it.
         """
         full = {self.full(name): content for name, content in files.items()}
-        self.stats.add(writes=len(files) + 1,
+        checked = [self.full(name) for name in present]
+        self.stats.add(writes=len(files) + 1, exists=len(checked) if self.remote else 0,
                        bytes_written=sum(map(len, files.values())) + len(data))
-        self._exclusive(path, data,
-                        lambda: self.backend.publish(full, self.full(path), data, self.map))
+        self._exclusive(path, data, lambda: self.backend.publish(
+            full, self.full(path), data, self.map, checked))
 
     def _exclusive(self, path: str, data: bytes, create: Callable[[], object]) -> None:
         """Run ``create`` (ending with an exclusive create of ``path`` holding ``data``)

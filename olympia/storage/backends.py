@@ -19,20 +19,26 @@ import time
 import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
 from olympia.storage.retry import StorageSettings
 
-# how a backend runs a batch of writes: every call ends before it returns (Storage.map, or
-# run_in_turn)
-RunAll = Callable[[Callable[[tuple[str, bytes]], None], list[tuple[str, bytes]]], object]
+Job = Callable[[], object]
+# how a backend runs a batch of requests (calls of a Job): every call ends before it
+# returns (Storage.map, or run_in_turn)
+RunAll = Callable[[Callable[[Job], object], list[Job]], object]
 
 
-def run_in_turn(fn: Callable[[tuple[str, bytes]], None], items: list[tuple[str, bytes]]) -> None:
+def run_in_turn(fn: Callable[[Job], object], items: list[Job]) -> None:
     """A :data:`RunAll` that runs the calls one after the other on this thread."""
     for item in items:
         fn(item)
+
+
+def _run(job: Job) -> object:
+    return job()
 
 
 @dataclass(frozen=True)
@@ -92,23 +98,44 @@ class Backend:
         raise NotImplementedError
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
-        """Write ``files``, then create ``path`` exclusively: a reader never finds ``path``
-        without every one of ``files``.
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
+        """Write ``files`` and check that each of ``present`` exists (in one batch), then
+        create ``path`` exclusively: a reader never finds ``path`` without every one of
+        ``files`` and ``present``.
 
         Args:
             files: Full path -> content.
             path: The file created last, exclusively.
             data: Its content.
-            run_all: Runs the writes, returning once every one has ended (the storage
+            run_all: Runs the batch, returning once every call has ended (the storage
                 passes its bounded thread pool: on local disk concurrent writes let the
                 file system merge their syncs).
+            present: Full paths of files written earlier that ``path`` also names.
 
         Raises:
+            FileNotFoundError: A file of ``present`` is missing (``path`` was not created).
             FileExistsError: ``path`` exists (``files`` were written).
         """
-        run_all(lambda item: self.write(*item), list(files.items()))
+        self._batch([partial(self.write, name, content) for name, content in files.items()],
+                    present, run_all)
         self.create_exclusive(path, data)
+
+    def _batch(self, writes: Sequence[Job], present: Sequence[str], run_all: RunAll) -> None:
+        """Run ``writes`` and an existence check of each of ``present`` as one batch.
+
+        Raises:
+            FileNotFoundError: Naming the first missing file of ``present``.
+        """
+        found: dict[str, bool] = {}
+
+        def check(name: str) -> None:
+            found[name] = self.exists(name)
+
+        run_all(_run, [*writes, *(partial(check, name) for name in present)])
+        missing = [name for name in present if not found[name]]
+        if missing:
+            raise FileNotFoundError(errno.ENOENT, "a file the new root names is missing",
+                                    missing[0])
 
 
 class LocalBackend(Backend):

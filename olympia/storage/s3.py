@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from olympia.exceptions import InvalidArgumentError
@@ -75,11 +76,12 @@ class FsspecBackend(Backend):
         return out
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn) -> None:
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
         """The files in one concurrent batch of PUTs (s3fs's ``pipe``, on its own event
-        loop: ``run_all`` is not needed), then the root."""
-        if files:
-            self.fs.pipe(dict(files))
+        loop), alongside a HEAD of each of ``present`` (through ``run_all``), then the
+        root."""
+        writes = [partial(self.fs.pipe, dict(files))] if files else []
+        self._batch(writes, present, run_all)
         self.create_exclusive(path, data)
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, str]:

@@ -257,12 +257,14 @@ def shape(node: Node) -> NodeShape:
 
 @dataclass(frozen=True)
 class FlushResult:
-    """Outcome of :meth:`TreeWriter.flush`: the new root's pivot table and new node files."""
+    """Outcome of :meth:`TreeWriter.flush`: the new root's pivot table, the new node files
+    and the paths of the node files it reuses (``reuse`` of :meth:`TreeWriter.flush`)."""
 
     keys: tuple[str, ...]
     values: tuple[str, ...]
     children: tuple[str, ...] | None
     files: dict[str, Node]
+    reused: frozenset[str] = frozenset()
 
 
 class TreeWriter:
@@ -408,9 +410,10 @@ class TreeWriter:
 
         ``reuse`` maps the shape of node files already written (by an earlier attempt of
         the same commit) to their paths: a changed node of the same shape takes that path
-        and is not among the new files.
+        and is not among the new files, but among the reused ones.
         """
         files: dict[str, Node] = {}
+        reused: set[str] = set()
 
         def settle(node: _Work | str) -> str:
             if isinstance(node, str):
@@ -422,10 +425,12 @@ class TreeWriter:
             node.path = known or new_path()
             if known is None:
                 files[node.path] = built
+            else:
+                reused.add(known)
             return node.path
 
         root = self._build(self.root, settle, created_at_millis)
-        return FlushResult(root.keys, root.values, root.children, files)
+        return FlushResult(root.keys, root.values, root.children, files, frozenset(reused))
 
     @staticmethod
     def _build(node: _Work, settle: Callable[[_Work | str], str], created: int) -> Node:
