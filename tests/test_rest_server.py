@@ -450,3 +450,17 @@ def test_a_purge_never_deletes_outside_the_warehouse(client: RestCatalog, ns: st
     assert client.load_table((ns, "t")).current_snapshot() is None
     client.purge_table((ns, "t"))
     assert outside.exists() and not client.table_exists((ns, "t"))
+
+
+def test_a_commit_of_unknown_outcome_is_answered_as_iceberg_clients_read_it() -> None:
+    """CommitOutcomeUnknown (a caller interrupted after its change was handed to a batch) is
+    the 500 ``CommitStateUnknownException`` that pyiceberg and Java clients map to their
+    commit-state-unknown error, never a 400 or a generic bug answer."""
+    from olympia.exceptions import CommitOutcomeUnknown
+    from olympia.server.errors import response_for
+
+    answer = response_for(CommitOutcomeUnknown("commit of s.t: outcome unknown"))
+    assert answer.status_code == 500
+    assert json.loads(bytes(answer.body))["error"] == {
+        "message": "commit of s.t: outcome unknown", "type": "CommitStateUnknownException",
+        "code": 500}

@@ -33,6 +33,9 @@ _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
     (oe.NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
     (ice.CommitFailedException, 409, "CommitFailedException"),
     (oe.CommitConflict, 409, "CommitFailedException"),
+    # a caller interrupted after its change was handed to a batch: as Iceberg clients read a
+    # 500 to a commit, the change may or may not have landed
+    (oe.CommitOutcomeUnknown, 500, "CommitStateUnknownException"),
     (oe.ReadOnlyError, 403, "ForbiddenException"),
     (oe.ProtectedObjectError, 403, "ForbiddenException"),
     (NotImplementedError, 406, "UnsupportedOperationException"),
