@@ -339,6 +339,16 @@ def _interrupt_main_thread(when: Callable[[], bool]) -> threading.Thread:
     return thread
 
 
+def _held_catalog(location: Location, coalesce: bool) -> tuple[Catalog, _Held, CommitGroup]:
+    """A catalog with table ``s.t1``, opened again (coalescing or not) with its batches
+    held, and its commit group."""
+    catalog = Catalog.create(location.uri, location.storage_options)
+    catalog.create_namespace("s")
+    catalog.create_table("s", "t1", columns=COLUMNS)
+    catalog = Catalog.open(location.uri, location.storage_options, coalesce_commits=coalesce)
+    return catalog, _Held(catalog), commit_group(catalog.files)
+
+
 def _tables_by_version(location: Location) -> dict[int, list[str]]:
     """The tables of namespace ``s`` in every version from 2 (which created ``t1``)."""
     latest = Catalog.open(location.uri, location.storage_options)
@@ -350,12 +360,7 @@ def test_an_interrupted_queued_commit_is_withdrawn(relayed: Location, coalesce: 
     """A drop queued behind another thread's commit through the same catalog object is
     interrupted (TaskTimeout): its caller gets the interrupt, and the drop never lands,
     though the same object goes on committing."""
-    catalog = Catalog.create(relayed.uri, relayed.storage_options)
-    catalog.create_namespace("s")
-    catalog.create_table("s", "t1", columns=COLUMNS)
-    catalog = Catalog.open(relayed.uri, relayed.storage_options, coalesce_commits=coalesce)
-    held = _Held(catalog)
-    group = commit_group(catalog.files)
+    catalog, held, group = _held_catalog(relayed, coalesce)
     first = threading.Thread(target=catalog.create_table, args=("s", "first"),
                              kwargs={"columns": COLUMNS})
     first.start()
@@ -382,12 +387,7 @@ def test_an_interrupted_commit_in_the_batch_under_way_is_outcome_unknown(
     the drop's caller (or, if it leads, its landing) is interrupted while the batch's
     root waits to be published: the caller gets CommitOutcomeUnknown, never a failure,
     and the drop lands in that batch's version or never."""
-    catalog = Catalog.create(relayed.uri, relayed.storage_options)
-    catalog.create_namespace("s")
-    catalog.create_table("s", "t1", columns=COLUMNS)
-    catalog = Catalog.open(relayed.uri, relayed.storage_options, coalesce_commits=True)
-    held = _Held(catalog)
-    group = commit_group(catalog.files)
+    catalog, held, group = _held_catalog(relayed, True)
     outcomes: dict[str, object] = {}
 
     def create(name: str) -> None:
