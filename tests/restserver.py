@@ -64,6 +64,7 @@ class RestServer:
         return cls(str(root / "catalog"), f"file://{root}/warehouse", extra=extra)
 
     def start(self) -> RestServer:
+        assert self.process is None, "started twice: the first server would outlive stop()"
         env = {**os.environ, "OLYMPIA_STORAGE_OPTIONS": json.dumps(self.storage_options)}
         cmd = [str(Path(sys.executable).parent / "olympia"), "serve", "-c", self.catalog_uri,
                "--warehouse", self.warehouse, "--port", "0", *self.extra]

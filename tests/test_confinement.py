@@ -117,7 +117,7 @@ def lake(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             else _s3(request.getfixturevalue("s3_server")))
     made.write(f"{made.top}/victim.txt", b"victim")
     made.write(f"{made.top}/creds.json", json.dumps({"secret": SECRET}).encode())
-    with made.server.start():
+    with made.server:
         yield made
     # every refusal was answered without a traceback, also in the log
     log = "".join(made.server.log)
