@@ -50,6 +50,12 @@ class DataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INT1: _ClassVar[DataType]
     UUID: _ClassVar[DataType]
     JSON: _ClassVar[DataType]
+
+class DistributedTransactionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPEN: _ClassVar[DistributedTransactionState]
+    COMMITTING: _ClassVar[DistributedTransactionState]
+    ABORTING: _ClassVar[DistributedTransactionState]
 SNAPSHOT: IsolationLevel
 SERIALIZABLE: IsolationLevel
 FULL: ExportMode
@@ -85,6 +91,9 @@ LIST: DataType
 INT1: DataType
 UUID: DataType
 JSON: DataType
+OPEN: DistributedTransactionState
+COMMITTING: DistributedTransactionState
+ABORTING: DistributedTransactionState
 
 class SnapshotExportDef(_message.Message):
     __slots__ = ("name", "mode", "target", "version", "root_path", "depth", "defs_copied", "created_at_millis")
@@ -295,7 +304,7 @@ class ViewDef(_message.Message):
     def __init__(self, id: _Optional[str] = ..., schema_binding: _Optional[bool] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., substrait_read_rel: _Optional[bytes] = ..., default_namespace_name: _Optional[str] = ..., referenced_object_full_names: _Optional[_Iterable[_Union[NamespaceObjectFullName, _Mapping]]] = ..., properties: _Optional[_Mapping[str, str]] = ..., sql: _Optional[str] = ..., dialect: _Optional[str] = ..., comment: _Optional[str] = ..., protected: _Optional[bool] = ...) -> None: ...
 
 class DistributedTransactionDef(_message.Message):
-    __slots__ = ("id", "isolation_level", "beginning_root_node_file_path", "running_root_node_file_path", "began_at_millis", "expire_at_millis", "beginning_version")
+    __slots__ = ("id", "isolation_level", "beginning_root_node_file_path", "running_root_node_file_path", "began_at_millis", "expire_at_millis", "beginning_version", "instance", "state")
     ID_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     BEGINNING_ROOT_NODE_FILE_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +312,8 @@ class DistributedTransactionDef(_message.Message):
     BEGAN_AT_MILLIS_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_AT_MILLIS_FIELD_NUMBER: _ClassVar[int]
     BEGINNING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     id: str
     isolation_level: IsolationLevel
     beginning_root_node_file_path: str
@@ -310,4 +321,6 @@ class DistributedTransactionDef(_message.Message):
     began_at_millis: int
     expire_at_millis: int
     beginning_version: int
-    def __init__(self, id: _Optional[str] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., beginning_root_node_file_path: _Optional[str] = ..., running_root_node_file_path: _Optional[str] = ..., began_at_millis: _Optional[int] = ..., expire_at_millis: _Optional[int] = ..., beginning_version: _Optional[int] = ...) -> None: ...
+    instance: str
+    state: DistributedTransactionState
+    def __init__(self, id: _Optional[str] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., beginning_root_node_file_path: _Optional[str] = ..., running_root_node_file_path: _Optional[str] = ..., began_at_millis: _Optional[int] = ..., expire_at_millis: _Optional[int] = ..., beginning_version: _Optional[int] = ..., instance: _Optional[str] = ..., state: _Optional[_Union[DistributedTransactionState, str]] = ...) -> None: ...

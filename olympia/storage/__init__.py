@@ -185,6 +185,46 @@ class Storage:
         self.stats.add(writes=1, bytes_written=len(data))
         self._exclusive(path, data, lambda: self.backend.create_exclusive(full, data))
 
+    def replace(self, path: str, data: bytes, expected: bytes) -> bool:
+        """Replace the file's content with ``data`` only if it holds ``expected``
+        (compare-and-swap; ``data`` must differ from every content the file held before).
+
+        Returns:
+            True if this call replaced it; False if the file holds something else or is
+            gone (another writer was first). A try that failed transiently may still have
+            replaced it: a later try, or a read after the last, that finds ``data`` there
+            counts as ours.
+
+        Raises:
+            TransientStorageError: The store kept failing, and the outcome could not be
+                learned by reading the file.
+        """
+        self.stats.add(writes=1, bytes_written=len(data))
+        full = self.full(path)
+        tried = False
+
+        def once() -> bool:
+            nonlocal tried
+            try:
+                self.backend.replace(full, data, expected)
+            except (FileExistsError, FileNotFoundError):
+                return tried and self._read_or_none(path) == data
+            except Exception as exc:
+                if classify(exc) in (FileAlreadyExists, FileNotFound):
+                    return tried and self._read_or_none(path) == data
+                raise
+            finally:
+                tried = True
+            return True
+
+        try:
+            return self._call("replace", path, once)
+        except TransientStorageError:
+            with contextlib.suppress(StorageError):  # the last try may have landed
+                if self._read_or_none(path) == data:
+                    return True
+            raise
+
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 present: Iterable[str] = ()) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist

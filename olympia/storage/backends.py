@@ -4,8 +4,9 @@ relative path) and raises its own errors; :class:`olympia.storage.Storage` adds 
 retries and error types.
 
 The contract (:class:`Backend`) is the size of fsspec's or pyiceberg's FileIO: read, write,
-create exclusively, exists, list, delete many, and publish (write a commit's files, then
-create its root exclusively; the default does exactly that). A new backend is one class
+create exclusively, replace if unchanged (compare-and-swap), exists, list, delete many, and
+publish (write a commit's files, then create its root exclusively; the default does exactly
+that). A new backend is one class
 and one line in :data:`SCHEMES`.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -77,6 +79,16 @@ class Backend:
 
         Raises:
             FileExistsError: The file exists.
+        """
+        raise NotImplementedError
+
+    def replace(self, path: str, data: bytes, expected: bytes) -> None:
+        """Replace the file's content with ``data`` only if it holds ``expected`` at that
+        moment (compare-and-swap), whole or not at all.
+
+        Raises:
+            FileExistsError: The file holds something else (another writer replaced it).
+            FileNotFoundError: There is no such file.
         """
         raise NotImplementedError
 
@@ -253,6 +265,31 @@ class LocalBackend(Backend):
         finally:
             _unlink_quietly(tmp)
 
+    def replace(self, path: str, data: bytes, expected: bytes) -> None:
+        """Under an exclusive ``flock`` of the file now at ``path`` (the kernel releases it
+        if the process dies): a writer that locked a file someone renamed away meanwhile
+        starts again on the new one, so replacements of one path take turns and each
+        compares against the content it replaces. Needs a file system whose locks work
+        across processes (local disks do; some network file systems do not)."""
+        while True:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_ino != os.stat(path).st_ino:
+                    continue  # replaced while we waited for the lock: lock the new file
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    if f.read() != expected:
+                        raise FileExistsError(errno.EEXIST, "the file was replaced", path)
+                tmp = self._temp(path, data)
+                try:
+                    os.replace(tmp, path)
+                except BaseException:
+                    _unlink_quietly(tmp)
+                    raise
+                return
+            finally:
+                os.close(fd)
+
     def exists(self, path: str) -> bool:
         return os.path.isfile(path)
 
@@ -310,6 +347,12 @@ class MemoryBackend(Backend):
     def create_exclusive(self, path: str, data: bytes) -> None:
         with self.lock:
             if path in self.files:
+                raise FileExistsError(path)
+            self.files[path] = (bytes(data), time.time())
+
+    def replace(self, path: str, data: bytes, expected: bytes) -> None:
+        with self.lock:
+            if self.read(path) != expected:
                 raise FileExistsError(path)
             self.files[path] = (bytes(data), time.time())
 

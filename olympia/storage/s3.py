@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
 from typing import Any
+
+from fsspec.asyn import sync
 
 from olympia.exceptions import InvalidArgumentError
 from olympia.storage.backends import Backend, FileInfo, RunAll, run_in_turn
@@ -48,6 +51,21 @@ class FsspecBackend(Backend):
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data, mode="create")
+
+    def replace(self, path: str, data: bytes, expected: bytes) -> None:
+        """One GET (content and ETag), then a PUT conditional on that ETag (If-Match): the
+        store refuses it (412) if anyone replaced the object in between."""
+        bucket, _, key = path.partition("/")
+
+        async def get() -> tuple[bytes, str]:
+            response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            async with response["Body"] as body:
+                return bytes(await body.read()), str(response["ETag"])
+
+        current, etag = sync(self.fs.loop, get)
+        if current != expected:
+            raise FileExistsError(errno.EEXIST, "the object was replaced", path)
+        self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=etag)
 
     def exists(self, path: str) -> bool:
         """One HEAD (s3fs's ``exists`` follows a missing file with a LIST, to look for a
