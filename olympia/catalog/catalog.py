@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog import actions
+from olympia.catalog import actions, distributed
 from olympia.catalog.actions import A
 from olympia.catalog.commit import DEFAULT_COMMIT_TIMEOUT_S, CommitOptions, now_millis
+from olympia.catalog.distributed import DistributedTransaction
 from olympia.catalog.files import LATEST, CatalogFiles, Root, root_digest
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path, version_path
 from olympia.catalog.objects import Column, Namespace, Table, View
@@ -217,7 +218,7 @@ class Catalog(CatalogReader):
     # --- writes ----------------------------------------------------------------------------
 
     def transaction(self, isolation: str | int | None = None, *,
-                    base: Snapshot | None = None) -> Transaction:
+                    base: Snapshot | None = None, name: str | None = None) -> Transaction:
         """Begin a transaction, on the latest version unless ``base`` is given.
 
         ``with catalog.transaction() as txn:`` commits on exit, or discards everything if
@@ -228,13 +229,25 @@ class Catalog(CatalogReader):
             base: A snapshot of this catalog to begin on (reads see that version; a commit
                 checks every version committed since it for conflicts). Nothing is
                 refreshed when it is given.
+            name: The id of a distributed transaction (:meth:`begin_transaction`): the
+                transaction returned is a statement of it, reading its running view, and
+                its commit adds to it instead of making a version (``isolation`` and
+                ``base`` must then be left out).
 
         Returns:
             The open transaction.
 
         Raises:
-            InvalidArgumentError: ``base`` is a snapshot of another Catalog object.
+            InvalidArgumentError: ``base`` is a snapshot of another Catalog object, or
+                ``name`` is given with ``isolation`` or ``base``.
+            NoSuchTransactionError: There is no distributed transaction ``name``.
+            TransactionExpiredError: It expired.
         """
+        if name is not None:
+            if isolation is not None or base is not None:
+                raise InvalidArgumentError("a statement of a distributed transaction takes "
+                                           "its isolation and beginning from it")
+            return self.distributed_transaction(name).statement()
         if base is None:
             self.refresh()
             base = self._snapshot
@@ -246,6 +259,47 @@ class Catalog(CatalogReader):
         return Transaction(self.files, base, level, on_commit=self._advance,
                            options=self.commit_options)
 
+
+    def begin_transaction(self, name: str | None = None, *, ttl_millis: int | None = None,
+                          isolation: str | int | None = None,
+                          info: Mapping[str, str] | None = None) -> DistributedTransaction:
+        """Begin a distributed transaction on the latest version: statements from any
+        process add to it (:meth:`transaction` with ``name``), and its commit lands them
+        all as ONE version.
+
+        Args:
+            name: Its id (letters, digits, ``-``, ``_``, ``.``); default a random UUID.
+            ttl_millis: How long it may stay open (default: the catalog's
+                ``txn_ttl_millis``).
+            isolation: Only ``SNAPSHOT``: SERIALIZABLE cannot be honoured, since the
+                record has no place for the statements' reads.
+            info: Annotations recorded with the version it commits (who, which job).
+
+        Returns:
+            The transaction.
+
+        Raises:
+            AlreadyExistsError: A transaction ``name`` is open.
+            InvalidArgumentError: SERIALIZABLE isolation, or a TTL that is not positive.
+            InvalidNameError: ``name`` is not a valid id.
+        """
+        if isolation is not None and isolation_level(isolation) != pb.SNAPSHOT:
+            raise InvalidArgumentError(
+                "a distributed transaction cannot be SERIALIZABLE: its record has no place "
+                "for what its statements read, so its commit could not check those reads; "
+                "use SNAPSHOT, or one catalog.transaction('SERIALIZABLE') in one process")
+        self.refresh()
+        return distributed.begin(self.files, self._snapshot, self.commit_options,
+                                 self._advance, txn_id=name, ttl_millis=ttl_millis, info=info)
+
+    def distributed_transaction(self, name: str) -> DistributedTransaction:
+        """The distributed transaction ``name``, to add statements to, commit or abort.
+
+        Raises:
+            NoSuchTransactionError: There is none (committed, aborted or never begun).
+        """
+        read = distributed.read_record(self.files, distributed.check_transaction_id(name))
+        return DistributedTransaction(self.files, read, self.commit_options, self._advance)
 
     # --- one-shot changes, each in a transaction (and a version) of its own ---------------
 

@@ -43,11 +43,15 @@ class Transaction(ObjectWrites):
         on_commit: Called with the new root after a successful commit (a
             :class:`~olympia.catalog.catalog.Catalog` advances its loaded version).
         options: How the commit retries after losing the root race (its time budget).
+        lands: Where a commit goes instead of a new version (a statement of a distributed
+            transaction adds its change to that transaction): takes the change, returns
+            the root it now reads from.
     """
 
     def __init__(self, files: CatalogFiles, base: Snapshot, isolation: int, *,
                  on_commit: Callable[[Root], None] | None = None,
-                 options: CommitOptions | None = None) -> None:
+                 options: CommitOptions | None = None,
+                 lands: Callable[[Change], Root] | None = None) -> None:
         self.files = files
         self.base = base
         self.codec = base.codec
@@ -55,6 +59,8 @@ class Transaction(ObjectWrites):
         self.version: int | None = None
         self._on_commit = on_commit
         self._options = options or CommitOptions()
+        self._lands = lands or (lambda change: commit(self.files, self.base, change,
+                                                      self._options))
         self._pending: dict[str, str | None] = {}
         self._new_defs: dict[str, bytes] = {}
         self._actions: list[apb.ActionDef] = []
@@ -207,11 +213,6 @@ class Transaction(ObjectWrites):
         """Whether this SERIALIZABLE transaction has read anything its commit must check."""
         return self._reads is not None and bool(self._reads.objects or self._reads.listings)
 
-    def staged(self) -> tuple[dict[str, str | None], list[apb.ActionDef], dict[str, bytes]]:
-        """The staged changes: key -> def path (None: deleted), the actions as a commit
-        records them (annotations included), new def files."""
-        return dict(self._pending), self._recorded(), dict(self._new_defs)
-
     def restore_staged(self, pending: Mapping[str, str | None],
                        recorded: Sequence[apb.ActionDef]) -> None:
         """Stage changes saved by another process (their def files already exist)."""
@@ -237,8 +238,11 @@ class Transaction(ObjectWrites):
             recorded.append(actions.make(A.TRANSACTION_INFO, None, info=self._info))
         return recorded
 
-    def _rows(self) -> tuple[tuple[str, str], ...]:
-        return tuple(actions.encode_row(self.codec, a) for a in self._recorded())
+    def change(self) -> Change:
+        """The staged changes as a commit applies them."""
+        rows = tuple(actions.encode_row(self.codec, a) for a in self._recorded())
+        return Change(self._pending, self._actions, rows, self._new_defs, self._catalog_def,
+                      self._tree_from, self._rollback_from, self._reads)
 
     def commit(self) -> int:
         """Commit as one new version and return it (the base version if nothing changed).
@@ -270,10 +274,8 @@ class Transaction(ObjectWrites):
             self.version = self.base.version
             self._ended()
             return self.version
-        change = Change(self._pending, self._actions, self._rows(), self._new_defs,
-                        self._catalog_def, self._tree_from, self._rollback_from, self._reads)
         try:
-            committed = commit(self.files, self.base, change, self._options)
+            committed = self._lands(self.change())
         except StorageError:
             raise
         except OlympiaError:

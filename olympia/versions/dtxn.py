@@ -1,12 +1,12 @@
-"""Distributed transactions: save a running transaction, resume it in another process.
+"""Distributed transactions across processes: hand a running transaction over (save), finish
+one in another process (resume), list and describe the open ones. The transactions
+themselves (records, statements, commit, abort) are :mod:`olympia.catalog.distributed`.
 
-Saving writes the transaction's new definition files and its running tree (changed nodes
-plus a running root stored under ``node/`` whose action rows are the pending actions and
-annotations, as a commit records them), then ``dtxn/<id>.binpb`` exclusively. Resuming diffs
-the beginning tree against the running tree to recover the staged changes, so the resumed
-transaction commits through the normal protocol (conflicts are checked against everything
-committed since it began). The dtxn file is removed when the resumed transaction commits or
-aborts; a transaction past its ``expire_at_millis`` can be neither resumed nor committed.
+``save_transaction`` begins a distributed transaction on the handed-over transaction's base
+and adds its staged changes as one statement. ``resume_transaction`` returns a transaction on
+the beginning version holding everything added so far: add more, then commit it, which
+seals the record first (so no statement can be added, and lost, meanwhile) and lands it
+all as one version; aborting it aborts the distributed transaction.
 
 The format has no place for a read set, so a SERIALIZABLE transaction can be saved only
 before its first read; reads made after resuming are tracked and checked as usual.
@@ -14,123 +14,84 @@ before its first read; reads made after resuming are tracked and checked as usua
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 from urllib.parse import unquote
 
-from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog import actions
-from olympia.catalog.actions import A
+from olympia.catalog import distributed
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.commit import apply_changes, now_millis
-from olympia.catalog.files import parse_def
-from olympia.catalog.keys import dtxn_path, path_version
-from olympia.catalog.reader import Snapshot
-from olympia.catalog.transaction import Transaction
-from olympia.exceptions import (
-    CorruptFileError,
-    FileNotFound,
-    InvalidArgumentError,
-    NoSuchTransactionError,
-    TransactionExpiredError,
-)
-from olympia.tree import btree
-from olympia.tree.node import Node, decode_node, encode_node
+from olympia.catalog.commit import CommitOptions
+from olympia.catalog.distributed import read_record
+from olympia.catalog.keys import path_version
+from olympia.catalog.transaction import Transaction, now_millis
+from olympia.exceptions import CommitConflict, InvalidArgumentError, NoSuchTransactionError
 from olympia.versions.history import VersionInfo
 from olympia.versions.timetravel import format_millis
 
-NOT_DISTRIBUTABLE = {A.CATALOG_ROLLBACK, A.CATALOG_EXPORT, A.CATALOG_ALTER}
-
 
 def save_transaction(txn: Transaction) -> str:
-    """Persist ``txn`` for another process and return its id; ``txn`` is closed here."""
-    pending, recorded, new_defs = txn.staged()
-    if any(a.type in NOT_DISTRIBUTABLE for a in recorded):
-        raise InvalidArgumentError("catalog-level changes (rollback, export) cannot be "
-                                   "distributed; commit them directly")
+    """Persist ``txn`` for another process and return its id; ``txn`` is closed here.
+
+    Raises:
+        InvalidArgumentError: ``txn`` holds catalog-level changes, or is SERIALIZABLE and
+            has read the catalog.
+    """
     if txn.has_reads:
         raise InvalidArgumentError(
             "a SERIALIZABLE transaction that has read the catalog cannot be saved: the "
             "format has no place for its read set, so the resumed transaction could not "
             "check it; commit it directly, save it before its first read, or use SNAPSHOT "
             "isolation")
-    base = txn.base
-    order = base.catalog_def.order
-    created = now_millis()
-    flushed = apply_changes(base, base.root.node, pending, created)
-    running = Node(flushed.keys, flushed.values, flushed.children, created,
-                   catalog_def=base.root.node.catalog_def, previous_root=base.root.path,
-                   actions=tuple(actions.encode_row(base.codec, a) for a in recorded))
-    running_path = btree.new_node_path()
-    storage = txn.files.storage
-    files = {**new_defs, **btree.encode_files(flushed.files, order),
-             running_path: encode_node(running, order)}
-    txn_id = str(uuid.uuid4())
-    record = pb.DistributedTransactionDef(
-        id=txn_id, isolation_level=txn.isolation,  # type: ignore[arg-type]
-        beginning_root_node_file_path=base.root.path,
-        running_root_node_file_path=running_path, began_at_millis=created,
-        expire_at_millis=created + base.catalog_def.txn_ttl_millis,
-        beginning_version=base.version)
-    storage.publish(files, dtxn_path(txn_id), record.SerializeToString(deterministic=True))
+    change = txn.change()
+    distributed.check_distributable(change)
+    dtx = distributed.begin(txn.files, txn.base, CommitOptions(), isolation=txn.isolation)
+    dtx.add(txn.base, change)
     txn.mark_saved()
-    return txn_id
+    return dtx.id
 
 
 def load_transaction(catalog: Catalog, txn_id: str) -> pb.DistributedTransactionDef:
-    path = dtxn_path(txn_id)
-    try:
-        data = catalog.storage.read(path)
-    except FileNotFound:
-        raise NoSuchTransactionError(f"no distributed transaction {txn_id!r} (it may have been "
-                            "committed, aborted or expired)") from None
-    return parse_def(data, catalog.storage.display(path), pb.DistributedTransactionDef)
+    """The record of transaction ``txn_id``.
 
-
-def _check_alive(record: pb.DistributedTransactionDef) -> None:
-    if now_millis() > record.expire_at_millis:
-        raise TransactionExpiredError(
-            f"distributed transaction {record.id} expired at {record.expire_at_millis} "
-            "(epoch ms); start a new transaction")
-
-
-def _running(catalog: Catalog, record: pb.DistributedTransactionDef,
-             ) -> tuple[Snapshot, Node, list[apb.ActionDef]]:
-    """A saved transaction's beginning version, running root and pending actions."""
-    version = path_version(record.beginning_root_node_file_path)
-    if version is None:
-        raise CorruptFileError(catalog.storage.display(dtxn_path(record.id)),
-                               "beginning root is not a vn/ path")
-    base = Snapshot(catalog.files, catalog.files.read_root(version))
-    where = catalog.storage.display(record.running_root_node_file_path)
-    running = decode_node(catalog.storage.read(record.running_root_node_file_path), where,
-                          base.catalog_def.order, root=True)
-    return base, running, [actions.decode_row(value, where) for _, value in running.actions]
+    Raises:
+        NoSuchTransactionError: There is none.
+    """
+    return read_record(catalog.files, txn_id).record
 
 
 def resume_transaction(catalog: Catalog, txn_id: str) -> Transaction:
-    """Reopen a saved transaction; add to it, then commit or abort it as usual."""
-    record = load_transaction(catalog, txn_id)
-    _check_alive(record)
-    base, running, recorded = _running(catalog, record)
-    pending = {key: new for key, _old, new in btree.diff(base.nodes, base.root.node, running)}
-    txn = catalog.transaction(record.isolation_level, base=base)
-    txn.restore_staged(pending, recorded)
-    txn.before_commit.append(lambda _t: _check_alive(record))
+    """Reopen a saved transaction in this process; add to it, then commit or abort it.
+
+    Raises:
+        NoSuchTransactionError: There is none.
+        TransactionExpiredError: It expired.
+        CatalogError: It is being committed or aborted.
+    """
+    dtx = catalog.distributed_transaction(txn_id)
+    dtx.check_open()
+    txn = dtx.landing(dtx.record)
+
+    def seal(_t: Transaction) -> None:
+        if not dtx.seal():
+            raise CommitConflict(f"distributed transaction {txn_id!r} changed since it was "
+                                 "resumed (a statement, a commit or an abort); resume it again")
 
     def cleanup(t: Transaction) -> None:
-        if t.state in ("committed", "aborted"):
-            catalog.storage.delete(dtxn_path(txn_id))
+        if t.state == "committed" or dtx.record.state == pb.COMMITTING:
+            catalog.storage.delete(dtx.path)  # landed, or sealed and cannot land
+        else:
+            dtx.abort()
 
+    txn.before_commit.append(seal)
     txn.after_end.append(cleanup)
     return txn
 
 
 def transaction_dict(record: pb.DistributedTransactionDef) -> dict[str, Any]:
-    """A saved transaction's record as ``olympia txn`` prints it."""
+    """A transaction's record as ``olympia txn`` prints it."""
     return {
         "id": record.id,
+        "state": distributed.STATES.get(record.state, "unknown"),
         "isolation": pb.IsolationLevel.Name(record.isolation_level),
         "beginning_version": path_version(record.beginning_root_node_file_path),
         "beginning_root": record.beginning_root_node_file_path,
@@ -144,28 +105,33 @@ def transaction_dict(record: pb.DistributedTransactionDef) -> dict[str, Any]:
 
 
 def describe_transaction(catalog: Catalog, txn_id: str) -> dict[str, Any]:
-    """A saved transaction's record plus what it would commit: annotations and actions."""
-    record = load_transaction(catalog, txn_id)
-    _base, _running_root, recorded = _running(catalog, record)
+    """A transaction's record plus what it would commit: annotations, actions, and the
+    tables and views it touched."""
+    dtx = catalog.distributed_transaction(txn_id)
     # formatted as ``olympia log`` formats a version's annotations and actions
-    pending = VersionInfo(0, record.began_at_millis, tuple(recorded)).to_dict()
-    return {**transaction_dict(record), "info": pending["info"], "actions": pending["actions"]}
+    pending = VersionInfo(0, dtx.record.began_at_millis, tuple(dtx.staged_actions())).to_dict()
+    return {**transaction_dict(dtx.record), "info": pending["info"],
+            "actions": pending["actions"]}
 
 
 def abort_transaction(catalog: Catalog, txn_id: str) -> None:
-    """Discard a saved transaction (its files become orphans for the expiry job)."""
-    load_transaction(catalog, txn_id)
-    catalog.storage.delete(dtxn_path(txn_id))
+    """Discard a transaction (its files become orphans for the expiry job).
+
+    Raises:
+        NoSuchTransactionError: There is none.
+        CatalogError: It is being committed.
+    """
+    catalog.distributed_transaction(txn_id).abort()
 
 
 def list_transactions(catalog: Catalog) -> list[pb.DistributedTransactionDef]:
-    """Every saved distributed transaction, oldest first."""
+    """Every distributed transaction's record, oldest first."""
     ids = [f.path.removeprefix("dtxn/").removesuffix(".binpb")
            for f in catalog.storage.list("dtxn/") if f.path.endswith(".binpb")]
     records = []
     for txn_id in ids:
         try:
-            records.append(load_transaction(catalog, unquote(txn_id)))
+            records.append(read_record(catalog.files, unquote(txn_id)).record)
         except NoSuchTransactionError:
             continue  # committed or aborted since the listing
     return sorted(records, key=lambda r: r.began_at_millis)
