@@ -14,7 +14,13 @@ from pyiceberg.types import StringType
 
 from olympia import versions
 from olympia.cli import main
-from olympia.exceptions import NoSuchExportError, NoSuchVersionError, ReadOnlyError
+from olympia.exceptions import (
+    CommitConflict,
+    NoSuchExportError,
+    NoSuchTransactionError,
+    NoSuchVersionError,
+    ReadOnlyError,
+)
 from olympia.iceberg import OlympiaCatalog
 
 
@@ -135,3 +141,59 @@ def test_bound_to_an_olympia_transaction(ice: OlympiaCatalog) -> None:
     staged = ice.bound_to(aborted).create_table("hr.temp", SCHEMA).metadata_location
     aborted.abort()
     assert not Path(staged[len("file://"):]).exists() and not ice.table_exists("hr.temp")
+
+
+def test_appends_from_two_catalogs_in_one_distributed_transaction(
+        ice: OlympiaCatalog, tmp_path: Path) -> None:
+    began = ice.olympia.refresh()
+    ice.olympia.begin_transaction("wap", info={"dag_run": "r7"})
+    first = ice.in_transaction("wap")
+    first.load_table("sales.a").append(rows(100))
+    first.create_table(("sales", "c"), SCHEMA).append(rows(50))
+    # another process's catalog, opened by property, sees the first one's writes
+    second = open_catalog({**local_properties(tmp_path), "olympia.transaction": "wap"})
+    assert data(second, "a") == [0, 1, 2, 100, 101, 102]
+    second.load_table("sales.b").append(rows(200))
+    assert data(first, "b") == [0, 1, 2, 200, 201, 202]
+    outside = open_catalog(local_properties(tmp_path))
+    assert data(outside, "a") == data(outside, "b") == [0, 1, 2]
+    assert not outside.table_exists(("sales", "c"))
+    assert outside.olympia.refresh() == began and first.version == began
+
+    version = outside.olympia.distributed_transaction("wap").commit()
+    assert version == began + 1  # every table in ONE version
+    assert data(outside, "a") == [0, 1, 2, 100, 101, 102]
+    assert data(outside, "b") == [0, 1, 2, 200, 201, 202]
+    assert data(outside, "c") == [50, 51, 52]
+    (entry,) = versions.history(outside.olympia, limit=1)
+    assert entry.info["dag_run"] == "r7" and entry.info["transaction"] == "wap"
+    assert "OK: version" in cli(ice, "verify")
+
+
+def test_a_write_outside_makes_the_distributed_commit_fail(ice: OlympiaCatalog) -> None:
+    ice.olympia.begin_transaction("late")
+    inside = ice.in_transaction("late")
+    inside.load_table("sales.a").append(rows(100))
+    inside.load_table("sales.b").append(rows(200))
+    ice.load_table("sales.a").append(rows(300))  # the same table, after the transaction began
+    latest = ice.olympia.refresh()
+    with pytest.raises(CommitConflict, match="sales.a"):
+        ice.olympia.distributed_transaction("late").commit()
+    assert ice.olympia.refresh() == latest
+    assert data(ice, "a") == [0, 1, 2, 300, 301, 302]
+    assert data(ice, "b") == [0, 1, 2]
+    with pytest.raises(NoSuchTransactionError):
+        ice.in_transaction("late")
+
+
+def test_a_stale_append_inside_a_distributed_transaction_is_retried(ice: OlympiaCatalog) -> None:
+    """Iceberg's requirements are checked against the transaction's view: a table loaded
+    before another statement appended to it retries on a refresh, as outside one."""
+    ice.olympia.begin_transaction("stale")
+    one, two = ice.in_transaction("stale"), ice.in_transaction("stale")
+    table = one.load_table("sales.a")
+    two.load_table("sales.a").append(rows(10))
+    table.append(rows(20))
+    assert data(two, "a") == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+    ice.olympia.distributed_transaction("stale").abort()
+    assert data(ice, "a") == [0, 1, 2]

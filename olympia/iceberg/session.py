@@ -2,9 +2,11 @@
 are staged and committed.
 
 A :class:`CatalogSession` reads the latest version, a pinned one (catalog-version time
-travel: read-only), or an Olympia transaction's staged state (``transaction()``,
-``bound_to``). Every change runs as a stage function on a transaction-bound session and is
-committed as ONE Olympia version, its metadata files deleted if the transaction is abandoned
+travel: read-only), an Olympia transaction's staged state (``transaction()``,
+``bound_to``), or a distributed transaction's running view (``in_transaction``: each change
+is then a statement added to it, and no version is made until it commits). Every change
+runs as a stage function on a transaction-bound session and is committed as ONE Olympia
+version (or statement), its metadata files deleted if the transaction is abandoned
 before its commit starts. Metadata files, immutable once written, are read through a bounded
 in-memory cache. The Catalog interface itself is :class:`olympia.iceberg.OlympiaCatalog`.
 """
@@ -38,6 +40,7 @@ from pyiceberg.utils.config import Config
 
 from olympia import exceptions as oe
 from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.catalog.distributed import DistributedTransaction
 from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
@@ -77,6 +80,7 @@ T = TypeVar("T")
 WAREHOUSE = WAREHOUSE_LOCATION
 CREATE_PROPERTY = "olympia.create"
 CACHE_PROPERTY = "olympia.metadata-cache-size"
+TRANSACTION_PROPERTY = "olympia.transaction"
 DEFAULT_CACHE_SIZE = 256
 
 
@@ -88,6 +92,7 @@ class CatalogSession(MetastoreCatalog):
     _store: OlympiaStore
     _pinned: Snapshot | None
     _txn: Transaction | None
+    _dtx: DistributedTransaction | None
     _written: list[tuple[FileIO, str]]
     _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
     _max_metadata_bytes: int
@@ -128,6 +133,8 @@ class CatalogSession(MetastoreCatalog):
         self._setup(name, store, merged, int(cache_size))
         self._max_metadata_bytes = int(max_metadata)
         self._root = True
+        if merged.get(TRANSACTION_PROPERTY):
+            self._dtx = self._open_transaction(merged[TRANSACTION_PROPERTY])
 
     def _setup(self, name: str, store: OlympiaStore, properties: dict[str, str],
                cache_size: int) -> None:
@@ -137,6 +144,7 @@ class CatalogSession(MetastoreCatalog):
         self._store = store
         self._pinned = None
         self._txn = None
+        self._dtx = None
         self._written = []
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
@@ -185,7 +193,8 @@ class CatalogSession(MetastoreCatalog):
 
     def __repr__(self) -> str:
         mode = (f", version={self._pinned.version}" if self._pinned is not None
-                else ", in a transaction" if self._txn is not None else "")
+                else ", in a transaction" if self._txn is not None
+                else f", in transaction {self._dtx.id}" if self._dtx is not None else "")
         return f"{type(self).__name__}({self.name!r}, {self._store.uri!r}{mode})"
 
     # --- the Olympia side ------------------------------------------------------------------
@@ -198,11 +207,13 @@ class CatalogSession(MetastoreCatalog):
     @property
     def version(self) -> int:
         """The Olympia version this catalog reads: the pinned one, the one a transaction
-        started from, or the latest loaded."""
+        (or distributed transaction) began on, or the latest loaded."""
         if self._pinned is not None:
             return self._pinned.version
         if self._txn is not None:
             return self._txn.base.version
+        if self._dtx is not None:
+            return self._dtx.record.beginning_version
         return self._store.version
 
     @property
@@ -257,6 +268,29 @@ class CatalogSession(MetastoreCatalog):
 
     # --- transactions --------------------------------------------------------------------
 
+    def in_transaction(self, txn_id: str) -> Self:
+        """This catalog inside the distributed transaction ``txn_id``
+        (:meth:`olympia.Catalog.begin_transaction`, ``olympia txn begin``): reads see the
+        version it began on plus everything added to it, from any process; each change
+        (a create, an append, a drop) is a statement added to it, and nothing is visible
+        to other readers until it commits, as ONE version. The same as the property
+        ``olympia.transaction``.
+
+        Raises:
+            NoSuchTransactionError: There is no open transaction ``txn_id``.
+            TransactionExpiredError: It expired.
+            ReadOnlyError: This is a time-travel view.
+        """
+        self._require_writable("a distributed transaction")
+        other = self._copy()
+        other._dtx = self._open_transaction(txn_id)
+        return other
+
+    def _open_transaction(self, txn_id: str) -> DistributedTransaction:
+        dtx = self._store.distributed_transaction(txn_id)
+        dtx.check_open()
+        return dtx
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Self]:
         """Change many tables in ONE Olympia version::
@@ -275,7 +309,8 @@ class CatalogSession(MetastoreCatalog):
         self._require_writable("transaction")
         if self._txn is not None:
             raise oe.CatalogError("this catalog is already a transaction: use it directly")
-        bound = self.bound_to(self._store.transaction())
+        bound = self.bound_to(self._dtx.statement() if self._dtx is not None
+                              else self._store.transaction())
         try:
             yield bound
         except BaseException:
@@ -340,6 +375,8 @@ class CatalogSession(MetastoreCatalog):
             return self._pinned
         if self._txn is not None:
             return self._txn
+        if self._dtx is not None:
+            return self._dtx.view()
         self._store.refresh()
         return self._store.snapshot
 
