@@ -1,8 +1,9 @@
-"""Version commands: log, show, diff, rollback, export, and saved distributed transactions
+"""Version commands: log, show, diff, rollback, export, and distributed transactions
 (``olympia txn``)."""
 
 from __future__ import annotations
 
+import getpass
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from olympia.cli.common import (
     color_option,
     echo_json,
     handle_errors,
+    key_value_pairs,
     open_catalog,
     parse_storage_options,
 )
@@ -26,6 +28,7 @@ from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.plan.versiondiff import version_diff
 from olympia.versions.dtxn import describe_transaction, transaction_dict
 from olympia.versions.export import MAX_DEPTH
+from olympia.versions.policy import parse_duration
 from olympia.versions.timetravel import format_millis
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -249,7 +252,61 @@ def export(catalog_uri: str, storage_option: tuple[str, ...], name: str, target:
 
 @click.group("txn")
 def txn() -> None:
-    """Saved distributed transactions: list, show, abort."""
+    """Distributed transactions: begin, list, show, commit, abort."""
+
+
+@txn.command("begin")
+@catalog_options
+@click.argument("txn_id", metavar="[ID]", required=False)
+@click.option("--ttl", default=None, metavar="DURATION",
+              help="How long it may stay open (e.g. 2h, 1d); default the catalog's TTL.")
+@click.option("--info", "infos", multiple=True, metavar="KEY=VALUE",
+              help="An annotation recorded with the version it commits; repeatable.")
+@json_option
+@handle_errors
+def txn_begin(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str | None,
+              ttl: str | None, infos: tuple[str, ...], as_json: bool) -> None:
+    """Begin a distributed transaction on the latest version (ID default: a random UUID).
+
+    Statements from any process add to it (OlympiaCatalog, the olympia Spark source,
+    `olympia serve` with the warehouse WAREHOUSE@txn:ID); `olympia txn commit ID` lands them
+    as ONE version. Records the user who began it.
+    """
+    catalog = open_catalog(catalog_uri, storage_option)
+    info = {**_user(), **key_value_pairs("--info", infos)}
+    dtx = catalog.begin_transaction(txn_id, info=info,
+                                    ttl_millis=None if ttl is None else parse_duration(ttl))
+    if as_json:
+        echo_json(transaction_dict(dtx.record))
+    else:
+        click.echo(f"Began distributed transaction {dtx.id} on version "
+                   f"{dtx.record.beginning_version}; it expires "
+                   f"{format_millis(dtx.record.expire_at_millis)}")
+
+
+def _user() -> dict[str, str]:
+    """Who runs this command, as the ``user`` annotation (none if the system cannot say)."""
+    try:
+        return {"user": getpass.getuser()}
+    except (OSError, KeyError):
+        return {}
+
+
+@txn.command("commit")
+@catalog_options
+@click.argument("txn_id", metavar="ID")
+@json_option
+@handle_errors
+def txn_commit(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
+               as_json: bool) -> None:
+    """Land everything a distributed transaction holds as ONE version (or finish the commit
+    of one whose committer stopped)."""
+    catalog = open_catalog(catalog_uri, storage_option)
+    version = catalog.distributed_transaction(txn_id).commit()
+    if as_json:
+        echo_json({"id": txn_id, "committed": True, "version": version})
+    else:
+        click.echo(f"Committed distributed transaction {txn_id} as version {version}")
 
 
 @txn.command("list")
@@ -257,7 +314,7 @@ def txn() -> None:
 @json_option
 @handle_errors
 def txn_list(catalog_uri: str, storage_option: tuple[str, ...], as_json: bool) -> None:
-    """Every saved distributed transaction, oldest first."""
+    """Every distributed transaction, oldest first."""
     catalog = open_catalog(catalog_uri, storage_option)
     records = [transaction_dict(r) for r in versions.list_transactions(catalog)]
     if as_json:
@@ -265,10 +322,10 @@ def txn_list(catalog_uri: str, storage_option: tuple[str, ...], as_json: bool) -
         return
     for r in records:
         state = "expired" if r["expired"] else "expires"
-        click.echo(f"{r['id']}  {r['isolation']}  from version {r['beginning_version']}  "
-                   f"began {r['began_at']}  {state} {r['expires_at']}")
+        click.echo(f"{r['id']}  {r['state']}  {r['isolation']}  from version "
+                   f"{r['beginning_version']}  began {r['began_at']}  {state} {r['expires_at']}")
     if not records:
-        click.echo("no saved distributed transactions")
+        click.echo("no distributed transactions")
 
 
 @txn.command("show")
@@ -278,13 +335,14 @@ def txn_list(catalog_uri: str, storage_option: tuple[str, ...], as_json: bool) -
 @handle_errors
 def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
              as_json: bool) -> None:
-    """A saved transaction: its record and the changes it would commit."""
+    """A distributed transaction: its record and the changes it would commit."""
     catalog = open_catalog(catalog_uri, storage_option)
     shown = describe_transaction(catalog, txn_id)
     if as_json:
         echo_json(shown)
         return
-    click.echo(click.style(f"transaction {shown['id']}  {shown['isolation']}", bold=True))
+    click.echo(click.style(f"transaction {shown['id']}  {shown['state']}  "
+                           f"{shown['isolation']}", bold=True))
     click.echo(f"    began {shown['began_at']} from version {shown['beginning_version']}")
     click.echo(f"    {'expired' if shown['expired'] else 'expires'} {shown['expires_at']}")
     for key, value in sorted(shown["info"].items()):
@@ -300,7 +358,7 @@ def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
 @handle_errors
 def txn_abort(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
               as_json: bool) -> None:
-    """Discard a saved transaction; the expiry job removes the files it wrote."""
+    """Discard a distributed transaction; the expiry job removes the files it wrote."""
     catalog = open_catalog(catalog_uri, storage_option)
     versions.abort_transaction(catalog, txn_id)
     if as_json:
