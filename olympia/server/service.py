@@ -111,7 +111,7 @@ class CatalogService:
                 "the server needs a warehouse: pass --warehouse or set the catalog's "
                 "warehouse property")
         try:
-            place(warehouse, "the server's warehouse")
+            self._place = place(warehouse, "the server's warehouse")
         except oe.TableLocationError as exc:
             raise oe.InvalidArgumentError(str(exc)) from None
         self.catalog = catalog.confined()
@@ -143,10 +143,11 @@ class CatalogService:
         """``GET /v1/config``.
 
         Args:
-            warehouse: The warehouse a client asked for (``None``: this server's), with
-                ``@<version>``, ``@<ISO-8601 instant>`` or ``@export:<name>`` for a
-                read-only catalog version, or ``@txn:<id>`` for distributed transaction
-                ``<id>`` (answered with its prefix).
+            warehouse: The warehouse a client asked for (``None``: this server's), in any
+                spelling of the same place (:meth:`_version_selector`), with ``@<version>``,
+                ``@<ISO-8601 instant>`` or ``@export:<name>`` for a read-only catalog
+                version, or ``@txn:<id>`` for distributed transaction ``<id>`` (answered
+                with its prefix).
             endpoints: The endpoints the server supports.
 
         Raises:
@@ -156,11 +157,8 @@ class CatalogService:
                 export.
         """
         overrides: dict[str, str] = {}
-        if warehouse and warehouse.rstrip("/") != self.warehouse:
-            base, at, selector = warehouse.rpartition("@")
-            if not at or base.rstrip("/") != self.warehouse:
-                raise bad_request(f"this server serves one warehouse, {self.warehouse}; "
-                                  f"warehouse {warehouse!r} is not served here")
+        selector = self._version_selector(warehouse) if warehouse else None
+        if selector is not None:
             overrides["prefix"] = (self._transaction_prefix(selector.removeprefix("txn:"))
                                    if selector.startswith("txn:")
                                    else VERSION_PREFIX.format(self._select(selector)))
@@ -176,6 +174,41 @@ class CatalogService:
         """
         self.catalog.olympia.distributed_transaction(txn_id).check_open()
         return TXN_PREFIX.format(txn_id)
+
+    def _version_selector(self, warehouse: str) -> str | None:
+        """What follows the ``@`` of a client's ``warehouse`` (``None``: it has none, the
+        latest catalog). The warehouse is compared as a place
+        (:func:`olympia.iceberg.locations.place`), never as a string, so every spelling of
+        the server's warehouse names it: ``/w``, ``file:/w`` and ``file:///w`` on local
+        disk, and a trailing ``/`` or none.
+
+        Raises:
+            RestError: 400 naming the server's warehouse when ``warehouse`` names another
+                place or is a refused form (a relative path, a ``..`` step, ...).
+        """
+        if self._names_this(warehouse):
+            return None
+        for at, char in enumerate(warehouse):
+            if char == "@" and self._names_this(warehouse[:at]):
+                return warehouse[at + 1:]
+        base = warehouse.partition("@")[0]
+        try:
+            place(base, "its location")
+            why = ""
+        except oe.TableLocationError as exc:
+            why = f" ({exc})"
+        spelt = ("file:///<path>, file:/<path> or /<path>, " if self._place[0] == "" else "")
+        raise bad_request(
+            f"warehouse {warehouse!r} is not served here{why}: this server serves one "
+            f"warehouse, {self.warehouse} (spelt {spelt}with or without a trailing /), "
+            "optionally followed by @<version>, @<instant>, @export:<name> or @txn:<id>")
+
+    def _names_this(self, warehouse: str) -> bool:
+        """Whether ``warehouse`` is a spelling of this server's warehouse."""
+        try:
+            return place(warehouse, "the warehouse asked for") == self._place
+        except oe.TableLocationError:
+            return False
 
     def _select(self, selector: str) -> int:
         """The catalog version ``<version>``, ``<instant>`` or ``export:<name>`` names."""
