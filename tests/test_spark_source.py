@@ -764,3 +764,22 @@ def test_storage_options_become_catalog_properties() -> None:
         "s3.region": "eu-west-1"}
     with pytest.raises(oe.InvalidArgumentError, match="config_kwargs.retries"):
         olympia.spark.properties_from_storage_options({"config_kwargs": {"retries": 3}})
+
+
+def test_writes_and_reads_inside_a_distributed_transaction(source: Any, tmp_path: Path) -> None:
+    properties = local_properties(tmp_path)
+    table, catalog = new_table(properties)
+    write(rows(source, 10), properties, table)
+    store = catalog.olympia
+    began = store.refresh()
+    store.begin_transaction("spark-job")
+    inside = {**options(properties), "transaction": "spark-job"}
+    rows(source, 5, start=100).write.format("olympia").options(**inside).mode("append").save(
+        table)
+    assert source.read.format("olympia").options(**inside).load(table).count() == 15
+    assert read(source, properties, table).count() == 10  # nothing outside yet
+    assert store.refresh() == began
+    with pytest.raises(Exception, match="both choose a catalog version or transaction"):
+        source.read.format("olympia").options(**inside, version=str(began)).load(table).count()
+    assert store.distributed_transaction("spark-job").commit() == began + 1
+    assert read(source, properties, table).count() == 15

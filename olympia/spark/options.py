@@ -20,7 +20,12 @@ import pyiceberg.io
 
 from olympia.exceptions import InvalidArgumentError
 from olympia.iceberg.options import STORAGE_PREFIX
-from olympia.iceberg.session import CACHE_PROPERTY, CREATE_PROPERTY, WAREHOUSE
+from olympia.iceberg.session import (
+    CACHE_PROPERTY,
+    CREATE_PROPERTY,
+    TRANSACTION_PROPERTY,
+    WAREHOUSE,
+)
 from olympia.spark.write_options import (
     CHECK_NULLABILITY,
     OVERWRITE_MODE,
@@ -35,6 +40,8 @@ CATALOG = "catalog"
 PATH = "path"  # what load(...) and save(...) set
 # catalog-version time travel: every table of a query at one Olympia version
 TIME_TRAVEL = ("version", "as_of", "export")
+# a distributed transaction the query reads and writes inside
+TRANSACTION = "transaction"
 # Iceberg's read options choosing the table's snapshot (at most one)
 SNAPSHOT_ID = "snapshot-id"
 SNAPSHOT_ID_ALIAS = "snapshot_id"  # the earlier spelling, still accepted
@@ -47,13 +54,13 @@ PARALLELISM = "parallelism"
 COLUMNS = "columns"
 # lower-cased names, as Spark hands option keys
 READ_OPTION_NAMES = frozenset({CATALOG, PATH, *TIME_TRAVEL, *SNAPSHOT_CHOICE, SPLIT_SIZE,
-                               PARALLELISM, COLUMNS})
-WRITE_SIDE_NAMES = frozenset({CATALOG, PATH, *WRITE_OPTION_NAMES})
+                               PARALLELISM, COLUMNS, TRANSACTION})
+WRITE_SIDE_NAMES = frozenset({CATALOG, PATH, TRANSACTION, *WRITE_OPTION_NAMES})
 # options that may be set once in the Spark configuration (spark.olympia.<option>); the
 # others choose what one query reads or replaces, so they are options of that query only
 # (partitionOverwriteMode follows Spark's own spark.sql.sources.partitionOverwriteMode)
 CONFIGURABLE = frozenset({CATALOG, SPLIT_SIZE, PARALLELISM, CHECK_NULLABILITY,
-                          TARGET_FILE_SIZE})
+                          TARGET_FILE_SIZE, TRANSACTION})
 # documented spelling of the names Spark lower-cases
 SPELLING = {OVERWRITE_MODE: "partitionOverwriteMode", REPLACE_WHERE: "replaceWhere"}
 
@@ -105,6 +112,8 @@ class SourceOptions:
         table: ``namespace.table``.
         properties: catalog properties (``s3.*``, ``olympia.storage.*``, ``warehouse``, ...).
         version, as_of, export: catalog-version time travel (at most one).
+        transaction: a distributed transaction to read and write inside (none with time
+            travel).
         snapshot_id, as_of_timestamp, branch, tag: the table snapshot a read chooses (at
             most one; None of them: the current snapshot).
         split_size: target bytes of data files per Spark partition.
@@ -119,6 +128,7 @@ class SourceOptions:
     version: int | None = None
     as_of: str | None = None
     export: str | None = None
+    transaction: str | None = None
     snapshot_id: int | None = None
     as_of_timestamp: int | None = None
     branch: str | None = None
@@ -167,7 +177,8 @@ class SourceOptions:
             raise InvalidArgumentError(
                 "the olympia data source needs a table: .load('namespace.table') or "
                 ".save('namespace.table')")
-        _at_most_one(given, TIME_TRAVEL, "a catalog version", where)
+        _at_most_one({**given, TRANSACTION: merged.get(TRANSACTION, "")},
+                     (*TIME_TRAVEL, TRANSACTION), "a catalog version or transaction", where)
         _at_most_one(given, SNAPSHOT_CHOICE, "a snapshot", where)
         snapshot_id = _number(given, SNAPSHOT_ID, where)
         if snapshot_id is None:
@@ -182,6 +193,7 @@ class SourceOptions:
             version=_number(given, "version", where, minimum=0),
             as_of=given.get("as_of") or None,
             export=given.get("export") or None,
+            transaction=merged.get(TRANSACTION, "").strip() or None,
             snapshot_id=snapshot_id,
             as_of_timestamp=_number(given, AS_OF_TIMESTAMP, where, minimum=0),
             branch=given.get(BRANCH) or None,
@@ -202,13 +214,22 @@ class SourceOptions:
             return f"as of {self.as_of}"
         if self.export is not None:
             return f"export {self.export}"
+        if self.transaction is not None:
+            return f"inside transaction {self.transaction}"
         return "latest"
 
     def open_catalog(self) -> Any:
-        """The latest OlympiaCatalog (``olympia.iceberg.OlympiaCatalog``)."""
+        """The latest OlympiaCatalog (``olympia.iceberg.OlympiaCatalog``), or inside the
+        distributed transaction the options name.
+
+        Raises:
+            NoSuchTransactionError, TransactionExpiredError: no such open transaction.
+        """
         from olympia.iceberg import OlympiaCatalog
 
-        return OlympiaCatalog(CATALOG_NAME, **{**self.properties, "uri": self.catalog_uri})
+        inside = {TRANSACTION_PROPERTY: self.transaction} if self.transaction else {}
+        return OlympiaCatalog(CATALOG_NAME,
+                              **{**self.properties, **inside, "uri": self.catalog_uri})
 
     def at_chosen_version(self, catalog: Any) -> Any:
         """``catalog`` (from :meth:`open_catalog`) at the version the options choose:
