@@ -92,9 +92,12 @@ def test_spark_sql_alone_begins_writes_and_commits_through_sys_dtxns(
     cat = catalog(spark, server)
     tables(spark, cat, "shop")
     txn = f"{cat}.sys.dtxns.nightly"
-    spark.sql(f"CREATE NAMESPACE {txn}")
+    spark.sql(f"CREATE NAMESPACE {txn} WITH DBPROPERTIES ('ttl-millis'='3600000', "
+              "'dag_run'='r9')")
     began = version(server)
     assert ("sys.dtxns.nightly",) in rows(spark, f"SHOW NAMESPACES IN {cat}.sys.dtxns")
+    described = str(rows(spark, f"DESCRIBE NAMESPACE EXTENDED {txn}"))
+    assert "(state,open)" in described.replace(" ", "").replace("'", ""), described
     spark.sql(f"INSERT INTO {txn}.shop.orders VALUES (7, 70)")
     second_app(server, server.warehouse, MERGE.format(t="lake.sys.dtxns.nightly.shop.payments"))
     assert rows(spark, f"SELECT * FROM {txn}.shop.payments") == AFTER_MERGE  # inside
