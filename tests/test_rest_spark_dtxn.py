@@ -2,8 +2,9 @@
 through `olympia serve`, from two Spark applications (this run's session and a second one
 in its own process): by the reference implementation's ``sys.dtxns.<id>`` names, Spark SQL
 alone (begin, INSERT, MERGE, commit), and by the transaction warehouse
-``<warehouse>@txn:<id>`` with the statements unchanged. Readers outside see neither change
-until the commit, then both in one version; an abort leaves nothing."""
+``<warehouse>@txn:<id>`` with the statements unchanged; DuckDB and pyiceberg join the same
+transaction as Spark. Readers outside see no change until the commit, then all of them in
+one version; an abort leaves nothing."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from iceberg_helpers import ICEBERG_SPARK_JARS
-from restserver import RestServer, version
+from restserver import RestServer, duckdb_connection, version
 
 pytestmark = pytest.mark.spark
 
@@ -128,3 +130,27 @@ def test_a_transaction_warehouse_runs_unchanged_sql_and_abort_leaves_nothing(
     assert version(server) == began
     assert rows(spark, f"SELECT * FROM {cat}.wh.orders") == BEFORE
     assert rows(spark, f"SELECT * FROM {cat}.wh.payments") == BEFORE
+
+
+def test_spark_duckdb_and_pyiceberg_write_in_one_transaction(
+        spark: Any, server: RestServer) -> None:
+    cat = catalog(spark, server)
+    tables(spark, cat, "mix")
+    spark.sql(f"CREATE NAMESPACE {cat}.sys.dtxns.mix")
+    began = version(server)
+    inside = catalog(spark, server, f"{server.warehouse}@txn:mix")
+    spark.sql(f"INSERT INTO {inside}.mix.orders VALUES (7, 70)")
+    con = duckdb_connection()
+    con.execute(f"ATTACH '{server.warehouse}@txn:mix' AS lake (TYPE iceberg, "
+                f"ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')")
+    con.execute("INSERT INTO lake.mix.payments VALUES (3, 30)")
+    job = server.client(warehouse=f"{server.warehouse}@txn:mix")
+    job.load_table(("mix", "payments")).append(
+        pa.table({"id": pa.array([4], pa.int64()), "amount": pa.array([40], pa.int64())}))
+    assert rows(spark, f"SELECT * FROM {cat}.mix.payments") == BEFORE
+    assert version(server) == began
+
+    spark.sql(f"ALTER NAMESPACE {cat}.sys.dtxns.mix SET DBPROPERTIES ('commit'='true')")
+    assert version(server) == began + 1
+    assert rows(spark, f"SELECT * FROM {cat}.mix.orders") == AFTER_INSERT
+    assert rows(spark, f"SELECT * FROM {cat}.mix.payments") == [*BEFORE, (3, 30), (4, 40)]
