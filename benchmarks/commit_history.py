@@ -1,4 +1,6 @@
-"""A long run of the commit-history state machine (tests/test_commit_history.py).
+"""A long run of a commit-history state machine: the commit protocol's
+(tests/test_commit_history.py) or, with ``--machine transactions``, distributed
+transactions' (tests/test_dtxn_history.py).
 
 ``python -m benchmarks.commit_history --examples 200000 [--workers 2]`` runs that many
 examples with fresh random draws (hypothesis's ``explore`` profile, not the suite's
@@ -22,13 +24,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: machine -> (its test file, the variable holding its number of examples)
+MACHINES = {"commits": ("test_commit_history.py", "OLYMPIA_COMMIT_HISTORY_EXAMPLES"),
+            "transactions": ("test_dtxn_history.py", "OLYMPIA_DTXN_HISTORY_EXAMPLES")}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the state machine; returns 0 when every example of every worker passed.
 
     Args:
-        argv: ``--examples N`` (default 200000), ``--workers W`` (default 1).
+        argv: ``--examples N`` (default 200000), ``--workers W`` (default 1),
+            ``--machine commits|transactions`` (default commits).
 
     Returns:
         The exit code (the first failing worker's pytest exit code, else 0).
@@ -36,20 +42,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.commit_history")
     parser.add_argument("--examples", type=int, default=200_000)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--machine", choices=sorted(MACHINES), default="commits")
     args = parser.parse_args(argv)
+    test_file, examples_variable = MACHINES[args.machine]
     if args.workers < 1 or args.examples % args.workers:
         parser.error("--workers must be at least 1 and divide --examples")
     env = {**os.environ, "HYPOTHESIS_PROFILE": "explore",
-           "OLYMPIA_COMMIT_HISTORY_EXAMPLES": str(args.examples // args.workers)}
+           examples_variable: str(args.examples // args.workers)}
     started = time.perf_counter()
     workers = [subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=0",
-         "--hypothesis-show-statistics", str(ROOT / "tests" / "test_commit_history.py")],
+         "--hypothesis-show-statistics", str(ROOT / "tests" / test_file)],
         cwd=ROOT, env=env)
         for _ in range(args.workers)]
     codes = [worker.wait() for worker in workers]
     code = next((c for c in codes if c), 0)
-    print(json.dumps({"examples": args.examples, "workers": args.workers,
+    print(json.dumps({"machine": args.machine, "examples": args.examples,
+                      "workers": args.workers,
                       "passed": code == 0,
                       "seconds": round(time.perf_counter() - started, 1)}))
     return code
