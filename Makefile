@@ -41,7 +41,7 @@ demo: install
 	$(VENV)/bin/olympia log --catalog $(WAREHOUSE) --limit 5
 
 test: install
-	$(PY) -m pytest -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) --durations=25 $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
