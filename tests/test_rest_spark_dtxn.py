@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pytest
 from iceberg_helpers import ICEBERG_SPARK_JARS
 from restserver import RestServer, duckdb_connection, version
+from test_rest_spark import catalog
 
 pytestmark = pytest.mark.spark
 
@@ -60,17 +60,6 @@ def second_app(server: RestServer, warehouse: str, *statements: str) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServer]:
     with RestServer.on_new_catalog(tmp_path_factory.mktemp("rest")) as server:
         yield server
-
-
-def catalog(spark: Any, server: RestServer, warehouse: str | None = None) -> str:
-    """A new Spark catalog of Iceberg's runtime over ``server`` (names are never reused)."""
-    name = f"olympia_{uuid.uuid4().hex[:8]}"
-    settings = {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "rest",
-                ".uri": server.url, ".warehouse": warehouse or server.warehouse,
-                ".cache-enabled": "false"}
-    for key, value in settings.items():
-        spark.conf.set(f"spark.sql.catalog.{name}{key}", value)
-    return name
 
 
 def rows(spark: Any, query: str) -> list[tuple[Any, ...]]:
