@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
@@ -100,3 +101,25 @@ def test_a_view_on_s3_and_its_metadata_when_storage_fails(
     client.drop_view(("ns", "v"))
     assert client.list_views("ns") == []
     assert "Traceback" not in "".join(server.log)
+
+
+def test_an_s3_warehouse_with_or_without_a_trailing_slash(s3_server: Any) -> None:
+    """A client names the server's S3 warehouse with or without a trailing ``/`` (and as
+    ``s3a://``, which the server's confinement also counts as ``s3://``), at the latest
+    catalog or at a version; any other place is a 400 naming the served warehouse."""
+    props = s3_properties(s3_server, uuid.uuid4().hex[:12])
+    OlympiaStore.create(props["uri"], s3_server.storage_options).close()
+    warehouse = props["warehouse"]
+    with RestServer(props["uri"], warehouse + "/", s3_server.storage_options) as server:
+        for spelling in (warehouse, warehouse + "/", "s3a" + warehouse.removeprefix("s3")):
+            for asked, prefix in ((spelling, {}), (f"{spelling}@0", {"prefix": "version-0"})):
+                status, _, body = request(
+                    server, "GET", f"/v1/config?warehouse={quote(asked, safe='')}")
+                assert status == 200 and body["overrides"] == prefix, asked
+        bucket, _, path = warehouse.removeprefix("s3://").partition("/")
+        for other in (warehouse + "x", warehouse.rpartition("/")[0], f"s3://other-{bucket}/{path}",
+                      f"{warehouse}/../warehouse", f"gs://{bucket}/{path}", f"/{bucket}/{path}"):
+            assert_error(request(server, "GET", f"/v1/config?warehouse={quote(other, safe='')}"),
+                         400, "BadRequestException",
+                         f"this server serves one warehouse, {warehouse} (spelt with or "
+                         "without a trailing /)")

@@ -1,7 +1,8 @@
 """Spark SQL with Apache Iceberg's own Spark runtime (``iceberg-spark-runtime-4.1_2.13``,
 fetched by ``make install``) as a client of ``olympia serve``, on local disk and on the real
 S3 server (Iceberg's ``S3FileIO`` from ``iceberg-aws-bundle``): each statement is one Olympia
-catalog version, and a version prefix reads every table as it was in an earlier version."""
+catalog version, a version prefix reads every table as it was in an earlier version, and
+Structured Streaming writes and reads tables."""
 
 from __future__ import annotations
 
@@ -327,3 +328,64 @@ def test_maintenance_procedures(spark: Any, server: RestServer) -> None:
     assert not table.io.new_input(orphan).exists()
     assert version(server) == before
     assert rows(spark, f"SELECT id FROM {t} ORDER BY id") == [(0,), (1,), (2,), (3,)]
+
+
+def test_structured_streaming_writes_and_reads(spark: Any, server: RestServer,
+                                               tmp_path: Path) -> None:
+    """Structured Streaming through the server: a streaming write commits each micro-batch
+    as one Olympia version and, restarted from its checkpoint, writes only new input; a
+    streaming read of the table copies each row once, also when restarted after more
+    commits."""
+    cat = catalog(spark, server)
+    ns = f"ns_{uuid.uuid4().hex[:6]}"
+    t, copy = f"{cat}.{ns}.events", f"{cat}.{ns}.copy"
+    spark.sql(f"CREATE NAMESPACE {cat}.{ns}")
+    for name in (t, copy):
+        spark.sql(f"CREATE TABLE {name} (id BIGINT, kind STRING) USING iceberg")
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+
+    def run(source: Any, target: str, checkpoint: str) -> int:
+        """Run a streaming query over what is there now; the versions it committed."""
+        before = version(server)
+        query = (source.writeStream.format("iceberg").outputMode("append")
+                 .trigger(availableNow=True)
+                 .option("checkpointLocation", str(tmp_path / checkpoint)).toTable(target))
+        query.awaitTermination()
+        return version(server) - before
+
+    def files() -> Any:
+        return spark.readStream.schema("id BIGINT, kind STRING").json(str(incoming))
+
+    (incoming / "1.json").write_text('{"id": 1, "kind": "view"}\n{"id": 2, "kind": "buy"}\n')
+    assert run(files(), t, "write") == 1
+    (incoming / "2.json").write_text('{"id": 3, "kind": "view"}\n')
+    assert run(files(), t, "write") == 1
+    assert rows(spark, f"SELECT id, kind FROM {t} ORDER BY id") == [
+        (1, "view"), (2, "buy"), (3, "view")]
+
+    assert run(spark.readStream.format("iceberg").load(t), copy, "read") >= 1
+    spark.sql(f"INSERT INTO {t} VALUES (4, 'buy')")
+    assert run(spark.readStream.format("iceberg").load(t), copy, "read") >= 1
+    assert rows(spark, f"SELECT id, kind FROM {copy} ORDER BY id") == [
+        (1, "view"), (2, "buy"), (3, "view"), (4, "buy")]
+
+
+def test_another_spelling_of_the_warehouse_and_format_version_3(
+        spark: Any, server: RestServer) -> None:
+    """A Spark catalog may spell the server's warehouse another way (a plain path for
+    ``file:///...``, a trailing ``/``). Iceberg table format version 3 is refused, on create
+    (406) and as an upgrade (400), and nothing is committed."""
+    spelt = server.warehouse.removeprefix("file://") + "/"
+    cat = catalog(spark, server, spelt)
+    ns = f"ns_{uuid.uuid4().hex[:6]}"
+    spark.sql(f"CREATE NAMESPACE {cat}.{ns}")
+    spark.sql(f"CREATE TABLE {cat}.{ns}.t (id BIGINT) USING iceberg")
+    before = version(server)
+    with pytest.raises(Exception, match="code: 406, type: UnsupportedOperationException.*V3"):
+        spark.sql(f"CREATE TABLE {cat}.{ns}.v3 (id BIGINT) USING iceberg "
+                  "TBLPROPERTIES ('format-version' = '3')")
+    with pytest.raises(Exception, match="BadRequestException.*format version: 3"):
+        spark.sql(f"ALTER TABLE {cat}.{ns}.t SET TBLPROPERTIES ('format-version' = '3')")
+    assert version(server) == before
+    assert server.client().load_table(f"{ns}.t").format_version == 2

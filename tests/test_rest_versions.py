@@ -5,6 +5,9 @@ version, consistently across tables, and can write nothing there."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 import pyarrow as pa
 import pytest
@@ -99,3 +102,50 @@ def test_duckdb_reads_at_a_version(history: tuple[RestServer, int, str]) -> None
         assert con.execute("SELECT count(*) FROM old.ns.b").fetchall() == [(3,)]
     finally:
         con.close()
+
+
+def config(server: RestServer, warehouse: str) -> tuple[int, dict[str, str], Any]:
+    return request(server, "GET", f"/v1/config?warehouse={quote(warehouse, safe='')}")
+
+
+def test_every_spelling_of_the_warehouse_names_it(history: tuple[RestServer, int, str]) -> None:
+    """``/w``, ``file:/w`` and ``file:///w``, each with or without a trailing ``/``, name the
+    server's warehouse ``file:///w``: the latest catalog, and with ``@<selector>`` a version."""
+    server, pinned, instant = history
+    path = urlsplit(server.warehouse).path
+    spellings = [f"{scheme}{path}{end}" for scheme in ("", "file:", "file://", "FILE://")
+                 for end in ("", "/")]
+    for spelling in spellings:
+        status, _, body = config(server, spelling)
+        assert status == 200 and body["overrides"] == {}, spelling
+        for selector in (str(pinned), instant, "export:before"):
+            status, _, body = config(server, f"{spelling}@{selector}")
+            assert status == 200, (spelling, selector, body)
+            assert body["overrides"] == {"prefix": f"version-{pinned}"}, (spelling, selector)
+    old = server.client(warehouse=f"{path}/@{pinned}")  # a real client, a plain path
+    assert sorted(old.list_tables("ns")) == [("ns", "a"), ("ns", "b")]
+    assert rows(old, "b") == 3
+
+
+def test_another_warehouse_is_refused_naming_the_served_one(
+        history: tuple[RestServer, int, str]) -> None:
+    server, pinned, _ = history
+    path = urlsplit(server.warehouse).path
+    parent = str(Path(path).parent)
+    refused = {
+        f"{parent}/other": "", path + "x": "", parent: "", f"{path}/sub": "",
+        f"file://host{path}": "names a host", f"s3://bucket{path}": "",
+        f"{path}/../{Path(path).name}": "a '..' step", f"{path}/.": "a '.' step",
+        "warehouse": "relative path", Path(path).name + "/": "relative path",
+        f"file:{path}?x=1": "a query",
+    }
+    for warehouse, why in refused.items():
+        for asked in (warehouse, f"{warehouse}@{pinned}"):
+            answer = config(server, asked)
+            assert_error(answer, 400, "BadRequestException",
+                         f"this server serves one warehouse, {server.warehouse} (spelt "
+                         "file:///<path>, file:/<path> or /<path>, with or without a "
+                         "trailing /)")
+            assert why in answer[2]["error"]["message"], asked
+        with pytest.raises(BadRequestError, match="is not served here"):
+            server.client(warehouse=warehouse)

@@ -150,7 +150,7 @@ def test_spark_configuration_defaults_are_checked() -> None:
 
 def test_docs_options_table_matches_the_code() -> None:
     text = DOCS.read_text("utf-8")
-    section = text[text.index("### Options\n"):text.index("\n## Reading")]
+    section = text[text.index("#### Options\n"):text.index("\n### Reading")]
     rows = re.findall(r"^\| `([^`]+)` \| *(yes)? *\| *(yes)? *\| .+ \|$", section,
                       re.MULTILINE)
     names = [name for name, _, _ in rows]

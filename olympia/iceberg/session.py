@@ -217,6 +217,11 @@ class CatalogSession(MetastoreCatalog):
         return self._store.version
 
     @property
+    def transaction_id(self) -> str | None:
+        """The distributed transaction this catalog is in (:meth:`in_transaction`), if any."""
+        return self._dtx.id if self._dtx is not None else None
+
+    @property
     def read_only(self) -> bool:
         """Whether this is a time-travel view (every write is refused)."""
         return self._pinned is not None

@@ -1,8 +1,10 @@
 """The HTTP side of the REST catalog: routes of the Iceberg REST Catalog OpenAPI
 specification, request bodies read within a bound and parsed with pyiceberg's models, and
-every error answered as an ``ErrorModel``. The catalog routes are served twice: at ``/v1``
-(the latest catalog) and at ``/v1/version-<n>`` (catalog version ``n``, read-only; a
-write there is a 403 naming the version).
+every error answered as an ``ErrorModel``. The catalog routes are served three times: at
+``/v1`` (the latest catalog), at ``/v1/version-<n>`` (catalog version ``n``, read-only; a
+write there is a 403 naming the version) and at ``/v1/txn-<id>`` (inside distributed
+transaction ``<id>``; so are names under ``sys.dtxns.<id>``: see
+:mod:`olympia.server.transactions`).
 
 Paths are routed on the bytes the client sent: a name such as ``a/b`` arrives as one
 percent-encoded segment and is decoded here, so no name can add a path step. A namespace
@@ -20,7 +22,7 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qs, unquote_to_bytes
@@ -35,6 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from olympia.server import transactions
 from olympia.server.auth import Client, Throttle, Tokens
 from olympia.server.errors import (
     EXPECTED,
@@ -55,7 +58,8 @@ from olympia.server.models import (
     ReportMetricsBody,
     UpdateNamespacePropertiesBody,
 )
-from olympia.server.service import VERSION_PREFIX, CatalogService, Page
+from olympia.server.service import TXN_PREFIX, VERSION_PREFIX, CatalogService, Page
+from olympia.server.transactions import SYSTEM, SystemNamespaces
 from olympia.ui import create_ui
 from olympia.ui.login import COOKIE, login_routes
 
@@ -211,6 +215,10 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     async def list_namespaces(source: Reader, parent: str | None = None,
                               page_token: PageToken = None,
                               page_size: PageSize = None) -> Response:
+        levels = parent.split(NAMESPACE_SEPARATOR) if parent is not None else []
+        if system(source, levels) or (tuple(levels) == SYSTEM[:1] and system(source, SYSTEM)):
+            return _json(await call(SystemNamespaces(source).list_namespaces, levels,
+                                    page(page_token, page_size)))
         where = existing_namespace(parent) if parent is not None else None
         return _json(await call(source.list_namespaces, where,
                                 page(page_token, page_size)))
@@ -218,28 +226,45 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.post("/namespaces")
     async def create_namespace(request: Request, target: Writer) -> Response:
         parsed = await body(request, CreateNamespaceBody)
+        if system(target, parsed.namespace):
+            return _json(await call(SystemNamespaces(target).begin, parsed.namespace,
+                                    parsed.properties))
+        target = await call(transactions.target, target, [parsed.namespace])
         return _json(await call(target.create_namespace, parsed))
 
     @catalog.get(NS)
     async def load_namespace(source: Reader, namespace: str) -> Response:
+        levels = levels_of(namespace)
+        if system(source, levels):
+            return _json(await call(SystemNamespaces(source).load, levels))
         return _json(await call(source.load_namespace,
                                 read_namespace_of(namespace)))
 
     @catalog.head(NS)
     async def namespace_exists(source: Reader, namespace: str) -> Response:
-        found = await call(source.namespace_exists,
-                           read_namespace_of(namespace))
+        levels = levels_of(namespace)
+        if system(source, levels):
+            found = await call(SystemNamespaces(source).exists, levels)
+        else:
+            found = await call(source.namespace_exists, read_namespace_of(namespace))
         return Response(status_code=204 if found else 404)
 
     @catalog.delete(NS)
     async def drop_namespace(target: Writer, namespace: str) -> Response:
-        await call(target.drop_namespace, namespace_of(namespace))
+        levels = levels_of(namespace)
+        if system(target, levels):
+            await call(SystemNamespaces(target).drop, levels)
+        else:
+            await call(target.drop_namespace, namespace_of(namespace))
         return Response(status_code=204)
 
     @catalog.post(NS + "/properties")
     async def update_namespace_properties(request: Request, target: Writer,
                                           namespace: str) -> Response:
         parsed = await body(request, UpdateNamespacePropertiesBody)
+        levels = levels_of(namespace)
+        if system(target, levels):
+            return _json(await call(SystemNamespaces(target).update, levels, parsed))
         return _json(await call(target.update_namespace_properties, namespace_of(namespace),
                                 parsed))
 
@@ -248,6 +273,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(NS + "/tables")
     async def list_tables(source: Reader, namespace: str, page_token: PageToken = None,
                           page_size: PageSize = None) -> Response:
+        if system(source, levels_of(namespace)):  # sys... holds namespaces only
+            return _json({"identifiers": [], "next-page-token": None})
         return _json(await call(source.list_tables,
                                 read_namespace_of(namespace),
                                 page(page_token, page_size)))
@@ -291,6 +318,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.post("/tables/rename")
     async def rename_table(request: Request, target: Writer) -> Response:
         parsed = await body(request, RenameTableBody)
+        target = await call(transactions.target, target,
+                            [parsed.source.namespace.root, parsed.destination.namespace.root])
         await call(target.rename_table, parsed)
         return Response(status_code=204)
 
@@ -305,6 +334,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.post("/transactions/commit")
     async def commit_transaction(request: Request, target: Writer) -> Response:
         parsed = await body(request, CommitTransactionBody)
+        target = await call(transactions.target, target,
+                            [change.identifier.namespace.root for change in parsed.table_changes])
         await call(target.commit_transaction, parsed)
         return Response(status_code=204)
 
@@ -313,6 +344,8 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.get(NS + "/views")
     async def list_views(source: Reader, namespace: str, page_token: PageToken = None,
                          page_size: PageSize = None) -> Response:
+        if system(source, levels_of(namespace)):
+            return _json({"identifiers": [], "next-page-token": None})
         return _json(await call(source.list_views,
                                 read_namespace_of(namespace),
                                 page(page_token, page_size)))
@@ -347,11 +380,14 @@ def create_app(service: CatalogService, *, max_body_bytes: int = MAX_BODY_BYTES,
     @catalog.post("/views/rename")
     async def rename_view(request: Request, target: Writer) -> Response:
         parsed = await body(request, RenameTableBody)
+        target = await call(transactions.target, target,
+                            [parsed.source.namespace.root, parsed.destination.namespace.root])
         await call(target.rename_view, parsed)
         return Response(status_code=204)
 
     app.include_router(catalog, prefix="/v1")
     app.include_router(catalog, prefix="/v1/" + VERSION_PREFIX.format("{version}"))
+    app.include_router(catalog, prefix="/v1/" + TXN_PREFIX.format("{txn}"))
     _add_ui(app, service, tokens, guard)
     return _RawPath(app if tokens is None else _TokenDoor(app, throttle))
 
@@ -449,11 +485,12 @@ UI_READS = Access(READ, cookie=True)
 
 async def _reading(request: Request,
                    _: Annotated[Client | None, Depends(READS)]) -> CatalogService:
-    """The catalog a read route reads: the latest, or the version its path names."""
+    """The catalog a read route reads: the latest, the version its path names, or the
+    transaction its path names (by prefix, or a namespace under ``sys.dtxns.<id>``)."""
     service: CatalogService = request.app.state.service
     version = request.path_params.get("version")
     if version is None:
-        return service
+        return await _in_transaction(request, service)
     if not version.isdigit():
         raise bad_request(f"no catalog version {version!r}: versions are numbers")
     return await run_in_threadpool(service.at_version, int(version))
@@ -461,15 +498,45 @@ async def _reading(request: Request,
 
 async def _writing(request: Request,
                    _: Annotated[Client | None, Depends(WRITES)]) -> CatalogService:
-    """The catalog a write route changes: the latest (403 on a version's path)."""
+    """The catalog a write route changes: the latest, or the transaction its path names
+    (403 on a version's path)."""
     version = request.path_params.get("version")
     if version is not None:
         raise RestError(403, "ForbiddenException",
                         f"catalog version {version} is read-only: {request.method} "
                         f"{request.url.path} is refused; write through the latest "
                         "catalog (a warehouse without @<version>)")
-    service: CatalogService = request.app.state.service
-    return service
+    return await _in_transaction(request, request.app.state.service)
+
+
+async def _in_transaction(request: Request, service: CatalogService) -> CatalogService:
+    """``service``, or inside the transaction the path names: by its prefix
+    (``txn-<id>``), or by a namespace ``sys.dtxns.<id>.<ns>``.
+
+    Raises:
+        RestError: both at once (400).
+        NoSuchTransactionError: no open transaction of that id (404).
+    """
+    txn_id = request.path_params.get("txn")
+    segment = request.path_params.get("namespace")
+    found = transactions.inside(levels_of(segment)) if segment is not None else None
+    if found is not None and len(found[1]) == 1:
+        if txn_id is not None:
+            raise bad_request("a name under sys.dtxns is not served inside a transaction's "
+                              "prefix: use one or the other")
+        return await run_in_threadpool(transactions.in_transaction, service, found[0],
+                                       (*transactions.SYSTEM, found[0]))
+    if txn_id is None:
+        return service
+    return await run_in_threadpool(transactions.in_transaction, service, txn_id)
+
+
+def system(service: CatalogService, levels: Sequence[str]) -> bool:
+    """Whether a namespace route on ``levels`` is one of the server's own names (``sys``,
+    ``sys.dtxns``, ``sys.dtxns.<id>``), served by :class:`SystemNamespaces`: only at the
+    latest catalog's prefix."""
+    return (transactions.is_system(levels) and len(levels) <= 3
+            and not service.catalog.read_only and service.catalog.transaction_id is None)
 
 
 Reader = Annotated[CatalogService, Depends(_reading)]
@@ -644,14 +711,26 @@ async def _read_bounded(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def levels_of(segment: str) -> list[str]:
+    """The levels of the namespace a path segment names."""
+    return _decoded(segment).split(NAMESPACE_SEPARATOR)
+
+
+def _own(levels: list[str]) -> list[str]:
+    """``levels`` without a leading ``sys.dtxns.<id>`` when one namespace follows it (the
+    route's catalog is then that transaction)."""
+    found = transactions.inside(levels)
+    return found[1] if found is not None and len(found[1]) == 1 else levels
+
+
 def namespace_of(segment: str) -> str:
     """The one-level namespace a write's path segment names.
 
     Raises:
         RestError: the segment is not UTF-8 once decoded, or names several levels (400).
     """
-    name = _decoded(segment)
-    levels = name.split(NAMESPACE_SEPARATOR)
+    levels = _own(levels_of(segment))
+    name = NAMESPACE_SEPARATOR.join(levels)
     if len(levels) > 1:
         raise bad_request(f"namespace {'.'.join(levels)!r} has {len(levels)} levels; "
                           "Olympia namespaces have one level")
@@ -671,7 +750,7 @@ def read_namespace_of(segment: str, kind: str = "namespace", name: str = "") -> 
         RestError: the segment is not UTF-8 once decoded (400); it names several levels:
             404 of ``kind``'s type, as nothing exists in a multi-level namespace.
     """
-    return existing_namespace(_decoded(segment), kind, name)
+    return existing_namespace(NAMESPACE_SEPARATOR.join(_own(levels_of(segment))), kind, name)
 
 
 def existing_namespace(namespace: str, kind: str = "namespace", name: str = "") -> str:

@@ -22,6 +22,8 @@ _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
     (oe.CorruptFileError, 500, "CorruptFileException"),
     (ice.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (oe.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
+    # a transaction is the namespace sys.dtxns.<id> to Iceberg clients
+    (oe.NoSuchTransactionError, 404, "NoSuchNamespaceException"),
     (ice.NoSuchTableError, 404, "NoSuchTableException"),
     (oe.NoSuchTableError, 404, "NoSuchTableException"),
     (ice.NoSuchViewError, 404, "NoSuchViewException"),

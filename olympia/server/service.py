@@ -18,6 +18,8 @@ deletes a file another table references.
 A client configured with ``warehouse=<warehouse>@<version>`` (or ``@<ISO-8601 instant>``,
 ``@export:<name>``) gets the prefix ``version-<n>``: every table read through it is as it
 was in Olympia version ``n``, consistently across tables, and nothing can be written there.
+With ``@txn:<id>`` it gets ``txn-<id>``: inside distributed transaction ``<id>``
+(:mod:`olympia.server.transactions`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ REFUSED_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "cl
 
 #: The prefix under which catalog version ``n`` is served.
 VERSION_PREFIX = "version-{}"  # one path segment: clients encode a prefix as one
+#: The prefix under which distributed transaction ``<id>`` is served.
+TXN_PREFIX = "txn-{}"
 #: How many pinned catalog versions a server keeps open.
 PINNED_VERSIONS = 16
 LOADED_TABLES = 64  # encoded load_table answers a service keeps (CatalogService.load_table)
@@ -99,19 +103,23 @@ class CatalogService:
             (a relative path, a query, a ``..`` step...).
     """
 
-    def __init__(self, catalog: OlympiaCatalog, client_properties: Mapping[str, str]) -> None:
+    def __init__(self, catalog: OlympiaCatalog, client_properties: Mapping[str, str], *,
+                 shown_as: Sequence[str] = ()) -> None:
         warehouse = catalog.properties.get(WAREHOUSE_LOCATION)
         if not warehouse:
             raise oe.InvalidArgumentError(
                 "the server needs a warehouse: pass --warehouse or set the catalog's "
                 "warehouse property")
         try:
-            place(warehouse, "the server's warehouse")
+            self._place = place(warehouse, "the server's warehouse")
         except oe.TableLocationError as exc:
             raise oe.InvalidArgumentError(str(exc)) from None
         self.catalog = catalog.confined()
         self.warehouse = warehouse.rstrip("/")
         self.client_properties = dict(client_properties)
+        #: The levels answers put before a namespace (``sys.dtxns.<id>`` for a transaction
+        #: reached by those names), and that a body's namespaces may start with.
+        self.shown_as = tuple(shown_as)
         self.views = IcebergViews(catalog, self.warehouse)
         self._pinned: LruCache[int, CatalogService] = LruCache(PINNED_VERSIONS)
         self._loaded: LruCache[tuple[str, str], tuple[TableMetadata, bytes]] = LruCache(
@@ -135,9 +143,11 @@ class CatalogService:
         """``GET /v1/config``.
 
         Args:
-            warehouse: The warehouse a client asked for (``None``: this server's), with
-                ``@<version>``, ``@<ISO-8601 instant>`` or ``@export:<name>`` for a
-                read-only catalog version (answered with its prefix).
+            warehouse: The warehouse a client asked for (``None``: this server's), in any
+                spelling of the same place (:meth:`_version_selector`), with ``@<version>``,
+                ``@<ISO-8601 instant>`` or ``@export:<name>`` for a read-only catalog
+                version, or ``@txn:<id>`` for distributed transaction ``<id>`` (answered
+                with its prefix).
             endpoints: The endpoints the server supports.
 
         Raises:
@@ -147,14 +157,58 @@ class CatalogService:
                 export.
         """
         overrides: dict[str, str] = {}
-        if warehouse and warehouse.rstrip("/") != self.warehouse:
-            base, at, selector = warehouse.rpartition("@")
-            if not at or base.rstrip("/") != self.warehouse:
-                raise bad_request(f"this server serves one warehouse, {self.warehouse}; "
-                                  f"warehouse {warehouse!r} is not served here")
-            overrides["prefix"] = VERSION_PREFIX.format(self._select(selector))
+        selector = self._version_selector(warehouse) if warehouse else None
+        if selector is not None:
+            overrides["prefix"] = (self._transaction_prefix(selector.removeprefix("txn:"))
+                                   if selector.startswith("txn:")
+                                   else VERSION_PREFIX.format(self._select(selector)))
         return {"defaults": dict(self.client_properties), "overrides": overrides,
                 "endpoints": list(endpoints)}
+
+    def _transaction_prefix(self, txn_id: str) -> str:
+        """The prefix of open transaction ``txn_id``.
+
+        Raises:
+            NoSuchTransactionError, TransactionExpiredError, CatalogError: it is gone,
+                expired, or being committed or aborted.
+        """
+        self.catalog.olympia.distributed_transaction(txn_id).check_open()
+        return TXN_PREFIX.format(txn_id)
+
+    def _version_selector(self, warehouse: str) -> str | None:
+        """What follows the ``@`` of a client's ``warehouse`` (``None``: it has none, the
+        latest catalog). The warehouse is compared as a place
+        (:func:`olympia.iceberg.locations.place`), never as a string, so every spelling of
+        the server's warehouse names it: ``/w``, ``file:/w`` and ``file:///w`` on local
+        disk, and a trailing ``/`` or none.
+
+        Raises:
+            RestError: 400 naming the server's warehouse when ``warehouse`` names another
+                place or is a refused form (a relative path, a ``..`` step, ...).
+        """
+        if self._names_this(warehouse):
+            return None
+        for at, char in enumerate(warehouse):
+            if char == "@" and self._names_this(warehouse[:at]):
+                return warehouse[at + 1:]
+        base = warehouse.partition("@")[0]
+        try:
+            place(base, "its location")
+            why = ""
+        except oe.TableLocationError as exc:
+            why = f" ({exc})"
+        spelt = ("file:///<path>, file:/<path> or /<path>, " if self._place[0] == "" else "")
+        raise bad_request(
+            f"warehouse {warehouse!r} is not served here{why}: this server serves one "
+            f"warehouse, {self.warehouse} (spelt {spelt}with or without a trailing /), "
+            "optionally followed by @<version>, @<instant>, @export:<name> or @txn:<id>")
+
+    def _names_this(self, warehouse: str) -> bool:
+        """Whether ``warehouse`` is a spelling of this server's warehouse."""
+        try:
+            return place(warehouse, "the warehouse asked for") == self._place
+        except oe.TableLocationError:
+            return False
 
     def _select(self, selector: str) -> int:
         """The catalog version ``<version>``, ``<instant>`` or ``export:<name>`` names."""
@@ -180,7 +234,8 @@ class CatalogService:
         else:
             names = sorted(ns for (ns,) in self.catalog.list_namespaces())
         shown, token = paginate(names, page)
-        return {"namespaces": [[name] for name in shown], "next-page-token": token}
+        return {"namespaces": [[*self.shown_as, name] for name in shown],
+                "next-page-token": token}
 
     def create_namespace(self, body: CreateNamespaceBody) -> dict[str, Any]:
         """``POST /v1/namespaces``.
@@ -191,10 +246,10 @@ class CatalogService:
                 refused form).
             NamespaceAlreadyExistsError: it exists.
         """
-        name = one_level(body.namespace)
+        name = self.one_level(body.namespace)
         self._check_namespace_location(body.properties, name)
         self.catalog.create_namespace(name, body.properties)
-        return {"namespace": [name], "properties": body.properties}
+        return {"namespace": [*self.shown_as, name], "properties": body.properties}
 
     def load_namespace(self, namespace: str) -> dict[str, Any]:
         """``GET /v1/namespaces/{namespace}``.
@@ -202,7 +257,7 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: it does not exist.
         """
-        return {"namespace": [namespace],
+        return {"namespace": [*self.shown_as, namespace],
                 "properties": self.catalog.load_namespace_properties(namespace)}
 
     def namespace_exists(self, namespace: str) -> bool:
@@ -245,7 +300,8 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
         """
-        return _identifiers(namespace, self.catalog.list_tables(namespace), page)
+        return _identifiers([*self.shown_as, namespace], self.catalog.list_tables(namespace),
+                            page)
 
     def create_table(self, namespace: str, body: CreateTableBody) -> TableResponse:
         """``POST /v1/namespaces/{namespace}/tables``; with ``stage-create`` nothing is
@@ -341,8 +397,8 @@ class CatalogService:
             NoSuchNamespaceError: the destination namespace does not exist.
             TableAlreadyExistsError: the destination is taken.
         """
-        self.catalog.rename_table(table_identifier(body.source),
-                                  table_identifier(body.destination))
+        self.catalog.rename_table(self.table_identifier(body.source),
+                                  self.table_identifier(body.destination))
 
     def register_table(self, namespace: str, body: RegisterTableBody) -> TableResponse:
         """``POST /v1/namespaces/{namespace}/register``.
@@ -387,7 +443,7 @@ class CatalogService:
                 table's files).
         """
         if body.identifier is not None:
-            named = table_identifier(body.identifier)
+            named = self.table_identifier(body.identifier)
             if named != (namespace, name):
                 raise bad_request(f"the body names table {'.'.join(named)} but the path "
                                   f"names {namespace}.{name}")
@@ -402,8 +458,26 @@ class CatalogService:
             NoSuchTableError: a table does not exist.
             RestError: an identifier with a multi-level namespace, or a refused update.
         """
-        self._commit([change_of(*table_identifier(change.identifier), change)
+        self._commit([change_of(*self.table_identifier(change.identifier), change)
                       for change in body.table_changes])
+
+    def one_level(self, namespace: Sequence[str]) -> str:
+        """The one-level namespace a body names (after :attr:`shown_as`).
+
+        Raises:
+            RestError: no level, a blank name, or more than one level.
+        """
+        if self.shown_as and tuple(namespace[:len(self.shown_as)]) == self.shown_as:
+            namespace = namespace[len(self.shown_as):]
+        return one_level(namespace)
+
+    def table_identifier(self, identifier: TableIdentifier) -> tuple[str, str]:
+        """``(namespace, name)`` of a body's table identifier.
+
+        Raises:
+            RestError: a multi-level or empty namespace.
+        """
+        return self.one_level(identifier.namespace.root), identifier.name
 
     def require_table(self, namespace: str, name: str) -> None:
         """Check that a table exists (metrics reports name one).
@@ -423,7 +497,8 @@ class CatalogService:
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
         """
-        return _identifiers(namespace, self.catalog.list_views(namespace), page)
+        return _identifiers([*self.shown_as, namespace], self.catalog.list_views(namespace),
+                            page)
 
     def create_view(self, namespace: str, body: CreateViewBody) -> ViewResponse:
         """``POST /v1/namespaces/{namespace}/views``.
@@ -462,7 +537,7 @@ class CatalogService:
             TableLocationError: a location outside the warehouse (or in a refused form).
         """
         if body.identifier is not None:
-            named = table_identifier(body.identifier)
+            named = self.table_identifier(body.identifier)
             if named != (namespace, name):
                 raise bad_request(f"the body names view {'.'.join(named)} but the path "
                                   f"names {namespace}.{name}")
@@ -486,7 +561,8 @@ class CatalogService:
             NoSuchNamespaceError: the destination namespace does not exist.
             AlreadyExistsError: the destination is taken.
         """
-        self.views.rename(table_identifier(body.source), table_identifier(body.destination))
+        self.views.rename(self.table_identifier(body.source),
+                          self.table_identifier(body.destination))
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -496,7 +572,7 @@ class CatalogService:
 
     def _commit(self, changes: list[CommitTableRequest]) -> list[CommitTableResponse]:
         for change in changes:
-            what = f"table {'.'.join(table_identifier(change.identifier))}"
+            what = f"table {'.'.join(self.table_identifier(change.identifier))}"
             self._check_updates(change.updates, what)
         return retry_lost_races(lambda: self.catalog.commit_tables(changes))
 
@@ -566,15 +642,6 @@ def change_of(namespace: str, name: str,
                               requirements=body.requirements, updates=body.updates)
 
 
-def table_identifier(identifier: TableIdentifier) -> tuple[str, str]:
-    """``(namespace, name)`` of a body's table identifier.
-
-    Raises:
-        RestError: a multi-level or empty namespace.
-    """
-    return one_level(identifier.namespace.root), identifier.name
-
-
 def one_level(namespace: Sequence[str]) -> str:
     """The name of a one-level namespace given as its list of levels.
 
@@ -605,12 +672,13 @@ def paginate(names: list[str], page: Page) -> tuple[list[str], str | None]:
     return shown, base64.urlsafe_b64encode(shown[-1].encode()).decode()
 
 
-def _identifiers(namespace: str, found: Sequence[tuple[str, ...]], page: Page,
+def _identifiers(namespace: Sequence[str], found: Sequence[tuple[str, ...]], page: Page,
                  ) -> dict[str, Any]:
     """One page of a listing of tables or views (``found``: their identifiers) in
-    ``namespace``, as the specification's ``ListTablesResponse``."""
+    ``namespace`` (its levels as answered), as the specification's
+    ``ListTablesResponse``."""
     shown, token = paginate(sorted(identifier[-1] for identifier in found), page)
-    return {"identifiers": [{"namespace": [namespace], "name": name} for name in shown],
+    return {"identifiers": [{"namespace": list(namespace), "name": name} for name in shown],
             "next-page-token": token}
 
 
