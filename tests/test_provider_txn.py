@@ -6,6 +6,10 @@ Spark SQL with Iceberg's Spark runtime."""
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,16 +17,21 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import yaml
 from airflow.sdk import DAG, AssetAlias, TriggerRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from conftest import Location
 from expire_fixtures import expire_dtxn
+from iceberg_helpers import ICEBERG_SPARK_JARS
 from pyiceberg.exceptions import NoSuchTableError
 
 from olympia import Catalog, versions
 from olympia.catalog.distributed import TRANSACTION_ID, check_transaction_id
 from olympia.catalog.keys import dtxn_path
+from olympia.plan import apply_plan, make_plan
+from olympia.spec import load_spec
+from olympia.versions.dtxn import list_transactions
 from olympia_provider import get_provider_info
 from olympia_provider.assets import catalog_asset
 from olympia_provider.hooks.olympia import OlympiaHook, run_transaction_id
@@ -34,6 +43,7 @@ from olympia_provider.operators.olympia import (
 
 pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[1]
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
 COLS = [{"name": "id", "type": "int8"}]
 RUN_ID = "manual__2026-11-28T18:00:00+00:00"
 
@@ -288,3 +298,105 @@ def test_the_provider_lists_the_transaction_operators() -> None:
     module = __import__(listed["python-modules"][0], fromlist=["*"])
     assert {"OlympiaBeginTransactionOperator", "OlympiaCommitTransactionOperator",
             "OlympiaAbortTransactionOperator"} <= set(module.__all__)
+
+
+# --- the example DAG under `airflow dags test` ---------------------------------------------
+
+#: A payment of no order, with a negative amount: the audit must fail on it.
+BAD_BATCH = {"payments": [{"payment_id": 9, "order_id": 999, "method": "card", "amount": -5}]}
+
+
+def airflow(env: dict[str, str], *args: str, ok: bool = True) -> str:
+    """Run the airflow CLI; its output. It must succeed, or with ``ok=False`` fail."""
+    proc = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True,
+                          timeout=900)
+    output = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == ok, f"airflow {' '.join(args)}:\n{output[-6000:]}"
+    return output
+
+
+def task_states(db: sqlite3.Connection, run_id: str) -> dict[str, str | None]:
+    return dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = "
+                           "'olympia_wap' AND run_id = ?", (run_id,)))
+
+
+def table_rows(catalog: Catalog, name: str) -> list[dict[str, Any]]:
+    from olympia.iceberg.catalog import OlympiaCatalog
+
+    table = OlympiaCatalog.over(catalog).load_table(name).scan().to_arrow()
+    return sorted(table.drop_columns([c for c in table.column_names
+                                      if c.endswith("_at")]).to_pylist(), key=str)
+
+
+@pytest.mark.spark
+def test_example_dag_publishes_both_tables_in_one_version_or_nothing(tmp_path: Path) -> None:
+    """The happy path commits ONE version holding both tables' changes and the DAG run's
+    annotations; a batch that fails the audit is aborted: the latest version stays, and
+    nothing of the transaction is visible or left open."""
+    from restserver import RestServer
+
+    assert len(ICEBERG_SPARK_JARS) == 2, f"Iceberg's Spark runtime is not in {sys.prefix}/jars"
+    tables = f"file://{tmp_path}/tables"
+    catalog = Catalog.create(str(tmp_path / "catalog"), properties={"warehouse": tables})
+    variables = yaml.safe_load((ROOT / "examples" / "vars.yaml").read_text())
+    spec = load_spec(ROOT / "examples" / "catalog", variables)
+    apply_plan(catalog, make_plan(catalog, spec, targets=["table.sales.orders",
+                                                          "table.sales.payments"]))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "olympia_wap.py").symlink_to(ROOT / "examples" / "dags" / "olympia_wap.py")
+    with RestServer(catalog.uri, tables) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update({
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
+            "AIRFLOW_CONN_OLYMPIA_DEFAULT": json.dumps({
+                "conn_type": "olympia", "host": catalog.uri,
+                "extra": {"rest_uri": server.url, "spark_master": "local[2]"}}),
+        })
+        airflow(env, "db", "migrate")
+        db = sqlite3.connect(tmp_path / "airflow.db", timeout=30)
+        before = catalog.refresh()
+
+        airflow(env, "dags", "test", "olympia_wap")
+        (run_id,) = [row[0] for row in db.execute("SELECT run_id FROM dag_run")]
+        assert task_states(db, run_id) == {
+            "begin": "success", "write_orders": "success", "merge_payments": "success",
+            "audit": "success", "commit": "success", "abort": "skipped"}
+        published = catalog.refresh()
+        assert published == before + 1  # ONE version
+        (entry,) = versions.history(catalog, limit=1)
+        assert {(a.object.namespace, a.object.name) for a in entry.changes()} == {
+            ("sales", "orders"), ("sales", "payments")}
+        expected = {"airflow_dag": "olympia_wap", "airflow_run": run_id,
+                    "airflow_task": "begin",
+                    TRANSACTION_ID: run_transaction_id("olympia_wap", run_id)}
+        assert {key: entry.info.get(key) for key in expected} == expected
+        (value,) = db.execute("SELECT CAST(value AS TEXT) FROM xcom WHERE run_id = ? AND "
+                              "task_id = 'commit' AND key = 'return_value'", (run_id,)
+                              ).fetchone()
+        assert json.loads(value) == published
+        orders, payments = table_rows(catalog, "sales.orders"), table_rows(catalog,
+                                                                           "sales.payments")
+        assert [(o["order_id"], o["status"], str(o["total"])) for o in orders] == [
+            (1, "placed", "25.00"), (2, "placed", "40.50")]
+        assert [(p["payment_id"], p["order_id"], str(p["amount"])) for p in payments] == [
+            (1, 1, "25.00"), (2, 2, "40.50")]
+
+        output = airflow(env, "dags", "test", "olympia_wap", "-c", json.dumps(BAD_BATCH),
+                         ok=False)
+        assert "DagRun failed" in output
+        assert "payment 9 names no order (999)" in output
+        assert "payment 9 has a negative amount (-5.00)" in output
+        (failed,) = [row[0] for row in db.execute("SELECT run_id FROM dag_run WHERE "
+                                                  "run_id != ?", (run_id,))]
+        assert task_states(db, failed) == {
+            "begin": "success", "write_orders": "success", "merge_payments": "success",
+            "audit": "failed", "commit": "upstream_failed", "abort": "success"}
+        assert catalog.refresh() == published  # the latest version is unchanged
+        assert list_transactions(catalog) == []  # nothing left open
+        # nothing of it is visible: not the bad payment, nor the orders written with it
+        assert table_rows(catalog, "sales.orders") == orders
+        assert table_rows(catalog, "sales.payments") == payments

@@ -444,8 +444,11 @@ class OlympiaCommitTransactionOperator(_TransactionOperator):
 
 class OlympiaAbortTransactionOperator(_TransactionOperator):
     """Abort a distributed transaction: nothing added to it ever becomes visible. Its
-    ``trigger_rule`` defaults to ``one_failed``: downstream of every task of the
-    transaction, it runs when one of them fails. Returns whether there was one to abort:
+    ``trigger_rule`` defaults to ``one_failed``: downstream of the begin task and of every
+    task that writes or audits, it runs when one of them fails. Keep it off the commit
+    task's downstream side: the commit then stays a leaf of the DAG, so a failed audit fails
+    the run (its leaves decide its state), and a commit that meets a conflict aborts the
+    transaction itself. Returns whether there was one to abort:
     a transaction that never began or is gone already (a commit that met a conflict aborts
     it) is nothing to abort; one that this DAG run committed fails the task (abort cannot
     undo it), as does one being committed.
