@@ -8,7 +8,8 @@ of them fails, ``abort`` (trigger rule ``one_failed``) discards the transaction:
 the catalog see both tables change in one version, or neither change at all.
 
 The Spark jobs run unchanged SQL against the catalog ``olympia``: only its warehouse,
-``<warehouse>@txn:<id>``, puts them inside the transaction (see docs/REST.md).
+``<warehouse>@txn:<id>``, puts them inside the transaction (docs/AIRFLOW.md,
+"Write-audit-publish").
 
 Copy this file alone into your dags folder; it needs pyspark and pyiceberg on the workers.
 
