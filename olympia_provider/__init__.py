@@ -29,8 +29,9 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": DISTRIBUTION,
         "name": "Olympia",
-        "description": "Apply, roll back, export and expire Olympia catalog versions; wait for "
-                       "new versions.",
+        "description": "Apply, roll back, export and expire Olympia catalog versions; "
+                       "write-audit-publish across tables in one distributed transaction; "
+                       "wait for new versions.",
         "versions": [__version__],
         "integrations": [{"integration-name": "Olympia", "tags": ["software"],
                           **({"external-doc-url": url} if (url := documentation_url()) else {})}],

@@ -2,7 +2,10 @@
 
 Connection fields: Host (the catalog URI); Login/Password (S3 access key id / secret); extra
 ``storage_options`` (JSON object passed to the storage, e.g. ``{"endpoint_url": ...,
-"region": ...}``); extra ``spark_master`` (expiry, default local[2]). The extra
+"region": ...}``); extra ``spark_master`` (expiry, default local[2]); extras ``rest_uri``
+and ``rest_warehouse`` (the ``olympia serve`` over this catalog, for Iceberg REST clients
+such as Spark SQL: its URL, and its warehouse, default the catalog's ``warehouse``
+property, as the server's). The extra
 ``catalog_uri`` of earlier versions is still read when Host is empty or equal to it, with a
 deprecation warning; a connection whose Host and ``catalog_uri`` differ is refused.
 """
@@ -10,20 +13,65 @@ deprecation warning; a connection whose Host and ``catalog_uri`` differ is refus
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.sdk import Asset, BaseHook
 
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.distributed import MAX_ID_BYTES, TRANSACTION_ID
 from olympia.catalog.keys import ObjectRef, ObjectType
-from olympia.exceptions import OlympiaError
+from olympia.exceptions import CatalogError, NoSuchTransactionError, OlympiaError
+from olympia.versions.history import version_info
+from olympia.versions.policy import parse_duration
 from olympia_provider.assets import catalog_asset
 
+if TYPE_CHECKING:
+    from olympia.iceberg.catalog import OlympiaCatalog
+
 KINDS = {"namespace": ObjectType.NAMESPACE, "table": ObjectType.TABLE, "view": ObjectType.VIEW}
+#: How much earlier than the DAG run's start a version may say it was created and still be
+#: looked at as this run's commit (the clocks of workers and scheduler may disagree).
+CLOCK_SKEW = timedelta(minutes=10)
+_NOT_IN_ID = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def run_transaction_id(dag_id: str, run_id: str) -> str:
+    """The default distributed transaction id of a DAG run: ``<dag_id>.<run_id>`` with each
+    character an id cannot hold as ``_`` (cut to fit), ``-`` and 8 hex digits of a hash of
+    the pair, so distinct runs get distinct ids. A run always gets the same id: the begin,
+    commit and abort tasks agree on it without XCom, also when begin failed."""
+    digest = hashlib.sha256(f"{dag_id}\0{run_id}".encode()).hexdigest()[:8]
+    readable = _NOT_IN_ID.sub("_", f"{dag_id}.{run_id}").lstrip(".")
+    return f"{readable[:MAX_ID_BYTES - len(digest) - 1]}-{digest}"
+
+
+class TransactionCommit(NamedTuple):
+    """What committing a distributed transaction did: the version it landed as, and whether
+    that is a new one (False when nothing was added: the beginning version)."""
+
+    version: int
+    new_version: bool
+
+
+def committed_version(catalog: Catalog, transaction_id: str, since: datetime) -> int | None:
+    """The version that committed transaction ``transaction_id`` (its ``transaction``
+    annotation), among those created since ``since`` less :data:`CLOCK_SKEW`; newest first,
+    one root read per version."""
+    floor = int((since - CLOCK_SKEW).timestamp() * 1000)
+    for version in range(catalog.refresh(), catalog.files.oldest_version() - 1, -1):
+        found = version_info(catalog.at_version(version))
+        if found.created_at_millis < floor:
+            return None
+        if found.info.get(TRANSACTION_ID) == transaction_id:
+            return version
+    return None
 
 
 def settings_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
@@ -153,6 +201,119 @@ class OlympiaHook(BaseHook):
         except (OlympiaError, ValueError) as exc:
             return False, str(exc)
         return True, f"Olympia catalog {catalog.uri} at version {catalog.version}"
+
+    # --- distributed transactions (write-audit-publish) ---------------------------------
+
+    def begin_transaction(self, transaction_id: str | None = None, *,
+                          ttl: str | timedelta | None = None,
+                          info: Mapping[str, str] | None = None) -> str:
+        """Begin a distributed transaction on the latest version
+        (:meth:`Catalog.begin_transaction`).
+
+        Args:
+            transaction_id: Its id (letters, digits, ``-``, ``_``, ``.``); default a UUID.
+            ttl: How long it may stay open: a duration (``2h``, ``1d12h``) or a timedelta;
+                default the catalog's transaction TTL.
+            info: Annotations recorded with the version it commits.
+
+        Returns:
+            Its id.
+
+        Raises:
+            AlreadyExistsError: A transaction ``transaction_id`` exists.
+            InvalidArgumentError: ``ttl`` is not a positive duration.
+            InvalidNameError: ``transaction_id`` is not a valid id.
+        """
+        millis = (None if ttl is None else int(ttl / timedelta(milliseconds=1))
+                  if isinstance(ttl, timedelta) else parse_duration(str(ttl)))
+        return self.get_catalog().begin_transaction(transaction_id, ttl_millis=millis,
+                                                    info=info).id
+
+    def commit_transaction(self, transaction_id: str) -> TransactionCommit:
+        """Land everything added to the transaction as ONE version (committing one that
+        someone else is committing finishes it).
+
+        Returns:
+            The version, and whether it is new.
+
+        Raises:
+            NoSuchTransactionError: It was committed or aborted, or never began.
+            CommitConflict: A version since it began conflicts; nothing of it landed and it
+                is aborted.
+            TransactionExpiredError: It expired.
+            CatalogError: It is being aborted.
+        """
+        dtx = self.get_catalog().distributed_transaction(transaction_id)
+        version = dtx.commit()
+        return TransactionCommit(version, version != dtx.record.beginning_version)
+
+    def abort_transaction(self, transaction_id: str, *,
+                          began_after: datetime | None = None) -> bool:
+        """Discard the transaction, for cleanup after a failure: one that is not there (it
+        never began, or was aborted already, as a commit that meets a conflict does) is
+        nothing to abort. One that was committed is not "nothing": with ``began_after``
+        (when the transaction may have begun at the earliest), the versions created since
+        are searched for its commit, and finding it is an error.
+
+        Returns:
+            True if it was aborted here, False if there was none.
+
+        Raises:
+            CatalogError: It is being committed (commit it again to finish), or a version
+                since ``began_after`` committed it: abort cannot undo that.
+        """
+        catalog = self.get_catalog()
+        try:
+            catalog.distributed_transaction(transaction_id).abort()
+        except NoSuchTransactionError:
+            landed = (None if began_after is None
+                      else committed_version(catalog, transaction_id, began_after))
+            if landed is not None:
+                raise CatalogError(f"distributed transaction {transaction_id!r} was committed "
+                                   f"as version {landed}: abort cannot undo it (roll back "
+                                   "to undo its changes)") from None
+            return False
+        return True
+
+    def get_iceberg_catalog(self, transaction_id: str | None = None) -> OlympiaCatalog:
+        """The catalog for pyiceberg (:class:`~olympia.iceberg.OlympiaCatalog`, its FileIO
+        given the connection's storage options); with ``transaction_id``, inside that
+        distributed transaction: reads see everything added to it, changes add to it.
+
+        Raises:
+            NoSuchTransactionError: There is no open transaction ``transaction_id``.
+            TransactionExpiredError: It expired.
+        """
+        from olympia.iceberg.catalog import OlympiaCatalog
+
+        catalog = OlympiaCatalog.over(self.get_catalog())
+        return catalog if transaction_id is None else catalog.in_transaction(transaction_id)
+
+    def rest_catalog_properties(self, transaction_id: str | None = None) -> dict[str, str]:
+        """``uri`` and ``warehouse`` of the ``olympia serve`` over this connection's catalog,
+        for an Iceberg REST client (Spark SQL with Iceberg's runtime, pyiceberg's
+        RestCatalog): the extras ``rest_uri`` and ``rest_warehouse`` (default: the catalog's
+        ``warehouse`` property, which the server serves unless started with another). With
+        ``transaction_id`` the warehouse is ``<warehouse>@txn:<id>``: the client reads and
+        writes inside that distributed transaction, every table under its usual name.
+
+        Raises:
+            ValueError: The connection has no ``rest_uri``, or no warehouse is known.
+        """
+        conn = self.get_connection(self.olympia_conn_id)
+        extra = conn.extra_dejson or {}
+        uri = extra.get("rest_uri")
+        if not uri:
+            raise ValueError(f"connection {conn.conn_id!r} has no rest_uri: set the extra "
+                             "rest_uri to the URL of the olympia serve over its catalog")
+        warehouse = extra.get("rest_warehouse") or self.get_catalog().properties.get(
+            "warehouse")
+        if not warehouse:
+            raise ValueError(f"connection {conn.conn_id!r}: its catalog has no warehouse "
+                             "property; set the extra rest_warehouse to the server's")
+        if transaction_id is not None:
+            warehouse = f"{warehouse}@txn:{transaction_id}"
+        return {"uri": str(uri), "warehouse": str(warehouse)}
 
     async def asettings(self) -> tuple[str, dict[str, Any]]:
         conn = await BaseHook.aget_connection(self.olympia_conn_id)

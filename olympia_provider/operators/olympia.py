@@ -1,25 +1,31 @@
-"""Operators: validate, plan and apply a spec, roll back, export, expire — thin over the
-library."""
+"""Operators: validate, plan and apply a spec, roll back, export, expire; begin, commit and
+abort a distributed transaction (write-audit-publish) — thin over the library."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk import Asset, AssetAlias, BaseOperator, Context, TriggerRule
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from olympia import versions
 from olympia.catalog.catalog import Catalog
-from olympia.exceptions import OlympiaError
+from olympia.exceptions import (
+    CommitConflict,
+    NotFoundError,
+    OlympiaError,
+    TransactionExpiredError,
+)
 from olympia.expire import ExpirePolicy, expire_with_spark
 from olympia.plan import ApplyResult, Plan, apply_plan, make_plan
 from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.spec import load_spec
 from olympia_provider.assets import catalog_asset, changes_alias, object_asset
-from olympia_provider.hooks.olympia import OlympiaHook
+from olympia_provider.hooks.olympia import OlympiaHook, run_transaction_id
 from olympia_provider.spark import (
     SparkLogRelay,
     local_session,
@@ -28,9 +34,12 @@ from olympia_provider.spark import (
     submit_command,
 )
 
-__all__ = ["OlympiaApplyOperator", "OlympiaExpireOperator", "OlympiaExportOperator",
-           "OlympiaRollbackOperator", "OlympiaValidateOperator", "catalog_asset",
-           "changes_alias", "object_asset"]
+__all__ = ["OlympiaAbortTransactionOperator", "OlympiaApplyOperator",
+           "OlympiaBeginTransactionOperator", "OlympiaCommitTransactionOperator",
+           "OlympiaExpireOperator", "OlympiaExportOperator", "OlympiaRollbackOperator",
+           "OlympiaValidateOperator", "catalog_asset", "changes_alias", "object_asset"]
+#: Annotations the begin operator records with every transaction it begins.
+AIRFLOW_INFO = ("airflow_dag", "airflow_run", "airflow_task")
 
 
 def _optional_int(value: Any) -> int | None:
@@ -347,3 +356,123 @@ class OlympiaExpireOperator(_OlympiaOperator):
         """Stop a submitted job's spark-submit (in client mode that ends the job)."""
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
+
+
+class _TransactionOperator(_OlympiaOperator):
+    """An operator on one distributed transaction: ``transaction_id`` (templated), by default
+    the DAG run's own (:func:`~olympia_provider.hooks.olympia.run_transaction_id`)."""
+
+    template_fields: Sequence[str] = ("transaction_id",)
+
+    def __init__(self, *, transaction_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.transaction_id = transaction_id
+
+    def resolved_id(self, context: Context) -> str:
+        """The transaction's id: as rendered, or the run's own if unset or empty."""
+        return self.transaction_id or run_transaction_id(context["dag"].dag_id,
+                                                         context["run_id"])
+
+
+class OlympiaBeginTransactionOperator(_TransactionOperator):
+    """Begin a distributed transaction on the latest version; returns its id (XCom). Tasks
+    that write inside it name it (``olympia serve``'s warehouse ``<warehouse>@txn:<id>``,
+    :meth:`OlympiaHook.get_iceberg_catalog`, pyiceberg's ``olympia.transaction``): nothing
+    they write is visible to other readers until the commit operator lands it all as ONE
+    version.
+
+    ``transaction_id`` defaults to the run's own, which the commit and abort operators
+    default to too; a transaction of that id still open (an earlier try of this run left
+    it) fails the task: abort it first. ``ttl``: how long it may stay open (``2h``, or a
+    timedelta; default the catalog's). ``info``: annotations recorded with the version it
+    commits, besides ``airflow_dag``, ``airflow_run`` and ``airflow_task``, always recorded.
+    """
+
+    template_fields: Sequence[str] = ("transaction_id", "ttl", "info")
+
+    def __init__(self, *, ttl: str | timedelta | None = None,
+                 info: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        reserved = sorted(set(info or {}) & set(AIRFLOW_INFO))
+        if reserved:
+            raise ValueError(f"info keys {reserved} are recorded by the operator itself")
+        self.ttl = ttl
+        self.info = dict(info or {})
+
+    def execute(self, context: Context) -> str:
+        txn_id = self.resolved_id(context)
+        info = {**{k: str(v) for k, v in self.info.items()},
+                "airflow_dag": context["dag"].dag_id, "airflow_run": context["run_id"],
+                "airflow_task": self.task_id}
+        try:
+            self.hook.begin_transaction(txn_id, ttl=self.ttl or None, info=info)
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.info("Began distributed transaction %s", txn_id)
+        return txn_id
+
+
+class OlympiaCommitTransactionOperator(_TransactionOperator):
+    """Commit a distributed transaction: everything added to it lands as ONE version;
+    returns the version (the beginning version if nothing was added) and, when a version
+    is made, emits Asset events as the apply operator does (extra ``{"version",
+    "transaction"}``).
+
+    A version committed since the transaction began that conflicts with it fails the task
+    without retries (the library aborts the transaction: nothing of it is visible), as does
+    a transaction that is gone or expired; other errors (whether it landed is unknown) leave it to a
+    retry, which finishes the commit.
+    """
+
+    def execute(self, context: Context) -> int:
+        txn_id = self.resolved_id(context)
+        try:
+            result = self.hook.commit_transaction(txn_id)
+        except (CommitConflict, NotFoundError, TransactionExpiredError) as exc:
+            raise AirflowFailException(str(exc)) from exc
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        if result.new_version:
+            self.emit(context, {"version": result.version, "transaction": txn_id})
+            self.log.info("Committed distributed transaction %s as version %d", txn_id,
+                          result.version)
+        else:
+            self.log.info("Distributed transaction %s held no change: the catalog stays at "
+                          "version %d", txn_id, result.version)
+        return result.version
+
+
+class OlympiaAbortTransactionOperator(_TransactionOperator):
+    """Abort a distributed transaction: nothing added to it ever becomes visible. Its
+    ``trigger_rule`` defaults to ``one_failed``: downstream of the begin task and of every
+    task that writes or audits, it runs when one of them fails. Keep it off the commit
+    task's downstream side: the commit then stays a leaf of the DAG, so a failed audit fails
+    the run (its leaves decide its state), and a commit that meets a conflict aborts the
+    transaction itself. Returns whether there was one to abort:
+    a transaction that never began or is gone already (a commit that met a conflict aborts
+    it) is nothing to abort; one that this DAG run committed fails the task (abort cannot
+    undo it), as does one being committed.
+
+    Leave ``transaction_id`` unset when the begin operator's is (both default to the
+    run's): the abort then needs no XCom of a begin task that may have failed.
+    """
+
+    def __init__(self, *, trigger_rule: str = TriggerRule.ONE_FAILED,
+                 **kwargs: Any) -> None:
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+
+    def execute(self, context: Context) -> bool:
+        txn_id = self.resolved_id(context)
+        dag_run = context.get("dag_run")
+        try:
+            aborted = self.hook.abort_transaction(
+                txn_id, began_after=getattr(dag_run, "start_date", None))
+        except OlympiaError as exc:
+            raise AirflowException(str(exc)) from exc
+        if aborted:
+            self.log.info("Aborted distributed transaction %s: nothing of it is visible",
+                          txn_id)
+        else:
+            self.log.info("No distributed transaction %s to abort (it never began, or was "
+                          "aborted already)", txn_id)
+        return aborted
