@@ -61,6 +61,18 @@ def get_provider_info() -> dict[str, Any]:
                     "description": "In-process master (local[N]) or the cluster's master "
                                    "for spark-submit.",
                 },
+                "rest_uri": {
+                    "label": "olympia serve URL",
+                    "schema": {"type": ["string", "null"]},
+                    "description": "The REST catalog Spark jobs write through (inside a "
+                                   "transaction: the warehouse <warehouse>@txn:<id>).",
+                },
+                "rest_warehouse": {
+                    "label": "Warehouse served",
+                    "schema": {"type": ["string", "null"]},
+                    "description": "Default: the catalog's warehouse property, as the "
+                                   "server's.",
+                },
             },
             "ui-field-behaviour": {
                 "hidden-fields": ["schema", "port", "extra"],
@@ -73,6 +85,8 @@ def get_provider_info() -> dict[str, Any]:
                     "storage_options": '{"endpoint_url": "https://s3.example", '
                                        '"region": "eu-west-1"}',
                     "spark_master": "local[2]",
+                    "rest_uri": "http://olympia-serve:8181",
+                    "rest_warehouse": "s3://bucket/warehouse",
                 },
             },
         }],

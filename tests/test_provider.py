@@ -85,7 +85,8 @@ def test_provider_info_declares_connection_fields() -> None:
     (conn_type,) = info["connection-types"]
     assert conn_type["connection-type"] == "olympia"
     # one catalog URI field (Host), a placeholder for every field shown, the secret hidden
-    assert set(conn_type["conn-fields"]) == {"storage_options", "spark_master"}
+    assert set(conn_type["conn-fields"]) == {"storage_options", "spark_master", "rest_uri",
+                                             "rest_warehouse"}
     behaviour = conn_type["ui-field-behaviour"]
     shown = {"host", "login", "password", *conn_type["conn-fields"]}
     assert shown - set(behaviour["hidden-fields"]) == set(behaviour["placeholders"])
