@@ -1,6 +1,7 @@
 """Crashes inside distributed transactions (issue 45), with real processes and real SIGKILL:
-a writer process killed in the middle of a statement. Nothing is half-visible, the
-transaction stays resumable or abortable, and `olympia verify` passes.
+a writer process killed in the middle of a statement, and `olympia serve` killed in the
+middle of a commit. Nothing is half-visible, the transaction stays resumable or abortable,
+and `olympia verify` passes.
 
 The kill lands at a moment drawn from a seeded generator (timings vary from run to run);
 every assertion holds whatever the moment was.
@@ -15,20 +16,26 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from cli_helpers import Cli
 from conftest import Location
+from restserver import RestServer, request
 
 from olympia import Catalog
 from olympia.catalog.actions import A
 from olympia.catalog.distributed import TRANSACTION_ID, TRANSACTION_INSTANCE
 from olympia.catalog.keys import dtxn_path
-from olympia.exceptions import NoSuchTransactionError
+from olympia.exceptions import CatalogError, NoSuchTransactionError
 from olympia.versions import history
 
 COLS = [{"name": "id", "type": "int8"}]
+ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 WAIT_S = 60.0  # how long a phase may take before the test gives up (never an assertion)
 
 # Statement ``seq`` of transaction ``txn`` creates two tables and sets a property of an
@@ -133,33 +140,33 @@ def test_a_writer_killed_mid_statement_leaves_the_transaction_whole(
     """Writer processes are killed in the middle of statements of two transactions, round
     after round: after each kill the transaction is OPEN and holds exactly the statements
     that were added, each whole; then one commits as ONE version and the other aborts."""
-    rng = random.Random(seed)
-    catalog = Catalog.create(shared_location.uri, shared_location.storage_options)
+    location, rng = shared_location, random.Random(seed)
+    catalog = Catalog.create(location.uri, location.storage_options)
     catalog.create_namespace("s")
     catalog.create_table("s", "orders", columns=COLS)
     began = catalog.version
     kept, dropped = catalog.begin_transaction("keep"), catalog.begin_transaction("drop")
     held: dict[str, set[int]] = {"keep": set(), "drop": set()}
-    rounds = 4 if shared_location.kind == "local" else 2
+    rounds = 4 if location.kind == "local" else 2
     for turn in range(rounds):
         txn = ("keep", "drop")[turn % 2]
         first = max(held[txn], default=-1) + 2  # past the one that may be in flight
-        acked = _kill_writer(shared_location, txn, first, rng.choice([2, 3]),
+        acked = _kill_writer(location, txn, first, rng.choice([2, 3]),
                              rng.uniform(0.0, 1.2))
         in_flight = max(acked) + 1
-        held[txn] = _check_open_transaction(shared_location, txn, began,
+        held[txn] = _check_open_transaction(location, txn, began,
                                             held[txn] | set(acked), in_flight)
 
     with catalog.transaction(name="keep") as stmt:  # it still takes statements
         stmt.create_table("s", "keep_last", columns=COLS)
-    cli = _cli(shared_location)
-    committed = cli("txn", "commit", "-c", shared_location.uri, "keep", "--json")
+    cli = _cli(location)
+    committed = cli("txn", "commit", "-c", location.uri, "keep", "--json")
     assert committed.exit_code == 0, committed.output
     assert json.loads(committed.output)["version"] == began + 1
-    aborted = cli("txn", "abort", "-c", shared_location.uri, "drop")
+    aborted = cli("txn", "abort", "-c", location.uri, "drop")
     assert aborted.exit_code == 0, aborted.output
 
-    reader = Catalog.open(shared_location.uri, shared_location.storage_options)
+    reader = Catalog.open(location.uri, location.storage_options)
     assert reader.version == began + 1  # ONE version, and nothing of the aborted one
     assert _landed(reader, kept.record.instance) == [began + 1]
     assert _landed(reader, dropped.record.instance) == []
@@ -172,4 +179,248 @@ def test_a_writer_killed_mid_statement_leaves_the_transaction_whole(
         assert not reader.storage.exists(dtxn_path(txn))
         with pytest.raises(NoSuchTransactionError):
             reader.distributed_transaction(txn)
-    _verified(shared_location)
+    _verified(location)
+
+
+# --- the server killed in the middle of a commit --------------------------------------------
+
+#: Where the kill lands: just after the commit request is sent (before the record is
+#: sealed, mostly), once the record is sealed (COMMITTING) plus a random moment, or as soon
+#: as the version has landed (before the record is deleted, mostly).
+MODES = ("sent", "sealed", "landed")
+TABLES = 20  # per statement, three statements: the landing writes many nodes (order 3)
+
+
+def _state(catalog: Catalog, txn: str) -> str:
+    try:
+        return catalog.distributed_transaction(txn).state
+    except NoSuchTransactionError:
+        return "gone"
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _kill_server_mid_commit(server: RestServer, store: Catalog, txn: str, mode: str,
+                            rng: random.Random) -> None:
+    """Send the commit of ``txn`` (``commit=true`` on ``sys.dtxns.<txn>``), then SIGKILL
+    the server at the moment ``mode`` says."""
+    assert server.process is not None
+    began = store.refresh()
+    answers: list[object] = []
+
+    def commit() -> None:
+        try:
+            answers.append(request(server, "POST",
+                                   f"/v1/namespaces/sys%1Fdtxns%1F{txn}/properties",
+                                   '{"updates": {"commit": "true"}}'))
+        except OSError as exc:  # the server died before it answered
+            answers.append(exc)
+
+    sender = threading.Thread(target=commit)
+    sender.start()
+    if mode == "sent":
+        time.sleep(rng.uniform(0.0, 0.005))
+    elif mode == "sealed":
+        _wait_for(lambda: bool(answers) or _state(store, txn) != "open")
+        time.sleep(rng.uniform(0.0, 0.03))
+    else:
+        _wait_for(lambda: bool(answers) or store.refresh() > began)
+    os.kill(server.process.pid, signal.SIGKILL)
+    assert server.process.wait(timeout=WAIT_S) == -signal.SIGKILL
+    server.stop()  # reaps nothing more: the log reader ends
+    sender.join(timeout=WAIT_S)
+    answer = answers[0]
+    assert isinstance(answer, OSError) or answer[0] == 200, answer  # type: ignore[index]
+
+
+def _outcome(location: Location, store: Catalog, txn: str, instance: str, began: int,
+             tables: set[str]) -> str:
+    """What a kill left: the record's state, and whether the version landed (whole, once)
+    or nothing of it is visible."""
+    _verified(location)
+    state, landed = _state(store, txn), _landed(store, instance)
+    assert landed in ([], [began + 1])  # never twice
+    assert store.version == began + len(landed)
+    assert {t for t in store.list_tables("s") if t.startswith(f"{txn}_")} == (
+        tables if landed else set())
+    assert state in ("open", "committing", "gone")
+    if state == "open":
+        assert not landed
+    if state == "gone":
+        assert landed  # a commit never ends in nothing (there is no conflict here)
+    return f"{state}, landed" if landed else state
+
+
+def _begin_with_statements(server: RestServer, store: Catalog, txn: str) -> set[str]:
+    """Begin ``txn`` and add three statements of many tables (by the library), an append
+    to ``s.orders`` and an Iceberg table (by pyiceberg, in the warehouse ``@txn:<txn>``);
+    the new tables' names."""
+    store.begin_transaction(txn)
+    names = set()
+    for k in range(3):
+        with store.transaction(name=txn) as stmt:
+            for i in range(TABLES):
+                names.add(f"{txn}_{k}_{i:02d}")
+                stmt.create_table("s", f"{txn}_{k}_{i:02d}", columns=COLS)
+    inside = server.client(warehouse=f"{server.warehouse}@txn:{txn}")
+    inside.load_table(("s", "orders")).append(ROWS)
+    inside.create_table(("s", f"{txn}_iceberg"), ROWS.schema)
+    return names | {f"{txn}_iceberg"}
+
+
+@pytest.mark.parametrize("seed", [45])
+def test_the_server_killed_mid_commit_leaves_a_commit_to_finish(
+        tmp_path: Path, seed: int) -> None:
+    """`olympia serve` is SIGKILLed at a random moment of a commit it serves, round after
+    round: the transaction then is OPEN (nothing visible: it aborts), or COMMITTING (it
+    cannot abort; `olympia txn commit`, or the restarted server, lands it once), or gone
+    with its version landed whole; olympia verify passes; a restarted server serves the
+    final state."""
+    rng = random.Random(seed)
+    uri, warehouse = str(tmp_path / "catalog"), f"file://{tmp_path}/warehouse"
+    location = Location(uri, {}, "local")
+    Catalog.create(uri, order=3).close()
+    server = RestServer(uri, warehouse).start()
+    try:
+        client = server.client()
+        client.create_namespace("s")
+        client.create_table(("s", "orders"), ROWS.schema).append(ROWS)
+        store = Catalog.open(uri)
+        cli = _cli(location)
+        outcomes, committed = [], 0
+        for turn, mode in enumerate(rng.sample(MODES, len(MODES))):
+            txn = f"c{turn}"
+            tables = _begin_with_statements(server, store, txn)
+            instance, began = store.distributed_transaction(txn).record.instance, store.refresh()
+            _kill_server_mid_commit(server, store, txn, mode, rng)
+            outcome = _outcome(location, store, txn, instance, began, tables)
+            outcomes.append(outcome)
+
+            server = RestServer(uri, warehouse).start()
+            client = server.client()
+            if outcome == "open":  # abortable
+                assert cli("txn", "abort", "-c", uri, txn).exit_code == 0
+            elif outcome.startswith("committing"):  # resumable, and only that
+                refused = cli("txn", "abort", "-c", uri, txn)
+                assert refused.exit_code != 0 and "being committed" in refused.output
+                if turn % 2:
+                    finished = cli("txn", "commit", "-c", uri, txn, "--json")
+                    assert finished.exit_code == 0, finished.output
+                    assert json.loads(finished.output)["version"] == began + 1
+                else:
+                    client.update_namespace_properties(("sys", "dtxns", txn),
+                                                       updates={"commit": "true"})
+            again = cli("txn", "commit", "-c", uri, txn)
+            assert again.exit_code != 0 and "no distributed transaction" in again.output
+
+            landed = outcome != "open"
+            committed += landed
+            assert _landed(store, instance) == ([began + 1] if landed else [])
+            assert store.version == began + landed
+            assert not store.storage.exists(dtxn_path(txn))
+            _verified(location)
+            assert client.table_exists(("s", f"{txn}_iceberg")) == landed
+            orders = client.load_table(("s", "orders")).scan().to_arrow()
+            assert orders.num_rows == len(ROWS) * (1 + committed)
+        assert len({outcome.split(",")[0] for outcome in outcomes}) >= 2, outcomes
+    finally:
+        server.stop()
+
+
+# --- a committer killed at each step of the commit ------------------------------------------
+
+# Commits transaction ``txn``; it stalls (and says so) where ``step`` says, to be killed
+# there: ``sealed``: the record is COMMITTING and the version's root is not created yet;
+# ``landed``: the version landed and the record is not deleted yet.
+COMMITTER = textwrap.dedent("""
+    import json, sys, time
+    from olympia import Catalog
+
+    uri, options, txn, step = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    catalog = Catalog.open(uri, options)
+    storage = catalog.storage
+    publish, delete = storage.publish, storage.delete
+
+    def stall() -> None:
+        print("stalled", flush=True)
+        time.sleep(600)
+
+    def stalled_publish(files, path, data, *rest, **named):
+        if step == "sealed" and path.startswith("vn/"):
+            stall()
+        return publish(files, path, data, *rest, **named)
+
+    def stalled_delete(path):
+        if step == "landed" and path.startswith("dtxn/"):
+            stall()
+        return delete(path)
+
+    storage.publish, storage.delete = stalled_publish, stalled_delete
+    catalog.distributed_transaction(txn).commit()
+""")
+
+
+def _kill_committer(location: Location, txn: str, step: str) -> None:
+    """Commit ``txn`` in another process and SIGKILL it at ``step``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", COMMITTER, location.uri, json.dumps(location.storage_options),
+         txn, step], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=os.environ.copy())
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        said = proc.stdout.readline()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
+    errors = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert said == "stalled\n" and proc.returncode == -signal.SIGKILL, errors
+
+
+def _stalled_commit(location: Location, step: str) -> tuple[Catalog, str, int]:
+    """A catalog whose transaction ``t`` (two statements) was being committed by a process
+    killed at ``step``: the catalog, the transaction's instance and its beginning
+    version."""
+    catalog = Catalog.create(location.uri, location.storage_options)
+    catalog.create_namespace("s")
+    catalog.create_table("s", "orders", columns=COLS)
+    dtx = catalog.begin_transaction("t")
+    for name in ("one", "two"):
+        with catalog.transaction(name="t") as stmt:
+            stmt.create_table("s", name, columns=COLS)
+    _kill_committer(location, "t", step)
+    return catalog, dtx.record.instance, dtx.record.beginning_version
+
+
+@pytest.mark.parametrize("step", ["sealed", "landed"])
+def test_a_committer_killed_at_each_step_leaves_a_commit_that_finishes_once(
+        tmp_path: Path, step: str) -> None:
+    """Killed once the record is sealed, or once the version landed (the steps a killed
+    server leaves only at some moments): the record is COMMITTING, the version landed
+    whole or nothing is visible, abort is refused, and `olympia txn commit` finishes it,
+    landing it exactly once."""
+    location = Location(str(tmp_path / "catalog"), {}, "local")
+    catalog, instance, began = _stalled_commit(location, step)
+    _verified(location)
+    assert catalog.distributed_transaction("t").state == "committing"
+    landed = [began + 1] if step == "landed" else []
+    assert _landed(catalog, instance) == landed and catalog.version == began + len(landed)
+    assert catalog.list_tables("s") == (["one", "orders", "two"] if landed else ["orders"])
+    cli = _cli(location)
+    refused = cli("txn", "abort", "-c", location.uri, "t")
+    assert refused.exit_code != 0 and "being committed" in refused.output
+    with pytest.raises(CatalogError, match="takes no more changes"):
+        catalog.transaction(name="t")
+
+    finished = cli("txn", "commit", "-c", location.uri, "t", "--json")
+    assert finished.exit_code == 0, finished.output
+    assert json.loads(finished.output)["version"] == began + 1
+    assert _landed(catalog, instance) == [began + 1] and catalog.version == began + 1
+    assert catalog.list_tables("s") == ["one", "orders", "two"]
+    assert not catalog.storage.exists(dtxn_path("t"))
+    _verified(location)
