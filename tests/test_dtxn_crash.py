@@ -25,6 +25,7 @@ import pyarrow as pa
 import pytest
 from cli_helpers import Cli
 from conftest import Location
+from expire_fixtures import frozen, mark_old, policy
 from restserver import RestServer, request
 
 from olympia import Catalog
@@ -32,6 +33,7 @@ from olympia.catalog.actions import A
 from olympia.catalog.distributed import TRANSACTION_ID, TRANSACTION_INSTANCE
 from olympia.catalog.keys import dtxn_path
 from olympia.exceptions import CatalogError, NoSuchTransactionError
+from olympia.expire import expire_local
 from olympia.versions import history
 
 COLS = [{"name": "id", "type": "int8"}]
@@ -424,3 +426,59 @@ def test_a_committer_killed_at_each_step_leaves_a_commit_that_finishes_once(
     assert catalog.list_tables("s") == ["one", "orders", "two"]
     assert not catalog.storage.exists(dtxn_path("t"))
     _verified(location)
+
+
+# --- resuming after the versions since the beginning expired (bugs, see the reasons) --------
+
+EXPIRY_BUG = ("the expiry job raises vn/oldest past the beginning version of a live "
+              "distributed transaction (it keeps only the beginning and running roots): "
+              "DistributedTransaction._landed then reads expired roots "
+              "(NoSuchVersionError), and the landing's commit protocol, its base root still "
+              "stored, creates the version after it below vn/oldest, where no reader finds it")
+
+
+def _expire_all_but_the_latest(catalog: Catalog) -> None:
+    """Two versions outside the transaction, then an expiry run keeping only the latest."""
+    for name in ("x", "y"):
+        catalog.create_table("s", name, columns=COLS)
+    result = expire_local(catalog, policy(keep_last=1), settle_ms=0,
+                          clock=frozen(mark_old(catalog)))
+    assert result.new_oldest_version == catalog.refresh()
+
+
+@pytest.mark.xfail(strict=True, reason=EXPIRY_BUG)
+def test_a_commit_killed_after_landing_finishes_after_an_expiry_run(tmp_path: Path) -> None:
+    """The committer died after its version landed; an expiry run then kept only the
+    latest version. `olympia txn commit` must still finish the transaction (it landed:
+    delete the record, land nothing more); today it fails reading an expired version, and
+    abort refuses a COMMITTING record, so nothing but the TTL ends it."""
+    location = Location(str(tmp_path / "catalog"), {}, "local")
+    catalog = _stalled_commit(location, "landed")[0]
+    _expire_all_but_the_latest(catalog)
+    latest = catalog.version
+    finished = _cli(location)("txn", "commit", "-c", location.uri, "t")
+    assert finished.exit_code == 0, finished.output
+    assert catalog.refresh() == latest  # nothing landed twice
+    assert {"one", "two"} <= set(catalog.list_tables("s"))
+    assert not catalog.storage.exists(dtxn_path("t"))
+
+
+@pytest.mark.xfail(strict=True, reason=EXPIRY_BUG)
+def test_an_open_transaction_commits_visibly_after_an_expiry_run(tmp_path: Path) -> None:
+    """An OPEN transaction (its writer gone) outlives an expiry run that keeps only the
+    latest version. Its commit must land where readers see it, or refuse and say so; today
+    it reports success with a version below vn/oldest that no reader finds, and deletes
+    the record: the transaction is lost without a word."""
+    location = Location(str(tmp_path / "catalog"), {}, "local")
+    catalog = Catalog.create(location.uri)
+    catalog.create_namespace("s")
+    catalog.begin_transaction("t")
+    with catalog.transaction(name="t") as stmt:
+        stmt.create_table("s", "one", columns=COLS)
+    _expire_all_but_the_latest(catalog)
+    committed = _cli(location)("txn", "commit", "-c", location.uri, "t", "--json")
+    if committed.exit_code == 0:
+        assert json.loads(committed.output)["version"] == catalog.refresh()
+        assert "one" in catalog.list_tables("s")
+    else:
+        assert "expired" in committed.output
