@@ -133,6 +133,10 @@ def _check_open_transaction(location: Location, txn: str, began: int, acked: set
         2 * len(firsts), len(firsts))
     assert reader.list_tables("s") == ["orders"]
     assert txn not in reader.load_table("s.orders").properties
+    shown = _cli(location)("txn", "show", "-c", location.uri, txn, "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["state"] == "open"
+    assert len(json.loads(shown.output)["actions"]) == 3 * len(firsts)
     return firsts
 
 
@@ -250,6 +254,9 @@ def _outcome(location: Location, store: Catalog, txn: str, instance: str, began:
     assert {t for t in store.list_tables("s") if t.startswith(f"{txn}_")} == (
         tables if landed else set())
     assert state in ("open", "committing", "gone")
+    listed = _cli(location)("txn", "list", "-c", location.uri, "--json")
+    assert listed.exit_code == 0, listed.output
+    assert {r["id"]: r["state"] for r in json.loads(listed.output)}.get(txn, "gone") == state
     if state == "open":
         assert not landed
     if state == "gone":
