@@ -53,6 +53,11 @@ TRANSACTION_ID = "transaction"
 TRANSACTION_INSTANCE = "transaction_instance"
 NOT_DISTRIBUTABLE = {A.CATALOG_ROLLBACK, A.CATALOG_EXPORT, A.CATALOG_ALTER}
 MAX_ID_BYTES = 128
+#: A commit starts only while its record has more than the commit's time budget plus this
+#: margin left before its expiry (a last storage request may still be under way when the
+#: budget ends; clocks of hosts differ): so a record past its expiry can never land any more,
+#: and an abort may end one whose committer died after sealing it.
+LANDING_MARGIN_MS = 5 * 60 * 1000
 STATES = {pb.OPEN: "open", pb.COMMITTING: "committing", pb.ABORTING: "aborting"}
 
 
@@ -153,6 +158,38 @@ class DistributedTransaction:
             raise TransactionExpiredError(
                 f"distributed transaction {record.id!r} expired at {record.expire_at_millis} "
                 "(epoch ms); start a new transaction")
+
+    def _check_time(self, record: pb.DistributedTransactionDef) -> None:
+        """Refuse to start landing ``record`` unless its whole time budget (and the margin)
+        ends before the record expires.
+
+        Raises:
+            TransactionExpiredError: Too close to (or past) its expiry.
+        """
+        left = record.expire_at_millis - now_millis()
+        need = int(self._options.timeout_s * 1000) + LANDING_MARGIN_MS
+        if left <= need:
+            raise TransactionExpiredError(
+                f"distributed transaction {record.id!r} "
+                + ("expired" if left < 0 else f"expires in {left // 1000} s, less than a "
+                   f"commit may take ({need // 1000} s: its time budget and a margin)")
+                + ": it cannot be committed any more; abort it")
+
+    def _check_landable(self, record: pb.DistributedTransactionDef) -> None:
+        """:meth:`_check_time`, and refuse a record whose versions since its beginning
+        expired (its conflicts could not be checked).
+
+        Raises:
+            TransactionExpiredError: Too close to (or past) its expiry.
+            CommitConflict: Versions since its beginning expired.
+        """
+        self._check_time(record)
+        oldest = self.files.oldest_version()
+        if oldest > record.beginning_version + 1:
+            raise CommitConflict(
+                f"distributed transaction {record.id!r}: versions committed since it began "
+                f"(version {record.beginning_version}) have expired (the oldest kept is "
+                f"{oldest}), so its conflicts cannot be checked")
 
     def check_open(self, record: pb.DistributedTransactionDef | None = None) -> None:
         """Refuse a record (default: as last read) that is not open or has expired.
@@ -330,6 +367,7 @@ class DistributedTransaction:
             if record.state == pb.COMMITTING:
                 return self._finish(record)
             self._check_alive(record)
+            self._check_time(record)
             self._read = read
             if self.seal():
                 return self._land(self.record)
@@ -362,7 +400,7 @@ class DistributedTransaction:
                           on_commit=self._on_commit, options=self._options)
         txn.restore_staged(pending, Snapshot(self.files, running).actions())
         txn.annotate(**{TRANSACTION_ID: record.id, TRANSACTION_INSTANCE: record.instance})
-        txn.before_commit.append(lambda _t: self._check_alive(record))
+        txn.before_commit.append(lambda _t: self._check_landable(record))
         return txn
 
     def _land(self, record: pb.DistributedTransactionDef) -> int:
@@ -379,9 +417,11 @@ class DistributedTransaction:
         return version
 
     def _landed(self, record: pb.DistributedTransactionDef) -> int | None:
-        """The version since the beginning that carries ``record``'s instance, if any."""
+        """The version since the beginning that carries ``record``'s instance, if any (of
+        those kept: the expiry job keeps every version since a live record's beginning)."""
         latest = self.files.discover_latest()
-        for version in range(record.beginning_version + 1, latest.version + 1):
+        first = max(record.beginning_version + 1, self.files.oldest_version())
+        for version in range(first, latest.version + 1):
             snap = Snapshot(self.files, self.files.read_root(version))
             if any(a.type == A.TRANSACTION_INFO
                    and a.info.get(TRANSACTION_INSTANCE) == record.instance
@@ -391,7 +431,9 @@ class DistributedTransaction:
 
     def abort(self) -> None:
         """Discard everything added: nothing of it ever becomes visible (the files it
-        wrote are left to the expiry job).
+        wrote are left to the expiry job). A sealed record (its committer died) is aborted
+        once it expired and nothing of it landed: a commit starts only with its whole time
+        budget before the expiry (:data:`LANDING_MARGIN_MS`), so none can land it any more.
 
         Raises:
             NoSuchTransactionError: It was committed or aborted (or never began).
@@ -400,8 +442,13 @@ class DistributedTransaction:
         while True:
             read = read_record(self.files, self.id)
             if read.record.state == pb.COMMITTING:
-                raise CatalogError(f"distributed transaction {self.id!r} is being committed; "
-                                   "commit it again to finish")
+                landed = self._landed(read.record)
+                if landed is not None or now_millis() <= read.record.expire_at_millis:
+                    raise CatalogError(
+                        f"distributed transaction {self.id!r} is being committed"
+                        + (f" (it landed as version {landed})" if landed is not None else "")
+                        + "; commit it again to finish")
+                # sealed, then left past its expiry: no commit can land it any more
             if read.record.state == pb.OPEN:
                 aborting = pb.DistributedTransactionDef()
                 aborting.CopyFrom(read.record)
