@@ -17,15 +17,23 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
+from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog import distributed
+from olympia.catalog import actions, distributed
+from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.distributed import read_record
-from olympia.catalog.keys import path_version
+from olympia.catalog.keys import ObjectType, path_version
 from olympia.catalog.transaction import Transaction, now_millis
-from olympia.exceptions import CommitConflict, InvalidArgumentError, NoSuchTransactionError
+from olympia.exceptions import (
+    CommitConflict,
+    InvalidArgumentError,
+    NoSuchTransactionError,
+    NoSuchVersionError,
+)
 from olympia.versions.history import VersionInfo
+from olympia.versions.policy import MS
 from olympia.versions.timetravel import format_millis
 
 
@@ -87,8 +95,12 @@ def resume_transaction(catalog: Catalog, txn_id: str) -> Transaction:
     return txn
 
 
-def transaction_dict(record: pb.DistributedTransactionDef) -> dict[str, Any]:
-    """A transaction's record as ``olympia txn`` prints it."""
+def transaction_dict(record: pb.DistributedTransactionDef,
+                     now_ms: int | None = None) -> dict[str, Any]:
+    """A transaction's record as ``olympia txn`` prints it, with its age at ``now_ms``
+    (default: now)."""
+    now = now_millis() if now_ms is None else now_ms
+    age = max(0, now - record.began_at_millis)
     return {
         "id": record.id,
         "state": distributed.STATES.get(record.state, "unknown"),
@@ -98,24 +110,87 @@ def transaction_dict(record: pb.DistributedTransactionDef) -> dict[str, Any]:
         "running_root": record.running_root_node_file_path,
         "began_at_millis": record.began_at_millis,
         "began_at": format_millis(record.began_at_millis),
+        "age_millis": age,
+        "age": format_age(age),
         "expire_at_millis": record.expire_at_millis,
         "expires_at": format_millis(record.expire_at_millis),
-        "expired": now_millis() > record.expire_at_millis,
+        "expired": now > record.expire_at_millis,
     }
 
 
-def describe_transaction(catalog: Catalog, txn_id: str) -> dict[str, Any]:
-    """A transaction's record plus what it would commit: annotations, actions, and the
-    tables and views it touched."""
+def format_age(ms: int) -> str:
+    """A duration rounded down to its two largest units (``2h 5m``, ``45s``)."""
+    parts: list[str] = []
+    for unit in ("d", "h", "m", "s"):
+        if ms >= MS[unit] or (unit == "s" and not parts):
+            parts.append(f"{ms // MS[unit]}{unit}")
+            ms %= MS[unit]
+        elif parts:
+            break
+    return " ".join(parts[:2])
+
+
+def touched(staged: list[apb.ActionDef]) -> dict[str, list[str]]:
+    """The tables and views ``staged`` actions change (both names of a rename), sorted."""
+    found: dict[str, set[str]] = {"tables": set(), "views": set()}
+    for action in staged:
+        for ref in (actions.ref_of(action), actions.renamed_ref(action)):
+            if ref is not None and ref.type in (ObjectType.TABLE, ObjectType.VIEW):
+                found["tables" if ref.type == ObjectType.TABLE else "views"].add(str(ref))
+    return {kind: sorted(names) for kind, names in found.items()}
+
+
+def summarize_transaction(catalog: Catalog, txn_id: str,
+                          now_ms: int | None = None) -> dict[str, Any]:
+    """A transaction's record (:func:`transaction_dict`), who opened it (the ``user``
+    annotation, ``olympia txn begin``'s; ``None`` if it has none), its annotations, and
+    the tables and views it touched (``None`` when its beginning version expired and its
+    running tree cannot be read).
+
+    Raises:
+        NoSuchTransactionError: There is none.
+    """
+    dtx = catalog.distributed_transaction(txn_id)
+    try:
+        staged: list[apb.ActionDef] | None = dtx.staged_actions()
+    except NoSuchVersionError:
+        staged = None
+    info = next((dict(a.info) for a in staged or () if a.type == A.TRANSACTION_INFO), {})
+    names = touched(staged) if staged is not None else {"tables": None, "views": None}
+    return {**transaction_dict(dtx.record, now_ms), "user": info.get("user"), "info": info,
+            **names}
+
+
+def describe_transaction(catalog: Catalog, txn_id: str,
+                         now_ms: int | None = None) -> dict[str, Any]:
+    """:func:`summarize_transaction` plus what it would commit: its actions (as
+    ``olympia log`` describes a version's).
+
+    Raises:
+        NoSuchTransactionError: There is none.
+    """
+    shown = summarize_transaction(catalog, txn_id, now_ms)
     dtx = catalog.distributed_transaction(txn_id)
     # formatted as ``olympia log`` formats a version's annotations and actions
     pending = VersionInfo(0, dtx.record.began_at_millis, tuple(dtx.staged_actions())).to_dict()
-    return {**transaction_dict(dtx.record), "info": pending["info"],
-            "actions": pending["actions"]}
+    return {**shown, "actions": pending["actions"]}
+
+
+def summarize_transactions(catalog: Catalog,
+                           now_ms: int | None = None) -> list[dict[str, Any]]:
+    """:func:`summarize_transaction` of every distributed transaction, oldest first."""
+    summaries = []
+    for record in list_transactions(catalog):
+        try:
+            summaries.append(summarize_transaction(catalog, record.id, now_ms))
+        except NoSuchTransactionError:
+            continue  # committed or aborted since the listing
+    return summaries
 
 
 def abort_transaction(catalog: Catalog, txn_id: str) -> None:
-    """Discard a transaction (its files become orphans for the expiry job).
+    """Discard a transaction (its catalog files become orphans for the expiry job; its
+    Iceberg files stay: :func:`olympia.iceberg.txnfiles.abort_transaction` removes them).
 
     Raises:
         NoSuchTransactionError: There is none.
