@@ -19,6 +19,7 @@ from expire_fixtures import GRACE_MS, expire_dtxn, files, frozen, policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows
+from restserver import RestServer
 
 from olympia import Catalog
 from olympia.catalog.distributed import DistributedTransaction
@@ -329,3 +330,21 @@ def test_cli_abort_deletes_the_transaction_files(ice: OlympiaCatalog, tmp_path: 
     out = json.loads(txn(location, "abort", "t3", "--json").output)
     assert out["aborted"] is True and set(out["deleted_files"]) == {"sales.d"}
     assert warehouse(tmp_path) == before
+
+
+def test_dropping_the_system_namespace_deletes_the_transaction_files(tmp_path: Path) -> None:
+    """``olympia serve``'s abort path (DROP NAMESPACE sys.dtxns.<id>) from pyiceberg's
+    RestCatalog: the files its statements wrote go, committed ones stay."""
+    with RestServer.on_new_catalog(tmp_path) as server:
+        client = server.client()
+        client.create_namespace("ns")
+        client.create_table(("ns", "orders"), SCHEMA).append(rows(0))
+        before = warehouse(tmp_path)
+        client.create_namespace(("sys", "dtxns", "r1"))
+        client.load_table(("sys", "dtxns", "r1", "ns", "orders")).append(rows(10))
+        client.create_table(("sys", "dtxns", "r1", "ns", "fresh"), SCHEMA).append(rows(20))
+        assert warehouse(tmp_path) > before
+        client.drop_namespace(("sys", "dtxns", "r1"))
+        assert warehouse(tmp_path) == before
+        assert sorted(client.load_table(("ns", "orders")).scan().to_arrow()["id"].to_pylist()) \
+            == [0, 1, 2]
