@@ -348,3 +348,35 @@ def test_dropping_the_system_namespace_deletes_the_transaction_files(tmp_path: P
         assert warehouse(tmp_path) == before
         assert sorted(client.load_table(("ns", "orders")).scan().to_arrow()["id"].to_pylist()) \
             == [0, 1, 2]
+
+
+def test_expiry_deletes_the_iceberg_files_of_an_expired_transaction(
+        ice: OlympiaCatalog, tmp_path: Path) -> None:
+    """Past its expiry time plus the grace period a transaction can no longer land: the run
+    deletes the Iceberg files it wrote (before its record), and keeps those of a live one
+    and every committed one."""
+    before = warehouse(tmp_path)
+    ice.olympia.begin_transaction("dead")
+    ice.in_transaction("dead").load_table("sales.a").append(rows(100))
+    ice.in_transaction("dead").create_table(("sales", "c"), SCHEMA).append(rows(50))
+    dead = warehouse(tmp_path) - before
+    ice.olympia.begin_transaction("live")
+    ice.in_transaction("live").load_table("sales.a").append(rows(200))
+    ice.load_table("sales.b").append(rows(300))  # committed meanwhile
+    kept = warehouse(tmp_path) - dead
+    expire_dtxn(ice.olympia, "dead")
+    store = ice.olympia
+    dry = expire_local(store, policy(keep_last=100), dry_run=True, settle_ms=0,
+                       clock=frozen(past_grace(store)))
+    assert dry.transaction_files == {} and warehouse(tmp_path) == kept | dead
+    result = expire_local(store, policy(keep_last=100), settle_ms=0,
+                          clock=frozen(past_grace(store)))
+    assert result.transaction_files == {"dead": len(dead)} and result.files_failed == 0
+    assert f"deleted {len(dead)} Iceberg files of expired transaction dead" in result.summary()
+    assert warehouse(tmp_path) == kept
+    with pytest.raises(NoSuchTransactionError):
+        store.distributed_transaction("dead")
+    assert ids(ice, "a") == [0, 1, 2] and ids(ice, "b") == [0, 1, 2, 300, 301, 302]
+    assert ids(ice.in_transaction("live"), "a") == [0, 1, 2, 200, 201, 202]
+    store.distributed_transaction("live").commit()
+    assert ids(ice, "a") == [0, 1, 2, 200, 201, 202]

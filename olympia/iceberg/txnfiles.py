@@ -125,7 +125,8 @@ def _abort(dtx: DistributedTransaction) -> pb.DistributedTransactionDef:
 
 
 def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,
-                 record: pb.DistributedTransactionDef) -> RemovedFiles:
+                 record: pb.DistributedTransactionDef,
+                 oldest_kept: int | None = None) -> RemovedFiles:
     """Delete the Iceberg files ``record`` (a transaction that can no longer land: aborted,
     or expired past its grace period) references that no kept committed version names.
 
@@ -133,12 +134,18 @@ def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,
         catalog: An OlympiaCatalog over the transaction's catalog.
         dtx: The transaction (for its files; the record may be gone).
         record: Its record as it ended.
+        oldest_kept: Also keep what the versions from this one on name (an expiry run
+            keeping more versions than the catalog's settings do).
 
     Returns:
         What was deleted, and what was left.
     """
     result = RemovedFiles(record.id)
-    staged = dtx.landing(record)  # the beginning version plus every statement, read-only
+    try:
+        staged = dtx.landing(record)  # the beginning version plus every statement
+    except oe.OlympiaError as exc:
+        result.left.append(f"its tree cannot be read ({exc}): its Iceberg files were left")
+        return result
     begin = staged.base
     changed: dict[Key, TableDef] = {}
     for key in _touched(staged.actions):
@@ -152,7 +159,7 @@ def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,
     if not changed:
         return result
     uuids = {d.format_properties.get("table-uuid", "") for d in changed.values()}
-    committed = _Committed(catalog.olympia, uuids, begin.version)
+    committed = _Committed(catalog.olympia, uuids, begin.version, oldest_kept)
     for (ns, name), definition in sorted(changed.items()):
         table = f"{ns}.{name}"
         try:
@@ -178,19 +185,22 @@ def _touched(recorded: Iterable[apb.ActionDef]) -> list[Key]:
 
 class _Committed:
     """The metadata files committed versions still kept name for tables with given uuids:
-    read from the oldest kept version through the latest (one tree difference per
-    version), the pinned versions, and ``beginning``; :meth:`refresh` reads versions
-    committed since."""
+    read from the oldest kept version (or ``oldest``, if lower; never below ``vn/oldest``)
+    through the latest (one tree difference per version), the pinned versions, and
+    ``beginning``; :meth:`refresh` reads versions committed since."""
 
-    def __init__(self, store: Catalog, uuids: set[str], beginning: int) -> None:
+    def __init__(self, store: Catalog, uuids: set[str], beginning: int,
+                 oldest: int | None = None) -> None:
         self.store, self.uuids = store, uuids
         self.files: dict[str, set[str]] = {u: set() for u in uuids}
         kept = kept_versions(store)
-        first = self._snapshot(kept.start)
+        start = max(min(kept.start, kept.start if oldest is None else oldest),
+                    store.files.oldest_version())
+        first = self._snapshot(start)
         self._note_all(first)
         self.through = first
         for version in sorted({*kept.pinned, beginning}):
-            if version < kept.start:
+            if version < start:
                 self._note_all(self._snapshot(version))
         self.refresh()
 
