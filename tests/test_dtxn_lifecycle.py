@@ -9,6 +9,7 @@ import math
 import threading
 import uuid
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -27,7 +28,7 @@ from olympia.cli import main
 from olympia.exceptions import CorruptFileError, NoSuchTransactionError, OlympiaError
 from olympia.expire import expire_local
 from olympia.iceberg import OlympiaCatalog
-from olympia.iceberg.txnfiles import abort_transaction
+from olympia.iceberg.txnfiles import RemovedFiles, abort_transaction
 from olympia.tree import btree
 from olympia.versions.dtxn import format_age, summarize_transaction, summarize_transactions
 
@@ -380,3 +381,58 @@ def test_expiry_deletes_the_iceberg_files_of_an_expired_transaction(
     assert ids(ice.in_transaction("live"), "a") == [0, 1, 2, 200, 201, 202]
     store.distributed_transaction("live").commit()
     assert ids(ice, "a") == [0, 1, 2, 200, 201, 202]
+
+
+@settings(max_examples=12, deadline=None)
+@given(call=st.sampled_from(["replace", "publish", "delete"]), after=st.booleans())
+def test_an_abort_racing_a_commit_never_leaves_a_version_without_its_files(
+        call: str, after: bool) -> None:
+    """The Iceberg-aware abort runs at any point of another process's commit (before or
+    after the record is sealed, the version's root created, the record deleted): either
+    the commit lands and every file it names is there, or the abort wins, nothing lands and
+    the files go."""
+    with TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ice = open_catalog(local_properties(root))
+        ice.create_namespace("sales")
+        ice.create_table(("sales", "a"), SCHEMA).append(rows(0))
+        before, began = warehouse(root), ice.olympia.refresh()
+        ice.olympia.begin_transaction("race")
+        ice.in_transaction("race").load_table("sales.a").append(rows(100))
+        written = warehouse(root) - before
+        committer = Catalog.open(ice.olympia.uri)
+        aborted: list[object] = []
+        original = getattr(committer.storage, call)
+
+        def racing(*args: Any, **kwargs: Any) -> Any:
+            if not after:
+                race()
+            answer = original(*args, **kwargs)
+            if after:
+                race()
+            return answer
+
+        def race() -> None:
+            if aborted:
+                return
+            try:
+                aborted.append(abort_transaction(ice, "race"))
+            except OlympiaError as exc:
+                aborted.append(exc)
+
+        setattr(committer.storage, call, racing)
+        try:
+            version: int | None = committer.distributed_transaction("race").commit()
+        except OlympiaError:
+            version = None
+        assert aborted, "the abort ran"
+        fresh = open_catalog(local_properties(root))
+        if version is not None:  # the commit won: the abort was refused or found nothing
+            assert not isinstance(aborted[0], RemovedFiles)
+            assert fresh.olympia.refresh() == version == began + 1
+            assert written <= warehouse(root)
+            assert ids(fresh, "a") == [0, 1, 2, 100, 101, 102]
+        else:  # the abort won: nothing landed, its files are gone
+            assert isinstance(aborted[0], RemovedFiles)
+            assert fresh.olympia.refresh() == began and warehouse(root) == before
+            assert ids(fresh, "a") == [0, 1, 2]
