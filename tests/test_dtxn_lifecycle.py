@@ -24,8 +24,14 @@ from restserver import RestServer
 
 from olympia import Catalog
 from olympia.catalog.distributed import DistributedTransaction
+from olympia.catalog.files import OLDEST
 from olympia.cli import main
-from olympia.exceptions import CorruptFileError, NoSuchTransactionError, OlympiaError
+from olympia.exceptions import (
+    CorruptFileError,
+    ExpiryAbortedError,
+    NoSuchTransactionError,
+    OlympiaError,
+)
 from olympia.expire import expire_local
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.txnfiles import RemovedFiles, abort_transaction
@@ -210,15 +216,15 @@ class StalledStatement:
             raise self.error
 
 
-@pytest.mark.parametrize("slower_than_grace", [False, True])
-def test_a_statement_in_flight_is_protected_by_the_grace_period(
-        tmp_path: Path, slower_than_grace: bool) -> None:
+@pytest.mark.parametrize("swap", ["within-grace", "during-run", "after-run"])
+def test_a_statement_in_flight(tmp_path: Path, swap: str) -> None:
     """A statement writes its files, then swaps the record: a run that lists between the
     two does not see them referenced. Files younger than the grace period are never
-    deleted, so a statement that swaps within it is safe; one slower than the grace period
-    loses its files, and its transaction can then only be aborted (the same bound a
-    commit between its files and its root has, without the re-read of the latest version
-    that saves the commit: docs/VERSIONS.md)."""
+    deleted (``within-grace``). Older ones are candidates: if the record is swapped before
+    the run deletes, its re-read of the live records right before each delete finds the new
+    running root and the run stops (``during-run``); a statement that swaps only after the
+    deletes loses its files, and its transaction can then only be aborted (``after-run``:
+    why a statement must finish within the grace period, docs/VERSIONS.md)."""
     catalog = Catalog.create(str(tmp_path / "c"), {}, order=3)
     catalog.create_namespace("s")
     catalog.begin_transaction("slow")
@@ -228,13 +234,30 @@ def test_a_statement_in_flight_is_protected_by_the_grace_period(
     fresh = files(catalog) - old
     assert any(p.startswith("node/") for p in fresh)
     oldest_fresh = min(f.modified for f in catalog.storage.list() if f.path in fresh)
-    # slower: every file of the statement is older than the grace period; else none is
-    instant = (past_grace(catalog, fresh) if slower_than_grace
-               else math.floor(oldest_fresh * 1000) + GRACE_MS - 1)
-    expire_local(catalog, policy(keep_last=1), settle_ms=0, clock=frozen(instant))
-    stalled.finish()
+    # within the grace period: no file of the statement is older than it; else all are
+    instant = (math.floor(oldest_fresh * 1000) + GRACE_MS - 1 if swap == "within-grace"
+               else past_grace(catalog, fresh))
+
+    def finish(step: str, _info: dict[str, Any]) -> None:
+        if step == "identified" and swap == "during-run":
+            stalled.finish()
+
+    def run() -> None:
+        expire_local(catalog, policy(keep_last=1), settle_ms=0, clock=frozen(instant),
+                     on_step=finish)
+
+    if swap == "during-run":
+        listed = files(catalog)
+        with pytest.raises(ExpiryAbortedError, match=r"nothing deleted.*distributed "
+                                                     r"transaction slow, extended after "
+                                                     r"the walk, reference files about"):
+            run()
+        assert files(catalog) - {OLDEST} == listed - {OLDEST}
+    else:
+        run()
+        stalled.finish()
     dtx = catalog.distributed_transaction("slow")
-    if not slower_than_grace:
+    if swap != "after-run":
         assert fresh <= files(catalog)
         intact(dtx, ["first", "second"])
         return

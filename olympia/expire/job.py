@@ -19,8 +19,9 @@ The order is the safety argument (docs/EXPIRY.md spells it out):
    records still lead to them: :mod:`olympia.expire.txnfiles`), expired roots, then the
    other files; then **verify** by listing again.
    Right before each of the two deletes, ``vn/oldest`` is put back if a concurrent run
-   lowered it, and the latest version is read again: versions committed since are walked,
-   and if one reaches a file about to be deleted the run stops.
+   lowered it, and the latest version and the live transactions' records are read again:
+   versions committed since and running roots statements added since are walked, and if
+   one reaches a file about to be deleted the run stops.
 
 Nothing is deleted before step 7, ``vn/oldest`` only moves up, and every step is recomputed
 from storage, so a run that crashes anywhere can simply be run again.
@@ -50,6 +51,7 @@ from olympia.expire.reachability import (
     effective_now,
     is_live,
     listing_prefixes,
+    read_transactions,
 )
 from olympia.expire.txnfiles import remove_expired
 from olympia.versions.policy import Decision, ExpirePolicy, decide, export_roots, format_duration
@@ -246,6 +248,7 @@ class _Run:
         self.decision = decision
         self.on_step = on_step
         self.protected: dict[str, str] = {}
+        self.running: dict[str, str] = {}  # live transactions' records -> the roots walked
         self.read_cdefs: set[str] = set()
         self.result = ExpireResult(
             catalog.uri, engine.name, False, policy.to_dict(), decision.now_ms,
@@ -317,21 +320,31 @@ class _Run:
 
     def recheck(self, walk: Walk, candidates: Any) -> Walk:
         """Right before a delete: hold ``vn/oldest``, walk the versions committed since the
-        walk, and stop if one of them reaches a candidate."""
+        walk and the running roots live transactions' records name now (statements added
+        since), and stop if one of them reaches a candidate."""
         self.hold_oldest()
         known = self.result.latest_version_at_end
         later = self.files.discover_latest()
-        if later.version <= known:
+        extended = [t for t in read_transactions(self.files.storage, sorted(self.running))
+                    if self.running[t.path] != t.running_root]
+        if later.version <= known and not extended:
             return walk
         self.result.latest_version_at_end = later.version
-        walk = self.walk(range(known + 1, later.version + 1), [], walk)
+        for txn in extended:
+            self.protected.setdefault(txn.running_root, f"transaction {txn.id}")
+            self.running[txn.path] = txn.running_root
+        walk = self.walk(range(known + 1, later.version + 1),
+                         [t.running_root for t in extended], walk)
         self.result.nodes_walked, self.result.walk_levels = walk.nodes, walk.levels
         self.result.protected = dict(sorted(self.protected.items()))
         reached = self.engine.reached(candidates, walk, SAMPLE_SIZE)
         if reached:
+            what = [f"versions {known + 1}..{later.version}, committed"] if (
+                later.version > known) else []
+            what += [f"distributed transaction {t.id}, extended" for t in extended]
             raise ExpiryAbortedError(
-                f"versions {known + 1}..{later.version}, committed after the walk, reference "
-                f"files about to be deleted ({', '.join(reached)})")
+                f"{' and '.join(what)} after the walk, reference files about to be deleted "
+                f"({', '.join(reached)})")
         return walk
 
 
@@ -380,6 +393,7 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
         records = engine.transactions(listing)
         live = [t for t in records if is_live(t, decision)]
         dead = [t for t in records if not is_live(t, decision)]
+        state.running = {t.path: t.running_root for t in live}
         for txn in live:
             state.protected[txn.beginning_root] = f"transaction {txn.id}"
             state.protected[txn.running_root] = f"transaction {txn.id}"
