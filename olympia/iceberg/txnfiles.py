@@ -34,14 +34,12 @@ job removes those after its grace period).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pyiceberg.catalog import delete_files
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 from olympia import exceptions as oe
-from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.distributed import DistributedTransaction, read_record
@@ -53,6 +51,7 @@ from olympia.iceberg.files import table_files
 from olympia.iceberg.locations import Place, confine, place
 from olympia.iceberg.metadata import is_iceberg
 from olympia.iceberg.retention import kept_versions
+from olympia.versions.dtxn import touched_objects
 from olympia.versions.history import changes
 
 logger = logging.getLogger(__name__)
@@ -148,8 +147,9 @@ def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,
         return result
     begin = staged.base
     changed: dict[Key, TableDef] = {}
-    for key in _touched(staged.actions):
-        if not staged.table_exists(*key):
+    for ref in touched_objects(staged.actions):
+        key = (ref.namespace, ref.name)
+        if ref.type != ObjectType.TABLE or not staged.table_exists(*key):
             continue
         definition = staged.load_table(*key)
         if not is_iceberg(definition) or (begin.table_exists(*key) and
@@ -159,7 +159,12 @@ def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,
     if not changed:
         return result
     uuids = {d.format_properties.get("table-uuid", "") for d in changed.values()}
-    committed = _Committed(catalog.olympia, uuids, begin.version, oldest_kept)
+    try:
+        committed = _Committed(catalog.olympia, uuids, begin.version, oldest_kept)
+    except oe.OlympiaError as exc:
+        result.left.append(f"the kept versions cannot be read ({exc}): the Iceberg files "
+                           "were left")
+        return result
     for (ns, name), definition in sorted(changed.items()):
         table = f"{ns}.{name}"
         try:
@@ -168,19 +173,6 @@ def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,
             result.left.append(f"table {table}: its files were left, since they could not "
                                f"be told from committed ones ({exc})")
     return result
-
-
-def _touched(recorded: Iterable[apb.ActionDef]) -> list[Key]:
-    """The tables the staged actions name (both names of a rename), in order."""
-    keys: dict[Key, None] = {}
-    for action in recorded:
-        obj = action.object
-        if obj.type != int(ObjectType.TABLE):
-            continue
-        keys[(obj.namespace, obj.name)] = None
-        if action.HasField("rename"):
-            keys[(obj.namespace, action.rename.to_name)] = None
-    return list(keys)
 
 
 class _Committed:
@@ -261,15 +253,27 @@ def _remove_table(catalog: OlympiaCatalog, key: Key, definition: TableDef,
             break
     result.left.extend(f"table {table}: {path} lies outside its location {location}; left"
                        for path in sorted(set(outside) - keep))
-    gone: list[str] = []
-    for kind, placed in written.items():
-        doomed = sorted(set(placed) - keep - set(outside))
-        delete_files(ours.io, set(doomed), kind)
-        gone.extend(doomed)
+    doomed = sorted({path for placed in written.values() for path in placed}
+                    - keep - set(outside))
+    errors = catalog.olympia.storage.map(lambda path: _delete(ours.io, path), doomed)
+    result.left.extend(f"table {table}: {path} could not be deleted ({error})"
+                       for path, error in zip(doomed, errors, strict=True) if error)
+    gone = [path for path, error in zip(doomed, errors, strict=True) if not error]
     if gone:
-        result.deleted[table] = sorted(gone)
+        result.deleted[table] = gone
         logger.info("distributed transaction %s: deleted %d files of table %s",
                     result.transaction, len(gone), table)
+
+
+def _delete(io: FileIO, path: str) -> str | None:
+    """Delete ``path`` (one already gone counts as deleted); why it failed, if it did."""
+    try:
+        io.delete(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return str(exc)
+    return None
 
 
 def _load(catalog: OlympiaCatalog, key: Key, metadata_file: str) -> Table:

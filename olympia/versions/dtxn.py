@@ -24,7 +24,7 @@ from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.distributed import read_record
-from olympia.catalog.keys import ObjectType, path_version
+from olympia.catalog.keys import ObjectRef, ObjectType, path_version
 from olympia.catalog.transaction import Transaction, now_millis
 from olympia.exceptions import (
     CommitConflict,
@@ -130,14 +130,21 @@ def format_age(ms: int) -> str:
     return " ".join(parts[:2])
 
 
-def touched(staged: list[apb.ActionDef]) -> dict[str, list[str]]:
-    """The tables and views ``staged`` actions change (both names of a rename), sorted."""
-    found: dict[str, set[str]] = {"tables": set(), "views": set()}
+def touched_objects(staged: list[apb.ActionDef]) -> list[ObjectRef]:
+    """The tables and views ``staged`` actions change (both names of a rename), in order."""
+    found: dict[ObjectRef, None] = {}
     for action in staged:
         for ref in (actions.ref_of(action), actions.renamed_ref(action)):
             if ref is not None and ref.type in (ObjectType.TABLE, ObjectType.VIEW):
-                found["tables" if ref.type == ObjectType.TABLE else "views"].add(str(ref))
-    return {kind: sorted(names) for kind, names in found.items()}
+                found[ref] = None
+    return list(found)
+
+
+def touched(staged: list[apb.ActionDef]) -> dict[str, list[str]]:
+    """The names of the tables and views ``staged`` actions change, sorted."""
+    refs = touched_objects(staged)
+    return {"tables": sorted(str(r) for r in refs if r.type == ObjectType.TABLE),
+            "views": sorted(str(r) for r in refs if r.type == ObjectType.VIEW)}
 
 
 def summarize_transaction(catalog: Catalog, txn_id: str,
