@@ -338,6 +338,28 @@ def test_list_and_show_say_age_user_and_what_was_touched(location: Location) -> 
     assert (at["age_millis"], at["age"]) == (2 * 3_600_000 + 5 * 60_000 + 7, "2h 5m")
 
 
+def test_list_and_show_a_transaction_whose_beginning_version_expired(
+        location: Location) -> None:
+    """An expired record younger than the grace period outlives its beginning version's
+    root: list and show still answer, saying what they cannot tell."""
+    catalog = Catalog.create(location.uri, location.storage_options)
+    catalog.create_namespace("s")
+    catalog.begin_transaction("old")
+    statement(catalog, "old", "x")
+    for i in range(3):
+        catalog.create_table("s", f"t{i}", columns=COLS)
+    expire_dtxn(catalog, "old")
+    record = next(f for f in catalog.storage.list() if f.path.startswith("dtxn/"))
+    young = math.floor(record.modified * 1000) + GRACE_MS - 1  # the record is younger
+    expire_local(catalog, policy(keep_last=1), settle_ms=0, clock=frozen(young))
+    (listed,) = json.loads(txn(location, "list", "--json").output)
+    assert (listed["id"], listed["tables"], listed["expired"]) == ("old", None, True)
+    assert "touches (unknown: its beginning version expired)" in txn(location, "list").output
+    shown = json.loads(txn(location, "show", "old", "--json").output)
+    assert shown["actions"] is None and shown["user"] is None
+    assert "unknown: its beginning version expired" in txn(location, "show", "old").output
+
+
 @pytest.mark.parametrize(("ms", "text"), [
     (0, "0s"), (999, "0s"), (45_000, "45s"), (61_000, "1m 1s"), (3_600_000, "1h"),
     (3_600_000 + 59_000, "1h"), (90_061_000, "1d 1h"), (86_400_000 * 30, "30d")])

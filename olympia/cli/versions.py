@@ -361,7 +361,7 @@ def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
     click.echo(f"    touches {_touched_text(shown)}")
     for key, value in sorted(shown["info"].items()):
         click.echo(f"    {key}: {value}")
-    for action in shown["actions"]:
+    for action in shown["actions"] or ():
         click.echo(f"    {action['description']}")
 
 

@@ -157,6 +157,13 @@ def summarize_transaction(catalog: Catalog, txn_id: str,
     Raises:
         NoSuchTransactionError: There is none.
     """
+    return _summary(catalog, txn_id, now_ms)[0]
+
+
+def _summary(catalog: Catalog, txn_id: str, now_ms: int | None,
+             ) -> tuple[dict[str, Any], list[apb.ActionDef] | None]:
+    """:func:`summarize_transaction`, and the staged actions it read (``None``: none could
+    be)."""
     dtx = catalog.distributed_transaction(txn_id)
     try:
         staged: list[apb.ActionDef] | None = dtx.staged_actions()
@@ -165,21 +172,22 @@ def summarize_transaction(catalog: Catalog, txn_id: str,
     info = next((dict(a.info) for a in staged or () if a.type == A.TRANSACTION_INFO), {})
     names = touched(staged) if staged is not None else {"tables": None, "views": None}
     return {**transaction_dict(dtx.record, now_ms), "user": info.get("user"), "info": info,
-            **names}
+            **names}, staged
 
 
 def describe_transaction(catalog: Catalog, txn_id: str,
                          now_ms: int | None = None) -> dict[str, Any]:
     """:func:`summarize_transaction` plus what it would commit: its actions (as
-    ``olympia log`` describes a version's).
+    ``olympia log`` describes a version's; ``None`` when its beginning version expired).
 
     Raises:
         NoSuchTransactionError: There is none.
     """
-    shown = summarize_transaction(catalog, txn_id, now_ms)
-    dtx = catalog.distributed_transaction(txn_id)
+    shown, staged = _summary(catalog, txn_id, now_ms)
+    if staged is None:
+        return {**shown, "actions": None}
     # formatted as ``olympia log`` formats a version's annotations and actions
-    pending = VersionInfo(0, dtx.record.began_at_millis, tuple(dtx.staged_actions())).to_dict()
+    pending = VersionInfo(0, shown["began_at_millis"], tuple(staged)).to_dict()
     return {**shown, "actions": pending["actions"]}
 
 
