@@ -21,12 +21,13 @@ from olympia.cli.common import (
     open_catalog,
     parse_storage_options,
 )
+from olympia.iceberg import lacks_pyiceberg
 from olympia.plan.apply import check_allowed
 from olympia.plan.changes import column_text
 from olympia.plan.render import change_lines, paint
 from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.plan.versiondiff import version_diff
-from olympia.versions.dtxn import describe_transaction, transaction_dict
+from olympia.versions.dtxn import describe_transaction, summarize_transactions, transaction_dict
 from olympia.versions.export import MAX_DEPTH
 from olympia.versions.policy import parse_duration
 from olympia.versions.timetravel import format_millis
@@ -314,18 +315,28 @@ def txn_commit(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
 @json_option
 @handle_errors
 def txn_list(catalog_uri: str, storage_option: tuple[str, ...], as_json: bool) -> None:
-    """Every distributed transaction, oldest first."""
+    """Every distributed transaction, oldest first: its state, beginning version, age, who
+    opened it and the tables and views it touched."""
     catalog = open_catalog(catalog_uri, storage_option)
-    records = [transaction_dict(r) for r in versions.list_transactions(catalog)]
+    records = summarize_transactions(catalog)
     if as_json:
         echo_json(records)
         return
     for r in records:
         state = "expired" if r["expired"] else "expires"
         click.echo(f"{r['id']}  {r['state']}  {r['isolation']}  from version "
-                   f"{r['beginning_version']}  began {r['began_at']}  {state} {r['expires_at']}")
+                   f"{r['beginning_version']}  age {r['age']}  by {r['user'] or 'unknown'}  "
+                   f"{state} {r['expires_at']}  touches {_touched_text(r)}")
     if not records:
         click.echo("no distributed transactions")
+
+
+def _touched_text(shown: dict[str, Any]) -> str:
+    """The tables and views a transaction touched, in words."""
+    if shown["tables"] is None:
+        return "(unknown: its beginning version expired)"
+    names = [*shown["tables"], *(f"view {v}" for v in shown["views"])]
+    return ", ".join(names) if names else "nothing yet"
 
 
 @txn.command("show")
@@ -335,7 +346,8 @@ def txn_list(catalog_uri: str, storage_option: tuple[str, ...], as_json: bool) -
 @handle_errors
 def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
              as_json: bool) -> None:
-    """A distributed transaction: its record and the changes it would commit."""
+    """A distributed transaction: its record, who opened it, what it touched and the
+    changes it would commit."""
     catalog = open_catalog(catalog_uri, storage_option)
     shown = describe_transaction(catalog, txn_id)
     if as_json:
@@ -343,11 +355,13 @@ def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
         return
     click.echo(click.style(f"transaction {shown['id']}  {shown['state']}  "
                            f"{shown['isolation']}", bold=True))
-    click.echo(f"    began {shown['began_at']} from version {shown['beginning_version']}")
+    click.echo(f"    began {shown['began_at']} from version {shown['beginning_version']} "
+               f"(age {shown['age']}) by {shown['user'] or 'unknown'}")
     click.echo(f"    {'expired' if shown['expired'] else 'expires'} {shown['expires_at']}")
+    click.echo(f"    touches {_touched_text(shown)}")
     for key, value in sorted(shown["info"].items()):
         click.echo(f"    {key}: {value}")
-    for action in shown["actions"]:
+    for action in shown["actions"] or ():
         click.echo(f"    {action['description']}")
 
 
@@ -358,13 +372,36 @@ def txn_show(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
 @handle_errors
 def txn_abort(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str,
               as_json: bool) -> None:
-    """Discard a distributed transaction; the expiry job removes the files it wrote."""
+    """Discard a distributed transaction, then delete the Iceberg files its statements
+    wrote that no kept version names (under each table's location only); the expiry job
+    removes its catalog files."""
     catalog = open_catalog(catalog_uri, storage_option)
-    versions.abort_transaction(catalog, txn_id)
-    if as_json:
-        echo_json({"id": txn_id, "aborted": True})
+    try:
+        from olympia.iceberg.catalog import OlympiaCatalog
+        from olympia.iceberg.txnfiles import abort_transaction
+    except ModuleNotFoundError as exc:
+        if not lacks_pyiceberg(exc):
+            raise
+        versions.abort_transaction(catalog, txn_id)
+        deleted: dict[str, list[str]] = {}
+        left = ["pyiceberg is not installed, so the Iceberg files the transaction wrote (if "
+                "any) cannot be read: they were left"]
     else:
-        click.echo(f"Aborted distributed transaction {txn_id}")
+        removed = abort_transaction(OlympiaCatalog.over(catalog), txn_id)
+        deleted, left = removed.deleted, removed.left
+    if as_json:
+        # the Iceberg files' keys only when there are any (a catalog without Iceberg tables
+        # answers as before)
+        echo_json({"id": txn_id, "aborted": True, **({"deleted_files": deleted} if deleted
+                                                      else {}), **({"left": left} if left
+                                                                   else {})})
+        return
+    count = sum(len(paths) for paths in deleted.values())
+    click.echo(f"Aborted distributed transaction {txn_id}"
+               + (f"; deleted {count} Iceberg files of {', '.join(sorted(deleted))}"
+                  if deleted else ""))
+    for message in left:
+        click.echo(f"    left: {message}")
 
 
 COMMANDS = [log, show, diff, rollback, export, txn]

@@ -15,10 +15,13 @@ The order is the safety argument (docs/EXPIRY.md spells it out):
 5. **re-read the latest version** and walk anything committed meanwhile;
 6. **classify**: listed minus reachable, restricted to files the format names, roots below
    the new oldest version, other files older than the grace period;
-7. **delete** expired roots first, then the other files; then **verify** by listing again.
+7. **delete** the Iceberg files of transactions expired past the grace period (their
+   records still lead to them: :mod:`olympia.expire.txnfiles`), expired roots, then the
+   other files; then **verify** by listing again.
    Right before each of the two deletes, ``vn/oldest`` is put back if a concurrent run
-   lowered it, and the latest version is read again: versions committed since are walked,
-   and if one reaches a file about to be deleted the run stops.
+   lowered it, and the latest version and the live transactions' records are read again:
+   versions committed since and running roots statements added since are walked, and if
+   one reaches a file about to be deleted the run stops.
 
 Nothing is deleted before step 7, ``vn/oldest`` only moves up, and every step is recomputed
 from storage, so a run that crashes anywhere can simply be run again.
@@ -48,7 +51,9 @@ from olympia.expire.reachability import (
     effective_now,
     is_live,
     listing_prefixes,
+    read_transactions,
 )
+from olympia.expire.txnfiles import remove_expired
 from olympia.versions.policy import Decision, ExpirePolicy, decide, export_roots, format_duration
 
 SAMPLE_SIZE = 20
@@ -133,6 +138,8 @@ class ExpireResult:
     new_oldest_version: int = 0
     versions_expired: int = 0
     protected: dict[str, str] = field(default_factory=dict)
+    #: expired transaction -> how many of its Iceberg files were deleted
+    transaction_files: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     folders: dict[str, FolderStats] = field(
         default_factory=lambda: {f: FolderStats() for f in FOLDERS})
@@ -202,6 +209,8 @@ class ExpireResult:
                          f"{f.deleted:>9} {f.failed:>7} {f.bytes_deleted:>14}")
         for path, why in sorted(self.protected.items()):
             lines.append(f"  kept {path} ({why})")
+        for txn_id, count in sorted(self.transaction_files.items()):
+            lines.append(f"  deleted {count} Iceberg files of expired transaction {txn_id}")
         lines.extend(f"  warning: {w}" for w in self.warnings)
         lines.extend(f"  error: {e}" for e in self.errors)
         pol = self.policy
@@ -239,6 +248,7 @@ class _Run:
         self.decision = decision
         self.on_step = on_step
         self.protected: dict[str, str] = {}
+        self.running: dict[str, str] = {}  # live transactions' records -> the roots walked
         self.read_cdefs: set[str] = set()
         self.result = ExpireResult(
             catalog.uri, engine.name, False, policy.to_dict(), decision.now_ms,
@@ -310,21 +320,31 @@ class _Run:
 
     def recheck(self, walk: Walk, candidates: Any) -> Walk:
         """Right before a delete: hold ``vn/oldest``, walk the versions committed since the
-        walk, and stop if one of them reaches a candidate."""
+        walk and the running roots live transactions' records name now (statements added
+        since), and stop if one of them reaches a candidate."""
         self.hold_oldest()
         known = self.result.latest_version_at_end
         later = self.files.discover_latest()
-        if later.version <= known:
+        extended = [t for t in read_transactions(self.files.storage, sorted(self.running))
+                    if self.running[t.path] != t.running_root]
+        if later.version <= known and not extended:
             return walk
         self.result.latest_version_at_end = later.version
-        walk = self.walk(range(known + 1, later.version + 1), [], walk)
+        for txn in extended:
+            self.protected.setdefault(txn.running_root, f"transaction {txn.id}")
+            self.running[txn.path] = txn.running_root
+        walk = self.walk(range(known + 1, later.version + 1),
+                         [t.running_root for t in extended], walk)
         self.result.nodes_walked, self.result.walk_levels = walk.nodes, walk.levels
         self.result.protected = dict(sorted(self.protected.items()))
         reached = self.engine.reached(candidates, walk, SAMPLE_SIZE)
         if reached:
+            what = [f"versions {known + 1}..{later.version}, committed"] if (
+                later.version > known) else []
+            what += [f"distributed transaction {t.id}, extended" for t in extended]
             raise ExpiryAbortedError(
-                f"versions {known + 1}..{later.version}, committed after the walk, reference "
-                f"files about to be deleted ({', '.join(reached)})")
+                f"{' and '.join(what)} after the walk, reference files about to be deleted "
+                f"({', '.join(reached)})")
         return walk
 
 
@@ -370,7 +390,10 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
         result.latest_version_at_end = latest.version
         # records are read after that: one that vanished meanwhile was committed, and its
         # root is then found by the re-read of the latest version after the walk
-        live = [t for t in engine.transactions(listing) if is_live(t, decision)]
+        records = engine.transactions(listing)
+        live = [t for t in records if is_live(t, decision)]
+        dead = [t for t in records if not is_live(t, decision)]
+        state.running = {t.path: t.running_root for t in live}
         for txn in live:
             state.protected[txn.beginning_root] = f"transaction {txn.id}"
             state.protected[txn.running_root] = f"transaction {txn.id}"
@@ -425,6 +448,10 @@ def run(engine: Engine, catalog: Catalog, policy: ExpirePolicy, dry_run: bool = 
         walk = state.recheck(walk, candidates)
         state.lap("recheck")
         stage = " while deleting (run it again to finish)"
+        # before the records, the only way to them (olympia/expire/txnfiles.py); timed
+        # with the roots' delete
+        result.transaction_files, notes = remove_expired(catalog, dead, decision.new_oldest)
+        result.warnings.extend(notes)
         report = engine.delete(candidates, roots=True)
         state.lap("delete_roots")
         state.step("roots-deleted")

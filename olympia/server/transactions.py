@@ -25,6 +25,7 @@ from olympia import exceptions as oe
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.actions import A
 from olympia.catalog.distributed import STATES, DistributedTransaction
+from olympia.iceberg.txnfiles import abort_transaction
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import UpdateNamespacePropertiesBody
 from olympia.server.service import CatalogService, Page, paginate
@@ -168,7 +169,9 @@ class SystemNamespaces:
         return {"updated": [COMMIT], "removed": [], "missing": []}
 
     def drop(self, levels: Sequence[str]) -> None:
-        """Drop ``sys.dtxns.<id>``: abort it.
+        """Drop ``sys.dtxns.<id>``: abort it, then delete the Iceberg files its statements
+        wrote that no kept version names (:func:`olympia.iceberg.txnfiles.abort_transaction`:
+        the record goes first, so a racing commit never lands without its files).
 
         Raises:
             RestError: ``sys`` or ``sys.dtxns`` (403).
@@ -176,4 +179,5 @@ class SystemNamespaces:
         if tuple(levels) in (SYSTEM[:1], SYSTEM):
             raise RestError(403, "ForbiddenException",
                             f"namespace {'.'.join(levels)} is the server's own")
-        self._transaction(levels).abort()
+        dtx = self._transaction(levels)
+        abort_transaction(self.service.catalog, dtx.id)

@@ -28,6 +28,7 @@ from olympia.plan.render import SIGNS, change_lines
 from olympia.plan.versiondiff import version_diff
 from olympia.ui import pages
 from olympia.ui.timeline import timeline
+from olympia.versions.dtxn import summarize_transactions
 from olympia.versions.timetravel import format_millis, resolve
 
 HERE = Path(__file__).parent
@@ -226,6 +227,12 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       entries=[(e, e.to_dict()) for e in page.entries],
                       is_export=pages.is_export, limit=limit,
                       max_actions=pages.ACTIONS_SHOWN)
+
+    @app.get("/transactions", response_class=HTMLResponse)
+    def transactions(request: Request) -> HTMLResponse:
+        ctx = context(request, None, None)
+        return render(request, "transactions.html", ctx=ctx,
+                      transactions=summarize_transactions(ctx.catalog))
 
     @app.get("/diff", response_class=HTMLResponse)
     def diff(request: Request, to: int, from_: FromVersion = None) -> HTMLResponse:

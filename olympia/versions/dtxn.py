@@ -17,15 +17,23 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
+from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
-from olympia.catalog import distributed
+from olympia.catalog import actions, distributed
+from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.distributed import read_record
-from olympia.catalog.keys import path_version
+from olympia.catalog.keys import ObjectRef, ObjectType, path_version
 from olympia.catalog.transaction import Transaction, now_millis
-from olympia.exceptions import CommitConflict, InvalidArgumentError, NoSuchTransactionError
+from olympia.exceptions import (
+    CommitConflict,
+    InvalidArgumentError,
+    NoSuchTransactionError,
+    NoSuchVersionError,
+)
 from olympia.versions.history import VersionInfo
+from olympia.versions.policy import MS
 from olympia.versions.timetravel import format_millis
 
 
@@ -87,8 +95,12 @@ def resume_transaction(catalog: Catalog, txn_id: str) -> Transaction:
     return txn
 
 
-def transaction_dict(record: pb.DistributedTransactionDef) -> dict[str, Any]:
-    """A transaction's record as ``olympia txn`` prints it."""
+def transaction_dict(record: pb.DistributedTransactionDef,
+                     now_ms: int | None = None) -> dict[str, Any]:
+    """A transaction's record as ``olympia txn`` prints it, with its age at ``now_ms``
+    (default: now)."""
+    now = now_millis() if now_ms is None else now_ms
+    age = max(0, now - record.began_at_millis)
     return {
         "id": record.id,
         "state": distributed.STATES.get(record.state, "unknown"),
@@ -98,24 +110,102 @@ def transaction_dict(record: pb.DistributedTransactionDef) -> dict[str, Any]:
         "running_root": record.running_root_node_file_path,
         "began_at_millis": record.began_at_millis,
         "began_at": format_millis(record.began_at_millis),
+        "age_millis": age,
+        "age": format_age(age),
         "expire_at_millis": record.expire_at_millis,
         "expires_at": format_millis(record.expire_at_millis),
-        "expired": now_millis() > record.expire_at_millis,
+        "expired": now > record.expire_at_millis,
     }
 
 
-def describe_transaction(catalog: Catalog, txn_id: str) -> dict[str, Any]:
-    """A transaction's record plus what it would commit: annotations, actions, and the
-    tables and views it touched."""
+def format_age(ms: int) -> str:
+    """A duration rounded down to its two largest units (``2h 5m``, ``45s``)."""
+    parts: list[str] = []
+    for unit in ("d", "h", "m", "s"):
+        if ms >= MS[unit] or (unit == "s" and not parts):
+            parts.append(f"{ms // MS[unit]}{unit}")
+            ms %= MS[unit]
+        elif parts:
+            break
+    return " ".join(parts[:2])
+
+
+def touched_objects(staged: list[apb.ActionDef]) -> list[ObjectRef]:
+    """The tables and views ``staged`` actions change (both names of a rename), in order."""
+    found: dict[ObjectRef, None] = {}
+    for action in staged:
+        for ref in (actions.ref_of(action), actions.renamed_ref(action)):
+            if ref is not None and ref.type in (ObjectType.TABLE, ObjectType.VIEW):
+                found[ref] = None
+    return list(found)
+
+
+def touched(staged: list[apb.ActionDef]) -> dict[str, list[str]]:
+    """The names of the tables and views ``staged`` actions change, sorted."""
+    refs = touched_objects(staged)
+    return {"tables": sorted(str(r) for r in refs if r.type == ObjectType.TABLE),
+            "views": sorted(str(r) for r in refs if r.type == ObjectType.VIEW)}
+
+
+def summarize_transaction(catalog: Catalog, txn_id: str,
+                          now_ms: int | None = None) -> dict[str, Any]:
+    """A transaction's record (:func:`transaction_dict`), who opened it (the ``user``
+    annotation, ``olympia txn begin``'s; ``None`` if it has none), its annotations, and
+    the tables and views it touched (``None`` when its beginning version expired and its
+    running tree cannot be read).
+
+    Raises:
+        NoSuchTransactionError: There is none.
+    """
+    return _summary(catalog, txn_id, now_ms)[0]
+
+
+def _summary(catalog: Catalog, txn_id: str, now_ms: int | None,
+             ) -> tuple[dict[str, Any], list[apb.ActionDef] | None]:
+    """:func:`summarize_transaction`, and the staged actions it read (``None``: none could
+    be)."""
     dtx = catalog.distributed_transaction(txn_id)
+    try:
+        staged: list[apb.ActionDef] | None = dtx.staged_actions()
+    except NoSuchVersionError:
+        staged = None
+    info = next((dict(a.info) for a in staged or () if a.type == A.TRANSACTION_INFO), {})
+    names = touched(staged) if staged is not None else {"tables": None, "views": None}
+    return {**transaction_dict(dtx.record, now_ms), "user": info.get("user"), "info": info,
+            **names}, staged
+
+
+def describe_transaction(catalog: Catalog, txn_id: str,
+                         now_ms: int | None = None) -> dict[str, Any]:
+    """:func:`summarize_transaction` plus what it would commit: its actions (as
+    ``olympia log`` describes a version's; ``None`` when its beginning version expired).
+
+    Raises:
+        NoSuchTransactionError: There is none.
+    """
+    shown, staged = _summary(catalog, txn_id, now_ms)
+    if staged is None:
+        return {**shown, "actions": None}
     # formatted as ``olympia log`` formats a version's annotations and actions
-    pending = VersionInfo(0, dtx.record.began_at_millis, tuple(dtx.staged_actions())).to_dict()
-    return {**transaction_dict(dtx.record), "info": pending["info"],
-            "actions": pending["actions"]}
+    pending = VersionInfo(0, shown["began_at_millis"], tuple(staged)).to_dict()
+    return {**shown, "actions": pending["actions"]}
+
+
+def summarize_transactions(catalog: Catalog,
+                           now_ms: int | None = None) -> list[dict[str, Any]]:
+    """:func:`summarize_transaction` of every distributed transaction, oldest first."""
+    summaries = []
+    for record in list_transactions(catalog):
+        try:
+            summaries.append(summarize_transaction(catalog, record.id, now_ms))
+        except NoSuchTransactionError:
+            continue  # committed or aborted since the listing
+    return summaries
 
 
 def abort_transaction(catalog: Catalog, txn_id: str) -> None:
-    """Discard a transaction (its files become orphans for the expiry job).
+    """Discard a transaction (its catalog files become orphans for the expiry job; its
+    Iceberg files stay: :func:`olympia.iceberg.txnfiles.abort_transaction` removes them).
 
     Raises:
         NoSuchTransactionError: There is none.
