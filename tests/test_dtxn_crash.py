@@ -6,8 +6,8 @@ and `olympia verify` passes.
 The kill lands at a moment drawn from a seeded generator (timings vary from run to run);
 every assertion holds whatever the moment was. Committer processes killed at chosen steps,
 and a death at every storage call in turn (in process), make sure each state a kill can
-leave is reached in every run. The strict xfails at the end show what cannot be finished
-yet once an expiry run or the TTL passes.
+leave is reached in every run, and one left across an expiry run or past its TTL can still
+be finished.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pytest
 from cli_helpers import Cli
 from conftest import Location
-from expire_fixtures import frozen, mark_old, policy
+from expire_fixtures import expire_dtxn, frozen, mark_old, policy
 from restserver import RestServer, request
 
 from olympia import Catalog
@@ -347,20 +347,15 @@ def test_the_server_killed_mid_commit_leaves_a_commit_to_finish(
 
 # --- a committer killed at each step of the commit ------------------------------------------
 
-# Commits transaction ``txn`` (begun here with a statement if a TTL in ms is given); it
-# stalls (and says so) where ``step`` says, to be killed there: ``sealed``: the record is
-# COMMITTING and the version's root is not created yet; ``landed``: the version landed and
-# the record is not deleted yet.
+# Commits transaction ``txn``; it stalls (and says so) where ``step`` says, to be killed
+# there: ``sealed``: the record is COMMITTING and the version's root is not created yet;
+# ``landed``: the version landed and the record is not deleted yet.
 COMMITTER = textwrap.dedent("""
     import json, sys, time
     from olympia import Catalog
 
     uri, options, txn, step = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
     catalog = Catalog.open(uri, options)
-    if len(sys.argv) > 5:
-        catalog.begin_transaction(txn, ttl_millis=int(sys.argv[5]))
-        with catalog.transaction(name=txn) as stmt:
-            stmt.create_table("s", "one", columns=[{"name": "id", "type": "int8"}])
     storage = catalog.storage
     publish, delete = storage.publish, storage.delete
 
@@ -383,12 +378,11 @@ COMMITTER = textwrap.dedent("""
 """)
 
 
-def _kill_committer(location: Location, txn: str, step: str, *ttl: str) -> None:
-    """Commit ``txn`` (begun there with a TTL of ``ttl`` ms, if given) in another process
-    and SIGKILL it at ``step``."""
+def _kill_committer(location: Location, txn: str, step: str) -> None:
+    """Commit ``txn`` in another process and SIGKILL it at ``step``."""
     proc = subprocess.Popen(
         [sys.executable, "-c", COMMITTER, location.uri, json.dumps(location.storage_options),
-         txn, step, *ttl], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         txn, step], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=os.environ.copy())
     assert proc.stdout is not None and proc.stderr is not None
     try:
@@ -446,83 +440,76 @@ def test_a_committer_killed_at_each_step_leaves_a_commit_that_finishes_once(
     _verified(location)
 
 
-# --- resuming after the versions since the beginning expired (bugs, see the reasons) --------
-
-EXPIRY_BUG = ("the expiry job raises vn/oldest past the beginning version of a live "
-              "distributed transaction (it keeps only the beginning and running roots): "
-              "DistributedTransaction._landed then reads expired roots "
-              "(NoSuchVersionError), and the landing's commit protocol, its base root still "
-              "stored, creates the version after it below vn/oldest, where no reader finds it")
+# --- finishing after an expiry run, or after the TTL ---------------------------------------
 
 
-def _expire_all_but_the_latest(catalog: Catalog) -> None:
-    """Two versions outside the transaction, then an expiry run keeping only the latest."""
+def _expire_all_but_the_latest(catalog: Catalog, beginning: int) -> None:
+    """Two versions outside the transaction, then an expiry run asked to keep only the
+    latest: it keeps every version since the live transaction's beginning."""
     for name in ("x", "y"):
         catalog.create_table("s", name, columns=COLS)
     result = expire_local(catalog, policy(keep_last=1), settle_ms=0,
                           clock=frozen(mark_old(catalog)))
-    assert result.new_oldest_version == catalog.refresh()
+    assert result.new_oldest_version == beginning < catalog.refresh()
 
 
-@pytest.mark.xfail(strict=True, reason=EXPIRY_BUG)
 def test_a_commit_killed_after_landing_finishes_after_an_expiry_run(tmp_path: Path) -> None:
-    """The committer died after its version landed; an expiry run then kept only the
-    latest version. `olympia txn commit` must still finish the transaction (it landed:
-    delete the record, land nothing more); today it fails reading an expired version, and
-    abort refuses a COMMITTING record, so nothing but the TTL ends it."""
+    """The committer died after its version landed; an expiry run kept only what the live
+    record needs. `olympia txn commit` finishes the transaction (deletes the record, lands
+    nothing more)."""
     location = Location(str(tmp_path / "catalog"), {}, "local")
-    catalog = _stalled_commit(location, "landed")[0]
-    _expire_all_but_the_latest(catalog)
+    catalog, instance, beginning = _stalled_commit(location, "landed")
+    landed = _landed(catalog, instance)
+    _expire_all_but_the_latest(catalog, beginning)
     latest = catalog.version
-    finished = _cli(location)("txn", "commit", "-c", location.uri, "t")
+    finished = _cli(location)("txn", "commit", "-c", location.uri, "t", "--json")
     assert finished.exit_code == 0, finished.output
+    assert [json.loads(finished.output)["version"]] == landed
     assert catalog.refresh() == latest  # nothing landed twice
     assert {"one", "two"} <= set(catalog.list_tables("s"))
     assert not catalog.storage.exists(dtxn_path("t"))
+    _verified(location)
 
 
-@pytest.mark.xfail(strict=True, reason=EXPIRY_BUG)
 def test_an_open_transaction_commits_visibly_after_an_expiry_run(tmp_path: Path) -> None:
-    """An OPEN transaction (its writer gone) outlives an expiry run that keeps only the
-    latest version. Its commit must land where readers see it, or refuse and say so; today
-    it reports success with a version below vn/oldest that no reader finds, and deletes
-    the record: the transaction is lost without a word."""
+    """An OPEN transaction (its writer gone) outlives an expiry run asked to keep only the
+    latest version: the run keeps every version since its beginning, and its commit lands
+    where readers see it."""
     location = Location(str(tmp_path / "catalog"), {}, "local")
     catalog = Catalog.create(location.uri)
     catalog.create_namespace("s")
-    catalog.begin_transaction("t")
+    dtx = catalog.begin_transaction("t")
     with catalog.transaction(name="t") as stmt:
         stmt.create_table("s", "one", columns=COLS)
-    _expire_all_but_the_latest(catalog)
+    _expire_all_but_the_latest(catalog, dtx.record.beginning_version)
     committed = _cli(location)("txn", "commit", "-c", location.uri, "t", "--json")
-    if committed.exit_code == 0:
-        assert json.loads(committed.output)["version"] == catalog.refresh()
-        assert "one" in catalog.list_tables("s")
-    else:
-        assert "expired" in committed.output
+    assert committed.exit_code == 0, committed.output
+    assert json.loads(committed.output)["version"] == catalog.refresh()
+    assert "one" in catalog.list_tables("s")
+    _verified(location)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a record sealed (COMMITTING) whose committer died cannot be finished or aborted once "
-    "its TTL passed: DistributedTransaction.commit -> _finish -> _land refuses it as "
-    "expired (the landing's before_commit check), and abort() refuses every COMMITTING "
-    "record with 'commit it again to finish'; only the expiry job removes it"))
-def test_a_commit_killed_after_the_seal_can_be_ended_after_its_ttl(tmp_path: Path) -> None:
+def test_a_commit_killed_after_the_seal_is_aborted_after_its_ttl(tmp_path: Path) -> None:
     """The committer died after sealing the record, and nobody finished it before its TTL
-    passed: `olympia txn commit` refuses (expired), so `olympia txn abort` must end it
-    (nothing of it landed); today abort answers 'commit it again to finish'."""
+    passed (the record's expiry is moved into the past out of band): `olympia txn commit`
+    refuses it, and `olympia txn abort` ends it (a commit starts only with its whole time
+    budget before the expiry, so nothing can land it any more)."""
     location = Location(str(tmp_path / "catalog"), {}, "local")
     catalog = Catalog.create(location.uri)
     catalog.create_namespace("s")
     began = catalog.version
-    _kill_committer(location, "t", "sealed", "1000")
+    catalog.begin_transaction("t")
+    with catalog.transaction(name="t") as stmt:
+        stmt.create_table("s", "one", columns=COLS)
+    _kill_committer(location, "t", "sealed")
     dtx = catalog.distributed_transaction("t")
     assert dtx.state == "committing"
-    while not dtx.expired:  # a wait for a condition, not a guess at a duration
-        time.sleep(0.05)
     cli = _cli(location)
+    refused = cli("txn", "abort", "-c", location.uri, "t")
+    assert refused.exit_code != 0 and "commit it again to finish" in refused.output
+    expire_dtxn(catalog, "t")
     refused = cli("txn", "commit", "-c", location.uri, "t")
-    assert refused.exit_code != 0 and "expired" in refused.output
+    assert refused.exit_code != 0 and "abort it" in refused.output
     aborted = cli("txn", "abort", "-c", location.uri, "t")
     assert aborted.exit_code == 0, aborted.output
     assert catalog.refresh() == began and catalog.list_tables("s") == []

@@ -159,27 +159,24 @@ def test_expiry_keeps_an_open_transaction_extended_during_the_run(
     assert {*names, "late"} <= set(fresh.list_tables("s"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "catalog bug, reported: a distributed transaction whose beginning version is pinned by "
-    "expiry while the versions right after it expired commits into the hole below "
-    "vn/oldest (the commit protocol creates vn/<beginning + 1>, which expiry deleted): the "
-    "commit returns that version and nothing of it is visible"))
-def test_a_transaction_whose_next_versions_expired_commits_visibly_or_is_refused() -> None:
+def test_expiry_keeps_every_version_since_a_live_transaction_began() -> None:
+    """A run asked to keep only the latest version keeps every version since a live
+    transaction's beginning (its commit checks them all), and the commit lands visibly."""
     catalog = Catalog.create(f"memory://{uuid.uuid4().hex[:12]}", {}, order=3)
     catalog.create_namespace("s")
-    catalog.begin_transaction("live")
+    began = catalog.begin_transaction("live").record.beginning_version
     statement(catalog, "live", "late")
     for i in range(3):
         catalog.create_table("s", f"t{i}", columns=COLS)
     result = expire_local(catalog, policy(keep_last=1), settle_ms=0,
                           clock=frozen(past_grace(catalog)))
-    assert result.new_oldest_version == catalog.version
-    try:
-        version = catalog.distributed_transaction("live").commit()
-    except OlympiaError:
-        return  # refused: the beginning version's successors are gone
+    assert result.new_oldest_version == began
+    version = catalog.distributed_transaction("live").commit()
     fresh = Catalog.open(catalog.uri)
     assert version == fresh.version and "late" in fresh.list_tables("s")
+    later = expire_local(fresh, policy(keep_last=1), settle_ms=0,
+                         clock=frozen(past_grace(fresh)))
+    assert later.new_oldest_version == fresh.version  # ended: nothing holds versions back
 
 
 class StalledStatement:

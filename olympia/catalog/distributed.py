@@ -429,11 +429,14 @@ class DistributedTransaction:
                 return version
         return None
 
-    def abort(self) -> None:
+    def abort(self) -> pb.DistributedTransactionDef:
         """Discard everything added: nothing of it ever becomes visible (the files it
         wrote are left to the expiry job). A sealed record (its committer died) is aborted
         once it expired and nothing of it landed: a commit starts only with its whole time
         budget before the expiry (:data:`LANDING_MARGIN_MS`), so none can land it any more.
+
+        Returns:
+            The record as aborted (its running root names everything it discarded).
 
         Raises:
             NoSuchTransactionError: It was committed or aborted (or never began).
@@ -456,7 +459,7 @@ class DistributedTransaction:
                 if not self._swap(read, aborting):
                     continue
             self.storage.delete(self.path)
-            return
+            return self.record if read.record.state == pb.OPEN else read.record
 
 
 def read_record(files: CatalogFiles, txn_id: str) -> _Read:

@@ -42,7 +42,7 @@ from pyiceberg.table import Table
 from olympia import exceptions as oe
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.distributed import DistributedTransaction, read_record
+from olympia.catalog.distributed import DistributedTransaction
 from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import Snapshot
@@ -95,32 +95,7 @@ def abort_transaction(catalog: OlympiaCatalog, txn_id: str) -> RemovedFiles:
         CatalogError: It is being committed: commit it to finish.
     """
     dtx = catalog.olympia.distributed_transaction(txn_id)
-    return remove_files(catalog, dtx, _abort(dtx))
-
-
-def _abort(dtx: DistributedTransaction) -> pb.DistributedTransactionDef:
-    """Abort ``dtx`` and return its record as aborted (its last running root: the library's
-    ``abort`` does not return it). The record is swapped to ABORTING here so that the
-    running root is exactly the one aborted; ``abort`` then deletes it."""
-    while True:
-        read = read_record(dtx.files, dtx.id)
-        record = read.record
-        if record.state != pb.OPEN:
-            break  # aborting already (another aborter's), or committing (refused below)
-        aborting = pb.DistributedTransactionDef()
-        aborting.CopyFrom(record)
-        aborting.state = pb.ABORTING
-        if dtx.storage.replace(dtx.path, aborting.SerializeToString(deterministic=True),
-                               read.raw):
-            record = aborting
-            break
-    try:
-        dtx.abort()
-    except oe.NoSuchTransactionError:
-        if record.state != pb.ABORTING:
-            raise  # (never seen as aborting: committed meanwhile)
-        # another aborter deleted the ABORTING record first
-    return record
+    return remove_files(catalog, dtx, dtx.abort())
 
 
 def remove_files(catalog: OlympiaCatalog, dtx: DistributedTransaction,

@@ -15,7 +15,6 @@ before its first read; reads made after resuming are tracked and checked as usua
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -33,7 +32,7 @@ from olympia.exceptions import (
     NoSuchVersionError,
 )
 from olympia.versions.history import VersionInfo
-from olympia.versions.policy import MS
+from olympia.versions.policy import MS, transaction_records
 from olympia.versions.timetravel import format_millis
 
 
@@ -216,12 +215,4 @@ def abort_transaction(catalog: Catalog, txn_id: str) -> None:
 
 def list_transactions(catalog: Catalog) -> list[pb.DistributedTransactionDef]:
     """Every distributed transaction's record, oldest first."""
-    ids = [f.path.removeprefix("dtxn/").removesuffix(".binpb")
-           for f in catalog.storage.list("dtxn/") if f.path.endswith(".binpb")]
-    records = []
-    for txn_id in ids:
-        try:
-            records.append(read_record(catalog.files, unquote(txn_id)).record)
-        except NoSuchTransactionError:
-            continue  # committed or aborted since the listing
-    return sorted(records, key=lambda r: r.began_at_millis)
+    return sorted(transaction_records(catalog.files), key=lambda r: r.began_at_millis)

@@ -13,13 +13,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
+from urllib.parse import unquote
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.distributed import read_record
 from olympia.catalog.files import CatalogFiles
-from olympia.exceptions import InvalidArgumentError
+from olympia.exceptions import InvalidArgumentError, NoSuchTransactionError
 
 MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
@@ -191,9 +193,12 @@ def decide(files: CatalogFiles, policy: ExpirePolicy, now_ms: int) -> Decision:
     """The new oldest version for a resolved ``policy``.
 
     Version v expires when it is not among the last ``keep_last`` versions AND was
-    superseded (version v+1 created) at least ``older_than_ms`` before ``now_ms``. Root
-    creation times strictly increase with the version (format ruling 9), so "superseded long
-    enough ago" is monotonic in v and a binary search needs O(log V) root reads.
+    superseded (version v+1 created) at least ``older_than_ms`` before ``now_ms``, AND no
+    distributed transaction live at the grace cutoff began at or before it (its commit
+    checks every version since its beginning for conflicts, and looks there for the version
+    it landed). Root creation times strictly increase with the version (format ruling 9), so
+    "superseded long enough ago" is monotonic in v and a binary search needs O(log V) root
+    reads.
     """
     if policy.keep_last is None or policy.older_than_ms is None or policy.grace_ms is None:
         raise ValueError("decide() needs a resolved policy")
@@ -209,8 +214,25 @@ def decide(files: CatalogFiles, policy: ExpirePolicy, now_ms: int) -> Decision:
             low = mid + 1
         else:
             high = mid
-    return Decision(now_ms, now_ms - policy.grace_ms, old_oldest, low, latest,
-                    latest_root.catalog_def.order)
+    cutoff = now_ms - policy.grace_ms
+    began = [record.beginning_version for record in transaction_records(files)
+             if record.expire_at_millis > cutoff]
+    low = max(old_oldest, min([low, *began]))
+    return Decision(now_ms, cutoff, old_oldest, low, latest, latest_root.catalog_def.order)
+
+
+def transaction_records(files: CatalogFiles) -> list[pb.DistributedTransactionDef]:
+    """Every distributed transaction's record (one ended since the listing is left out)."""
+    records = []
+    for found in files.storage.list("dtxn/"):
+        if not found.path.endswith(".binpb"):
+            continue
+        txn_id = unquote(found.path.removeprefix("dtxn/").removesuffix(".binpb"))
+        try:
+            records.append(read_record(files, txn_id).record)
+        except NoSuchTransactionError:
+            continue
+    return records
 
 
 def export_roots(catalog_def: pb.CatalogDef) -> dict[str, str]:
