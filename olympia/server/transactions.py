@@ -95,11 +95,12 @@ class SystemNamespaces:
 
     def list_namespaces(self, parent: Sequence[str], page: Page) -> dict[str, Any]:
         """The children of ``sys`` (``sys.dtxns``), of ``sys.dtxns`` (the open
-        transactions) or of ``sys.dtxns.<id>`` (the namespaces inside it)."""
+        transactions, and those being committed) or of ``sys.dtxns.<id>`` (the namespaces
+        inside it)."""
         if tuple(parent) == SYSTEM[:1]:
             return {"namespaces": [list(SYSTEM)], "next-page-token": None}
         if tuple(parent) == SYSTEM:
-            ids = sorted(r.id for r in list_transactions(self.store) if r.state == pb.OPEN)
+            ids = sorted(r.id for r in list_transactions(self.store) if r.state != pb.ABORTING)
             shown, token = paginate(ids, page)
             return {"namespaces": [[*SYSTEM, i] for i in shown], "next-page-token": token}
         found = inside(parent)
