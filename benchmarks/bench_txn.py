@@ -12,8 +12,10 @@ reports no storage counts, so the catalog's storage operations per statement are
 in a second, in-process run of the same statements through ``OlympiaCatalog.confined()``
 (what the server uses) and its ``in_transaction``: ``Storage.stats`` of the catalog's own
 files (table files -- data, manifests, metadata -- go through pyiceberg's FileIO and are
-not counted). ``growth``: appends inside one long transaction, taking turns with appends
-outside it, first statements against last.
+not counted). ``server_work``: the server's own work for a ``load_table`` without HTTP,
+outside and inside (a service made per request, as the server does, and one kept).
+``growth``: appends inside one long transaction, taking turns with appends outside it,
+first statements against last.
 
 (b) Commits, in process: transactions touching N tables with S appends spread over them
 (configurations taking turns, order reversed every round); the time and storage operations
@@ -38,6 +40,7 @@ from pyiceberg.table import Table
 
 from benchmarks.common import ROOT, build_catalog, guarded, workdir
 from olympia.iceberg import OlympiaCatalog
+from olympia.server import CatalogService, transactions
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 NAMESPACE = "bench"
@@ -230,6 +233,41 @@ def statements_in_process(tmp: Path, rounds: int, per_kind: int) -> dict[str, An
     return {"rounds": rounds, "per_kind_per_round": per_kind, **out}
 
 
+def server_work(tmp: Path, loads: int) -> dict[str, Any]:
+    """The server's own work for a ``load_table`` (no HTTP: its CatalogService in this
+    process, answer encoded), paired per call: outside; inside as the server does it (a
+    service made for the request, :func:`olympia.server.transactions.in_transaction`); and
+    inside through one service kept across requests (what keeping it would save)."""
+    library = _library(tmp, "work")
+    library.create_namespace(NAMESPACE)
+    _targets(library, "out", "in")
+    library.olympia.begin_transaction("work")
+    inside = library.in_transaction("work").load_table((NAMESPACE, "in"))
+    outside = library.load_table((NAMESPACE, "out"))
+    for i in range(10):  # a few snapshots each, as a table being written has
+        inside.append(_row(i))
+        outside.append(_row(i))
+    service = CatalogService(library, {})
+    kept = transactions.in_transaction(service, "work")
+    calls: dict[str, Callable[[], object]] = {
+        "outside": lambda: service.load_table(NAMESPACE, "out", "all"),
+        "inside_per_request": lambda: transactions.in_transaction(service, "work").load_table(
+            NAMESPACE, "in", "all"),
+        "inside_service_kept": lambda: kept.load_table(NAMESPACE, "in", "all")}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():
+        call()  # warm: the first call of each kind parses and encodes
+    for i in range(loads):
+        for name in list(calls) if i % 2 == 0 else list(calls)[::-1]:
+            samples[name].append(_timed(calls[name]))
+    library.olympia.distributed_transaction("work").abort()
+    library.close()
+    out: dict[str, Any] = {"loads": loads, **{name: _ms(v) for name, v in samples.items()}}
+    out["ratio_of_medians"] = {name: round(out[name]["p50_ms"] / out["outside"]["p50_ms"], 2)
+                               for name in calls if name != "outside"}
+    return out
+
+
 def growth(tmp: Path, statements: int, spread: int = 4) -> dict[str, Any]:
     """Appends inside ONE transaction, taking turns with appends outside it, each side's
     spread over ``spread`` tables (pyiceberg's own work grows with a table's snapshots):
@@ -327,6 +365,7 @@ def run(quick: bool) -> dict[str, Any]:
     with workdir() as tmp:
         out["served"] = guarded(lambda: statements_served(tmp, rounds, per_kind))
         out["in_process"] = guarded(lambda: statements_in_process(tmp, rounds, per_kind))
+        out["server_work"] = guarded(lambda: server_work(tmp, 50 * per_kind))
         out["growth"] = guarded(lambda: growth(tmp, grow))
         out["commits"] = guarded(lambda: commits(tmp, commit_rounds, (1, 4, 16), objects))
     return out
