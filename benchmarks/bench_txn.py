@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +60,6 @@ def _ms(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(ordered) * 1000, 3),
             "p90_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))] * 1000, 3),
             "count": len(ordered)}
-
-
-def _loadavg() -> float:
-    """The one-minute load average (0 where the system does not report one)."""
-    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
 
 
 def _library(tmp: Path, name: str) -> OlympiaCatalog:
@@ -107,8 +103,7 @@ KINDS = ("append", "create", "load_table")
 
 
 def _paired_round(outside: _Sides, inside: _Sides, r: int, per_kind: int,
-                  samples: dict[str, dict[str, list[float]]],
-                  measure: Callable[[Callable[[], object]], float]) -> dict[str, float]:
+                  samples: dict[str, dict[str, list[float]]]) -> dict[str, float]:
     """One round: ``per_kind`` statements of each kind on each side, taking turns (the
     side going first alternates); each round's ratio of medians per kind."""
     ratios = {}
@@ -118,7 +113,7 @@ def _paired_round(outside: _Sides, inside: _Sides, r: int, per_kind: int,
             i = r * 10**6 + k
             order = (("outside", outside), ("inside", inside))
             for side, sides in order if (r + k) % 2 == 0 else order[::-1]:
-                mine[side].append(measure(sides.statement(kind, i)))
+                mine[side].append(_timed(sides.statement(kind, i)))
         for side, values in mine.items():
             samples[kind][side].extend(values)
         ratios[kind] = round(statistics.median(mine["inside"])
@@ -160,7 +155,6 @@ def statements_served(tmp: Path, rounds: int, per_kind: int) -> dict[str, Any]:
     samples: dict[str, dict[str, list[float]]] = {k: {"outside": [], "inside": []}
                                                   for k in KINDS}
     per_round, commits, versions = [], [], []
-    load = [_loadavg()]
     with _server(library) as server:
         client = server.client()
         for r in range(rounds):
@@ -170,17 +164,15 @@ def statements_served(tmp: Path, rounds: int, per_kind: int) -> dict[str, Any]:
             outside = _Sides(client, f"out{r}")
             inside = _Sides(server.client(f"in{r}", warehouse=f"{server.warehouse}@txn:{txn}"),
                             f"in{r}")
-            per_round.append(_paired_round(outside, inside, r, per_kind, samples, _timed))
+            per_round.append(_paired_round(outside, inside, r, per_kind, samples))
             before = _latest(library)
-            commits.append(_timed(lambda t=txn: client.update_namespace_properties(  # type: ignore[misc]
-                (*SYS, t), updates={"commit": "true"})))
+            commits.append(_timed(partial(client.update_namespace_properties, (*SYS, txn),
+                                          updates={"commit": "true"})))
             versions.append(_latest(library) - before)
-        load.append(_loadavg())
     library.close()
     return {"rounds": rounds, "per_kind_per_round": per_kind, **_summary(samples, per_round),
-            "commit_through_sys_dtxns": {**_ms(commits), "statements": 3 * per_kind,
-                                         "versions_made": versions},
-            "loadavg": load}
+            "commit_through_sys_dtxns": {**_ms(commits), "write_statements": 2 * per_kind,
+                                         "versions_made": versions}}
 
 
 class _Counted:
@@ -223,7 +215,7 @@ def statements_in_process(tmp: Path, rounds: int, per_kind: int) -> dict[str, An
                 for k in range(2):
                     counted(sides.statement(kind, 10**9 + r * 10 + k))
                 ops[kind].setdefault(side, []).extend(counted.ops)
-        per_round.append(_paired_round(outside, inside, r, per_kind, samples, _timed))
+        per_round.append(_paired_round(outside, inside, r, per_kind, samples))
         library.olympia.distributed_transaction(txn).commit()
     library.close()
     out = _summary(samples, per_round)
@@ -287,7 +279,7 @@ def growth(tmp: Path, statements: int, spread: int = 4) -> dict[str, Any]:
     for i in range(statements):
         for side in sides if i % 2 == 0 else sides[::-1]:
             table = tables[side][i % spread]
-            seconds[side].append(counted[side](lambda t=table, i=i: t.append(_row(i))))  # type: ignore[misc]
+            seconds[side].append(counted[side](partial(table.append, _row(i))))
     library.olympia.distributed_transaction("growth").abort()
     library.close()
     window = max(2, statements // 10)
@@ -301,6 +293,10 @@ def growth(tmp: Path, statements: int, spread: int = 4) -> dict[str, Any]:
         part: round(out["inside"][part]["p50_ms"] / out["outside"][part]["p50_ms"], 2)
         for part in ("first", "last")}
     return out
+
+
+def _commit(library: OlympiaCatalog, txn: str) -> int:
+    return library.olympia.distributed_transaction(txn).commit()
 
 
 def commits(tmp: Path, rounds: int, sizes: tuple[int, ...], objects: int) -> dict[str, Any]:
@@ -329,7 +325,7 @@ def commits(tmp: Path, rounds: int, sizes: tuple[int, ...], objects: int) -> dic
                       for name in names[:n]}
             version = _latest(library)
             counted = _Counted(library)
-            seconds = counted(lambda t=txn: library.olympia.distributed_transaction(t).commit())  # type: ignore[misc]
+            seconds = counted(partial(_commit, library, txn))
             entry = found[n, s]
             entry["seconds"].append(seconds)
             entry["ops"].append(counted.ops[0])
@@ -362,10 +358,12 @@ def run(quick: bool) -> dict[str, Any]:
                 "statements",
         "storage_ops_counted": "in process (Storage.stats of the catalog's files through "
                                "OlympiaCatalog.confined()); the server reports none"}
+    load = os.getloadavg()
     with workdir() as tmp:
         out["served"] = guarded(lambda: statements_served(tmp, rounds, per_kind))
         out["in_process"] = guarded(lambda: statements_in_process(tmp, rounds, per_kind))
         out["server_work"] = guarded(lambda: server_work(tmp, 50 * per_kind))
         out["growth"] = guarded(lambda: growth(tmp, grow))
         out["commits"] = guarded(lambda: commits(tmp, commit_rounds, (1, 4, 16), objects))
+    out["load_average"] = [round(x, 2) for x in (*load, *os.getloadavg())]
     return out
