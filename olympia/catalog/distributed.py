@@ -309,17 +309,9 @@ class DistributedTransaction:
                  change: Change) -> Root | None:
         """Write the running tree of ``change`` on ``base``, then swap the record to it:
         the new running root, or None if another writer replaced the record first."""
-        created = now_millis()
-        flushed = apply_changes(base, base.root.node, change.pending, created)
-        rows = _merged(self._staged(base), recorded)
-        running = Node(flushed.keys, flushed.values, flushed.children, created,
-                       catalog_def=base.root.node.catalog_def,
-                       previous_root=read.record.beginning_root_node_file_path,
-                       actions=tuple(actions.encode_row(base.codec, a) for a in rows))
-        path = btree.new_node_path()
-        order = base.catalog_def.order
-        self.storage.write_many({**change.new_defs, **btree.encode_files(flushed.files, order),
-                                 path: encode_node(running, order)})
+        path, running, files = _running_tree(base, self._staged(base), recorded, change,
+                                             read.record.beginning_root_node_file_path)
+        self.storage.write_many(files)
         record = pb.DistributedTransactionDef()
         record.CopyFrom(read.record)
         record.running_root_node_file_path = path
@@ -482,9 +474,11 @@ def read_record(files: CatalogFiles, txn_id: str) -> _Read:
 def begin(files: CatalogFiles, base: Snapshot, options: CommitOptions,
           on_commit: Callable[[Root], None] | None = None, *, txn_id: str | None = None,
           isolation: int = pb.SNAPSHOT, ttl_millis: int | None = None,
-          info: Mapping[str, str] | None = None) -> DistributedTransaction:
-    """Write the record of a new transaction on ``base`` (its running root holds no
-    change yet, and ``info`` as its annotations).
+          info: Mapping[str, str] | None = None,
+          change: Change | None = None) -> DistributedTransaction:
+    """Write the record of a new transaction on ``base``: its running root holds
+    ``change`` (a first statement, made on ``base``; default none) and ``info`` as its
+    annotations.
 
     Raises:
         AlreadyExistsError: A transaction ``txn_id`` exists.
@@ -495,14 +489,11 @@ def begin(files: CatalogFiles, base: Snapshot, options: CommitOptions,
     ttl = base.catalog_def.txn_ttl_millis if ttl_millis is None else ttl_millis
     if ttl <= 0:
         raise InvalidArgumentError(f"a transaction's TTL must be positive, got {ttl} ms")
-    created = now_millis()
-    rows = _merged([], [actions.make(A.TRANSACTION_INFO, None, info=dict(info))] if info
-                   else [])
-    node = base.root.node
-    running = Node(node.keys, node.values, node.children, created,
-                   catalog_def=node.catalog_def, previous_root=base.root.path,
-                   actions=tuple(actions.encode_row(base.codec, a) for a in rows))
-    path = btree.new_node_path()
+    added = [actions.make(A.TRANSACTION_INFO, None, info=dict(info))] if info else []
+    if change is not None:
+        added = [*check_distributable(change), *added]
+    path, running, written = _running_tree(base, [], added, change, base.root.path)
+    created = running.created_at_millis
     record = pb.DistributedTransactionDef(
         id=txn_id, isolation_level=isolation,  # type: ignore[arg-type]
         beginning_root_node_file_path=base.root.path, running_root_node_file_path=path,
@@ -510,12 +501,29 @@ def begin(files: CatalogFiles, base: Snapshot, options: CommitOptions,
         beginning_version=base.version, instance=str(uuid.uuid4()), state=pb.OPEN)
     raw = record.SerializeToString(deterministic=True)
     try:
-        files.storage.publish({path: encode_node(running, base.catalog_def.order)},
-                              dtxn_path(txn_id), raw)
+        files.storage.publish(written, dtxn_path(txn_id), raw)
     except FileAlreadyExists:
         raise AlreadyExistsError(f"a distributed transaction {txn_id!r} exists; commit or "
                                  "abort it, or choose another id") from None
     return DistributedTransaction(files, _Read(record, raw), options, on_commit)
+
+
+def _running_tree(base: Snapshot, before: list[apb.ActionDef], added: list[apb.ActionDef],
+                  change: Change | None, beginning: str) -> tuple[str, Node, dict[str, bytes]]:
+    """A running root on ``base`` holding ``change``, its action rows ``before`` then
+    ``added`` (:func:`_merged`): its path, the node, and every file to write (the change's
+    definitions, the changed nodes, the root)."""
+    created = now_millis()
+    flushed = apply_changes(base, base.root.node, change.pending if change else {}, created)
+    rows = _merged(before, added)
+    running = Node(flushed.keys, flushed.values, flushed.children, created,
+                   catalog_def=base.root.node.catalog_def, previous_root=beginning,
+                   actions=tuple(actions.encode_row(base.codec, a) for a in rows))
+    path = btree.new_node_path()
+    order = base.catalog_def.order
+    written = {**(change.new_defs if change else {}),
+               **btree.encode_files(flushed.files, order), path: encode_node(running, order)}
+    return path, running, written
 
 
 def _objects(recorded: list[apb.ActionDef]) -> list[apb.ActionDef]:

@@ -50,9 +50,8 @@ def save_transaction(txn: Transaction) -> str:
             "check it; commit it directly, save it before its first read, or use SNAPSHOT "
             "isolation")
     change = txn.change()
-    distributed.check_distributable(change)
-    dtx = distributed.begin(txn.files, txn.base, CommitOptions(), isolation=txn.isolation)
-    dtx.add(txn.base, change)
+    dtx = distributed.begin(txn.files, txn.base, CommitOptions(), isolation=txn.isolation,
+                            change=change)
     txn.mark_saved()
     return dtx.id
 
