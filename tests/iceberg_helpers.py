@@ -46,3 +46,12 @@ def open_catalog(properties: dict[str, str], name: str = "test") -> OlympiaCatal
 def sorted_rows(table: pa.Table) -> pa.Table:
     """``table`` in id order with the test schema (for exact comparisons)."""
     return table.sort_by("id").cast(SCHEMA)
+
+
+def sales_catalog(tmp_path: Path) -> OlympiaCatalog:
+    """A new catalog on local disk with tables ``sales.a`` and ``sales.b`` of 3 rows each."""
+    catalog = open_catalog(local_properties(tmp_path))
+    catalog.create_namespace("sales")
+    for name in ("a", "b"):
+        catalog.create_table(("sales", name), SCHEMA).append(rows(0))
+    return catalog

@@ -19,7 +19,7 @@ from conftest import Location
 from expire_fixtures import GRACE_MS, expire_dtxn, files, frozen, policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows
+from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, sales_catalog
 from restserver import RestServer
 
 from olympia import Catalog
@@ -43,11 +43,7 @@ COLS = [{"name": "id", "type": "int8"}]
 
 @pytest.fixture
 def ice(tmp_path: Path) -> OlympiaCatalog:
-    catalog = open_catalog(local_properties(tmp_path))
-    catalog.create_namespace("sales")
-    for name in ("a", "b"):
-        catalog.create_table(("sales", name), SCHEMA).append(rows(0))
-    return catalog
+    return sales_catalog(tmp_path)
 
 
 def warehouse(tmp_path: Path) -> set[str]:

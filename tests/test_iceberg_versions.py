@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, sorted_rows
+from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, sales_catalog, sorted_rows
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.types import StringType
 
@@ -26,11 +26,7 @@ from olympia.iceberg import OlympiaCatalog
 
 @pytest.fixture
 def ice(tmp_path: Path) -> OlympiaCatalog:
-    catalog = open_catalog(local_properties(tmp_path))
-    catalog.create_namespace("sales")
-    for name in ("a", "b"):
-        catalog.create_table(("sales", name), SCHEMA).append(rows(0))
-    return catalog
+    return sales_catalog(tmp_path)
 
 
 def cli(catalog: OlympiaCatalog, *args: str) -> str:
