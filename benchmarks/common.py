@@ -168,6 +168,10 @@ class _RecordingBackend(Backend):
         self._note("create_exclusive", path)
         self.inner.publish(files, path, data, run_all, present)
 
+    def replace(self, path: str, data: bytes, expected: bytes) -> None:
+        self._note("replace", path)
+        self.inner.replace(path, data, expected)
+
     def exists(self, path: str) -> bool:
         self._note("exists", path)
         return self.inner.exists(path)
