@@ -305,14 +305,13 @@ def test_the_server_killed_mid_commit_leaves_a_commit_to_finish(
         client.create_table(("s", "orders"), ROWS.schema).append(ROWS)
         store = Catalog.open(uri)
         cli = _cli(location)
-        outcomes, committed = [], 0
+        committed = 0
         for turn, mode in enumerate(rng.sample(MODES, len(MODES))):
             txn = f"c{turn}"
             tables = _begin_with_statements(server, store, txn)
             instance, began = store.distributed_transaction(txn).record.instance, store.refresh()
             _kill_server_mid_commit(server, store, txn, mode, rng)
             outcome = _outcome(location, store, txn, instance, began, tables)
-            outcomes.append(outcome)
 
             server = RestServer(uri, warehouse).start()
             client = server.client()
@@ -340,7 +339,8 @@ def test_the_server_killed_mid_commit_leaves_a_commit_to_finish(
             assert client.table_exists(("s", f"{txn}_iceberg")) == landed
             orders = client.load_table(("s", "orders")).scan().to_arrow()
             assert orders.num_rows == len(ROWS) * (1 + committed)
-        assert len({outcome.split(",")[0] for outcome in outcomes}) >= 2, outcomes
+        # which states the kills left depends on timing, so it is not asserted here: every
+        # state is reached in every run by the crash-at-every-call tests below
     finally:
         server.stop()
 
