@@ -231,8 +231,11 @@ class DistributedTransaction:
         """A read-only view: the beginning version plus every statement added so far
         (the record is read again first)."""
         self.refresh()
-        beginning = self.beginning()
-        return Snapshot(self.files, self._running(beginning, self.record))
+        return self._view()
+
+    def _view(self) -> Snapshot:
+        """The running view of the record as last read."""
+        return Snapshot(self.files, self._running(self.beginning(), self.record))
 
     def staged_actions(self) -> list[apb.ActionDef]:
         """The actions added so far, then the annotations as one ``TRANSACTION_INFO``."""
@@ -256,7 +259,7 @@ class DistributedTransaction:
                 f"distributed transaction {self.id!r} is SERIALIZABLE: it takes no "
                 "statements, since its record has no place for their reads; resume it "
                 "(versions.resume_transaction) to finish it in one process")
-        base = self.view()
+        base = self._view()  # the record was just read
         return Transaction(self.files, base, pb.SNAPSHOT, options=self._options,
                            lands=lambda change: self.add(base, change))
 
