@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from conftest import Location
 from s3server import Fault, FaultProxy
 
-from olympia import Catalog
+from olympia import Catalog, versions
 from olympia.expire import ExpirePolicy, expire_local
 from olympia_provider import get_provider_info
 from olympia_provider.assets import catalog_asset, object_asset
@@ -63,9 +64,10 @@ def conn(location: Location, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Cata
     return "olympia_test", catalog
 
 
-def context() -> dict[str, Any]:
+def context(triggered_by: str | None = None) -> dict[str, Any]:
     """What operators read from the task context, with Airflow's own outlet event recorder."""
-    return {"outlet_events": OutletEventAccessors(), "dag": DAG("unit"), "run_id": "manual__1"}
+    return {"outlet_events": OutletEventAccessors(), "dag": DAG("unit"), "run_id": "manual__1",
+            "dag_run": SimpleNamespace(triggering_user_name=triggered_by)}
 
 
 def alias_uris(ctx: dict[str, Any], alias: AssetAlias) -> set[str]:
@@ -400,14 +402,19 @@ def test_rollback_and_export_operators(conn: tuple[str, Catalog], location: Loca
     assert [(c["action"], c["type"], c["name"]) for c in dry["changes"]] == [
         ("drop", "table", "s.t")]
     result = OlympiaRollbackOperator(task_id="rb", olympia_conn_id=conn_id,
-                                     allow_destructive=True).execute(context())
+                                     allow_destructive=True).execute(context("alice"))
     assert result["version"] == 3 and catalog.refresh() == 3
+    assert versions.history(catalog, limit=1)[0].info == {  # who: the DAG, and who triggered
+        "user": "airflow:unit", "airflow_dag": "unit", "airflow_run": "manual__1",
+        "airflow_task": "rb", "airflow_triggered_by": "alice"}
     assert json.loads(json.dumps(result)) == result  # what XCom stores
     assert catalog.list_tables("s") == []
     target = location.sub("exports/e1")
     record = OlympiaExportOperator(task_id="ex", olympia_conn_id=conn_id, export_name="e1",
-                                   target_uri=target.uri, mode="full").execute(context())
+                                   target_uri=target.uri, mode="full",
+                                   user="unit-bot").execute(context())
     assert record["name"] == "e1" and record["committed_version"] == 4
+    assert versions.history(catalog, limit=1)[0].info["user"] == "unit-bot"
     assert "secret" not in json.dumps(record)
     with pytest.raises(AirflowException, match="already exists"):
         OlympiaExportOperator(task_id="ex2", olympia_conn_id=conn_id, export_name="e1",

@@ -151,7 +151,7 @@ def test_example_dags_end_to_end(airflow_env: dict[str, str]) -> None:
     assert catalog.version == 1
     assert catalog.list_namespaces() == EXAMPLE_NAMESPACES
     info = versions.history(catalog, limit=1)[0].info
-    assert info["airflow_dag"] == "olympia_apply"
+    assert (info["airflow_dag"], info["user"]) == ("olympia_apply", "airflow:olympia_apply")
     assert queued_runs(db) == {("olympia_maintenance", catalog_uri),
                                ("olympia_orders_changed", orders_uri)}
     start_queued_runs(db)

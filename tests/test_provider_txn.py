@@ -81,7 +81,8 @@ def context(run_id: str = RUN_ID, started: datetime | None = None) -> dict[str, 
     """What the operators read from the task context (Airflow's own outlet event recorder;
     the DAG run's start, from which an abort looks for a commit of its transaction)."""
     return {"outlet_events": OutletEventAccessors(), "dag": DAG("wap"), "run_id": run_id,
-            "dag_run": SimpleNamespace(start_date=started or datetime.now(UTC))}
+            "dag_run": SimpleNamespace(start_date=started or datetime.now(UTC),
+                                       triggering_user_name=None)}
 
 
 def add_table(location: Location, txn_id: str, name: str) -> None:
@@ -131,7 +132,7 @@ def test_begin_then_commit_lands_every_statement_as_one_version(
     (entry,) = versions.history(catalog, limit=1)
     assert {a.object.name for a in entry.changes()} == {"orders", "payments"}
     expected = {TRANSACTION_ID: txn_id, "team": "sales", "airflow_dag": "wap",
-                "airflow_run": RUN_ID, "airflow_task": "begin"}
+                "airflow_run": RUN_ID, "airflow_task": "begin", "user": "airflow:wap"}
     assert {key: entry.info.get(key) for key in expected} == expected
     (event,) = ctx["outlet_events"][alias].asset_alias_events
     assert event.dest_asset_key.uri == catalog_asset(location.uri).uri

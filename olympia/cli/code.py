@@ -11,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from olympia.cli.actor import actor_info, user_option
 from olympia.cli.common import (
     EXIT_CHANGES,
     EXIT_SPEC_INVALID,
@@ -172,14 +173,15 @@ def _is_plan_file(source: str) -> bool:
               help="Git commit recorded with the new version (env: OLYMPIA_GIT_COMMIT; "
                    "default: the one the saved plan records, or the commit checked out where "
                    "SPEC is, if any).")
+@user_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (the plan to confirm goes to stderr).")
 @color_option
 @handle_errors
 def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
           var_pairs: tuple[str, ...], var_files: tuple[str, ...], allow_destructive: bool,
-          auto_approve: bool, targets: tuple[str, ...], git_commit: str | None, as_json: bool,
-          color: bool) -> None:
+          auto_approve: bool, targets: tuple[str, ...], git_commit: str | None,
+          user: str | None, as_json: bool, color: bool) -> None:
     """Apply SOURCE — a spec, or a plan saved by `olympia plan --out` — as ONE new version.
 
     Shows the plan (on stderr with --json) and asks for confirmation unless --auto-approve.
@@ -211,7 +213,9 @@ def apply(catalog_uri: str, storage_option: tuple[str, ...], source: str,
                               "accepted", default="", show_default=False, err=True)
         if answer.strip() != "yes":
             raise click.ClickException("apply cancelled; nothing was changed")
-    info = {"git_commit": git_commit} if git_commit else {}  # over the saved plan's
+    info = actor_info(user)
+    if git_commit:
+        info["git_commit"] = git_commit  # over the saved plan's
     result = apply_plan(catalog, the_plan, allow_destructive=allow_destructive, info=info,
                         progress=None if as_json else _progress)
     if as_json:

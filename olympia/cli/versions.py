@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 from typing import Any
 
@@ -12,6 +11,7 @@ import click
 from olympia import versions
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
+from olympia.cli.actor import actor_info, user_option
 from olympia.cli.common import (
     catalog_options,
     color_option,
@@ -175,11 +175,12 @@ def diff(catalog_uri: str, storage_option: tuple[str, ...], from_version: int,
 @click.option("--json", "as_json", is_flag=True,
               help="Print the changes (--dry-run) or the result as JSON; the changes to "
                    "confirm go to stderr.")
+@user_option
 @color_option
 @handle_errors
 def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
              dry_run: bool, allow_destructive: bool, auto_approve: bool, as_json: bool,
-             color: bool) -> None:
+             user: str | None, color: bool) -> None:
     """Roll back by committing a new version with an older version's contents.
 
     Shows the changes like a plan and asks for confirmation unless --auto-approve; protected
@@ -205,7 +206,8 @@ def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
                               err=True)
         if answer.strip() != "yes":
             raise click.ClickException("rollback cancelled; nothing was changed")
-    new = apply_rollback(catalog, preview, allow_destructive=allow_destructive)
+    new = apply_rollback(catalog, preview, allow_destructive=allow_destructive,
+                         info=actor_info(user))
     if as_json:
         echo_json({"version": new, "rolled_back_from": preview.latest,
                    "to": preview.target, "changes": preview.to_dict()["changes"]})
@@ -226,11 +228,12 @@ def rollback(catalog_uri: str, storage_option: tuple[str, ...], to_version: str,
 @click.option("--copy-defs", is_flag=True, help="Partial: copy definition files too.")
 @click.option("--target-option", multiple=True, metavar="KEY=VALUE",
               help="Storage option for the target; repeatable.")
+@user_option
 @json_option
 @handle_errors
 def export(catalog_uri: str, storage_option: tuple[str, ...], name: str, target: str, mode: str,
            version: int | None, depth: int | None, copy_defs: bool,
-           target_option: tuple[str, ...], as_json: bool) -> None:
+           target_option: tuple[str, ...], user: str | None, as_json: bool) -> None:
     """Export a version as NAME to another location and record it in the catalog."""
     catalog = open_catalog(catalog_uri, storage_option)
     target_options = parse_storage_options(target_option) if target_option else (
@@ -242,7 +245,7 @@ def export(catalog_uri: str, storage_option: tuple[str, ...], name: str, target:
 
     result = versions.export(catalog, name, target, mode, target_storage_options=target_options,
                              version=version, depth=depth, copy_defs=copy_defs,
-                             progress=progress)
+                             progress=progress, info=actor_info(user))
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -263,10 +266,12 @@ def txn() -> None:
               help="How long it may stay open (e.g. 2h, 1d); default the catalog's TTL.")
 @click.option("--info", "infos", multiple=True, metavar="KEY=VALUE",
               help="An annotation recorded with the version it commits; repeatable.")
+@user_option
 @json_option
 @handle_errors
 def txn_begin(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str | None,
-              ttl: str | None, infos: tuple[str, ...], as_json: bool) -> None:
+              ttl: str | None, infos: tuple[str, ...], user: str | None,
+              as_json: bool) -> None:
     """Begin a distributed transaction on the latest version (ID default: a random UUID).
 
     Statements from any process add to it (OlympiaCatalog, the olympia Spark source,
@@ -274,7 +279,7 @@ def txn_begin(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str | N
     as ONE version. Records the user who began it.
     """
     catalog = open_catalog(catalog_uri, storage_option)
-    info = {**_user(), **key_value_pairs("--info", infos)}
+    info = {**actor_info(user), **key_value_pairs("--info", infos)}
     dtx = catalog.begin_transaction(txn_id, info=info,
                                     ttl_millis=None if ttl is None else parse_duration(ttl))
     if as_json:
@@ -283,14 +288,6 @@ def txn_begin(catalog_uri: str, storage_option: tuple[str, ...], txn_id: str | N
         click.echo(f"Began distributed transaction {dtx.id} on version "
                    f"{dtx.record.beginning_version}; it expires "
                    f"{format_millis(dtx.record.expire_at_millis)}")
-
-
-def _user() -> dict[str, str]:
-    """Who runs this command, as the ``user`` annotation (none if the system cannot say)."""
-    try:
-        return {"user": getpass.getuser()}
-    except (OSError, KeyError):
-        return {}
 
 
 @txn.command("commit")

@@ -10,6 +10,7 @@ rollback. What is committed is not these changes but the older version's tree it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -84,8 +85,10 @@ def plan_rollback(catalog: Catalog, to_version: int | str) -> RollbackPlan:
 
 
 def apply_rollback(catalog: Catalog, rollback: RollbackPlan, *,
-                   allow_destructive: bool = False) -> int:
-    """Commit the rollback ``rollback`` previews; returns the new version.
+                   allow_destructive: bool = False,
+                   info: Mapping[str, str] | None = None) -> int:
+    """Commit the rollback ``rollback`` previews, annotated with ``info``; returns the new
+    version.
 
     Raises:
         ProtectedDropError: it would drop, replace or incompatibly change protected objects.
@@ -93,7 +96,8 @@ def apply_rollback(catalog: Catalog, rollback: RollbackPlan, *,
         CommitConflict: the catalog moved since the preview, or a commit raced this one.
     """
     check_allowed(rollback, allow_destructive, "rollback", "roll back")
-    return versions_rollback(catalog, rollback.target, expect_latest=rollback.latest)
+    return versions_rollback(catalog, rollback.target, expect_latest=rollback.latest,
+                             info=info)
 
 
 class _Comparison(Differ):

@@ -185,11 +185,13 @@ def export(
     depth: int | None = None,
     copy_defs: bool = False,
     progress: Progress | None = None,
+    info: Mapping[str, str] | None = None,
 ) -> ExportResult:
     """Export ``version`` (default: the latest) as ``name`` to ``target_uri`` and record it.
 
     The record (``exported_snapshots[name]`` and ``exports[name]`` of the catalog
-    definition) is committed as a new version after the copy succeeded.
+    definition) is committed as a new version after the copy succeeded, annotated with
+    ``info`` (who exported, which job).
     """
     started = time.monotonic()
     if mode not in MODES:
@@ -216,7 +218,7 @@ def export(
         name=name, mode=MODES[mode], target=target.uri, version=snapshot.version,
         root_path=snapshot.root.path, depth=depth or 0,
         defs_copied=mode == "full" or copy_defs, created_at_millis=now_millis())
-    committed = _record(catalog, record)
+    committed = _record(catalog, record, info or {})
     return ExportResult(name, mode, snapshot.version, target.uri, copied, skipped, size,
                         committed, time.monotonic() - started)
 
@@ -226,7 +228,7 @@ def _require_new_name(catalog_def: pb.CatalogDef, name: str) -> None:
         raise AlreadyExistsError(f"an export named {name!r} already exists")
 
 
-def _record(catalog: Catalog, record: pb.SnapshotExportDef) -> int:
+def _record(catalog: Catalog, record: pb.SnapshotExportDef, info: Mapping[str, str]) -> int:
     """Commit the export record, retrying when another catalog-level change won the race."""
     for attempt in range(BOOKKEEPING_ATTEMPTS):
         txn = catalog.transaction()
@@ -242,6 +244,7 @@ def _record(catalog: Catalog, record: pb.SnapshotExportDef) -> int:
             A.CATALOG_EXPORT, None, export=apb.ExportDef(
                 name=record.name, mode=pb.ExportMode.Name(record.mode).lower(),
                 target=record.target, version=record.version)))
+        txn.annotate(**info)
         try:
             return txn.commit()
         except CommitConflict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from olympia._proto import actions_pb2 as apb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
@@ -10,14 +12,15 @@ from olympia.exceptions import CommitConflict, InvalidArgumentError, VersionExpi
 
 
 def rollback(catalog: Catalog, to_version: int | str, *,
-             expect_latest: int | None = None) -> int:
+             expect_latest: int | None = None, info: Mapping[str, str] | None = None) -> int:
     """Commit version v+1 with the pivot table of ``to_version`` ("previous": v-1).
 
     The new root records ``previous_root`` and ``rollback_from_root`` = root v and a
     CATALOG_ROLLBACK action; the current catalog definition (exports, settings) is kept. It
     goes through the normal commit protocol, so a concurrent commit makes it fail with
     CommitConflict rather than be silently undone; so does a latest version other than
-    ``expect_latest`` (the one a preview was computed on). Returns the new version.
+    ``expect_latest`` (the one a preview was computed on). ``info`` annotates the new version
+    (who rolled back, which job). Returns the new version.
     """
     txn = catalog.transaction()
     latest = txn.base.version
@@ -37,6 +40,7 @@ def rollback(catalog: Catalog, to_version: int | str, *,
             raise VersionExpiredError(f"version {target} expired while rolling back to it")
 
     txn.before_commit.append(target_still_kept)
+    txn.annotate(**(info or {}))
     txn.restore_tree(root, actions.make(
         A.CATALOG_ROLLBACK, None, rollback=apb.RollbackDef(from_version=latest,
                                                            to_version=target)))

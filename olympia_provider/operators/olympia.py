@@ -38,8 +38,22 @@ __all__ = ["OlympiaAbortTransactionOperator", "OlympiaApplyOperator",
            "OlympiaBeginTransactionOperator", "OlympiaCommitTransactionOperator",
            "OlympiaExpireOperator", "OlympiaExportOperator", "OlympiaRollbackOperator",
            "OlympiaValidateOperator", "catalog_asset", "changes_alias", "object_asset"]
-#: Annotations the begin operator records with every transaction it begins.
-AIRFLOW_INFO = ("airflow_dag", "airflow_run", "airflow_task")
+#: Annotations the operators record with every version they make (and every transaction
+#: they begin): who (``user``), and the DAG, run and task; ``airflow_triggered_by`` when a
+#: person triggered the run.
+AIRFLOW_INFO = ("user", "airflow_dag", "airflow_run", "airflow_task", "airflow_triggered_by")
+
+
+def actor_info(context: Context, task_id: str, user: str | None = None) -> dict[str, str]:
+    """The annotations naming who makes a version from a task: ``user`` (``user``, else
+    ``airflow:<dag_id>``), ``airflow_dag``, ``airflow_run``, ``airflow_task`` and, when a
+    person triggered the run, ``airflow_triggered_by``."""
+    dag_id = context["dag"].dag_id
+    info = {"user": user or f"airflow:{dag_id}", "airflow_dag": dag_id,
+            "airflow_run": context["run_id"], "airflow_task": task_id}
+    if triggered_by := context["dag_run"].triggering_user_name:
+        info["airflow_triggered_by"] = triggered_by
+    return info
 
 
 def _optional_int(value: Any) -> int | None:
@@ -108,7 +122,8 @@ class OlympiaApplyOperator(_OlympiaOperator):
     returns ``{"plan_path", "has_changes", "summary"}``.
 
     ``targets`` (``KIND.NAME``, as ``olympia plan --target``) limit a plan made from
-    ``spec_path`` to those objects and what they need.
+    ``spec_path`` to those objects and what they need. ``user`` is recorded as the version's
+    author (default ``airflow:<dag_id>``; :func:`actor_info`).
 
     ``object_events`` names the objects (``ns`` or ``ns.name``; ``fnmatch`` patterns such as
     ``sales.*``) whose change gets its own Asset event (:func:`object_asset`, extra
@@ -118,14 +133,15 @@ class OlympiaApplyOperator(_OlympiaOperator):
 
     template_fields: Sequence[str] = ("spec_path", "plan", "plan_path", "plan_out",
                                       "variables", "git_commit", "expected_base_version",
-                                      "targets")
+                                      "targets", "user")
 
     def __init__(self, *, spec_path: str | None = None, plan: Mapping[str, Any] | None = None,
                  plan_path: str | None = None, variables: Mapping[str, str] | None = None,
                  allow_destructive: bool = False, expected_base_version: int | None = None,
                  plan_only: bool = False, plan_out: str | None = None,
                  git_commit: str | None = None, object_events: Sequence[str] = (),
-                 targets: Sequence[str] = (), **kwargs: Any) -> None:
+                 targets: Sequence[str] = (), user: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if isinstance(object_events, str) or isinstance(targets, str):
             raise ValueError("object_events and targets are lists, not one string")
@@ -145,6 +161,7 @@ class OlympiaApplyOperator(_OlympiaOperator):
         self.git_commit = git_commit
         self.object_events = list(object_events)
         self.targets = list(targets)
+        self.user = user
 
     def _object_actions(self, result: ApplyResult) -> dict[str, str]:
         """The announced changed objects, each with what happened to it (the plan's action
@@ -182,7 +199,7 @@ class OlympiaApplyOperator(_OlympiaOperator):
                               self.plan_out, plan.summary_line())
                 return {"plan_path": self.plan_out, "has_changes": plan.has_changes,
                         "summary": plan.summary()}
-            info = {"airflow_dag": context["dag"].dag_id, "airflow_run": context["run_id"]}
+            info = actor_info(context, self.task_id, self.user)
             if self.git_commit:
                 info["git_commit"] = self.git_commit
             result = apply_plan(catalog, plan, allow_destructive=self.allow_destructive,
@@ -205,13 +222,15 @@ class OlympiaRollbackOperator(_OlympiaOperator):
     rollback``: the changes are logged like a plan, protected objects are never dropped or
     changed incompatibly, other destructive changes need ``allow_destructive``, and
     ``dry_run`` commits nothing. Returns the changes (``changes``, ``summary``, ...) and the
-    new version (None in a dry run), JSON-able."""
+    new version (None in a dry run), JSON-able. ``user`` is recorded as the version's author
+    (default ``airflow:<dag_id>``; :func:`actor_info`)."""
 
-    template_fields: Sequence[str] = ("to_version",)
+    template_fields: Sequence[str] = ("to_version", "user")
 
     def __init__(self, *, to_version: int | str = "previous", allow_destructive: bool = False,
-                 dry_run: bool = False, **kwargs: Any) -> None:
+                 dry_run: bool = False, user: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.user = user
         self.to_version = to_version
         self.allow_destructive = allow_destructive
         self.preview_only = dry_run  # BaseOperator has a dry_run() method
@@ -224,7 +243,8 @@ class OlympiaRollbackOperator(_OlympiaOperator):
             if self.preview_only:
                 return {**preview.to_dict(), "version": None, "dry_run": True}
             version = apply_rollback(catalog, preview,
-                                     allow_destructive=self.allow_destructive)
+                                     allow_destructive=self.allow_destructive,
+                                     info=actor_info(context, self.task_id, self.user))
         except OlympiaError as exc:
             raise AirflowException(str(exc)) from exc
         self.emit(context, {"version": version, "rollback_to": str(self.to_version)})
@@ -235,15 +255,19 @@ class OlympiaExportOperator(_OlympiaOperator):
     """Export the latest (or ``version``) as ``name`` to ``target_uri``; returns the record.
 
     Target storage options come from ``target_conn_id`` (another olympia connection, whose
-    catalog URI is ignored) or default to this connection's.
+    catalog URI is ignored) or default to this connection's. ``user`` is recorded as the
+    author of the version holding the record (default ``airflow:<dag_id>``;
+    :func:`actor_info`).
     """
 
-    template_fields: Sequence[str] = ("export_name", "target_uri", "mode", "version")
+    template_fields: Sequence[str] = ("export_name", "target_uri", "mode", "version", "user")
 
     def __init__(self, *, export_name: str, target_uri: str, mode: str = "full",
                  version: int | None = None, depth: int | None = None,
-                 target_conn_id: str | None = None, **kwargs: Any) -> None:
+                 target_conn_id: str | None = None, user: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.user = user
         self.export_name = export_name
         self.target_uri = target_uri
         self.mode = mode
@@ -260,7 +284,7 @@ class OlympiaExportOperator(_OlympiaOperator):
                 catalog, self.export_name, self.target_uri, self.mode,
                 target_storage_options=options,
                 version=_optional_int(self.version),
-                depth=self.depth)
+                depth=self.depth, info=actor_info(context, self.task_id, self.user))
         except OlympiaError as exc:
             raise AirflowException(str(exc)) from exc
         self.log.info("Exported version %d as %r (%s) to %s: %d files copied (%d bytes), "
@@ -385,25 +409,28 @@ class OlympiaBeginTransactionOperator(_TransactionOperator):
     default to too; a transaction of that id still open (an earlier try of this run left
     it) fails the task: abort it first. ``ttl``: how long it may stay open (``2h``, or a
     timedelta; default the catalog's). ``info``: annotations recorded with the version it
-    commits, besides ``airflow_dag``, ``airflow_run`` and ``airflow_task``, always recorded.
+    commits, besides those of :func:`actor_info`, always recorded (``user`` overrides the
+    author, default ``airflow:<dag_id>``).
     """
 
-    template_fields: Sequence[str] = ("transaction_id", "ttl", "info")
+    template_fields: Sequence[str] = ("transaction_id", "ttl", "info", "user")
 
     def __init__(self, *, ttl: str | timedelta | None = None,
-                 info: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+                 info: Mapping[str, str] | None = None, user: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         reserved = sorted(set(info or {}) & set(AIRFLOW_INFO))
         if reserved:
-            raise ValueError(f"info keys {reserved} are recorded by the operator itself")
+            raise ValueError(f"info keys {reserved} are recorded by the operator itself "
+                             "(give the author as user=)")
         self.ttl = ttl
         self.info = dict(info or {})
+        self.user = user
 
     def execute(self, context: Context) -> str:
         txn_id = self.resolved_id(context)
         info = {**{k: str(v) for k, v in self.info.items()},
-                "airflow_dag": context["dag"].dag_id, "airflow_run": context["run_id"],
-                "airflow_task": self.task_id}
+                **actor_info(context, self.task_id, self.user)}
         try:
             self.hook.begin_transaction(txn_id, ttl=self.ttl or None, info=info)
         except OlympiaError as exc:
