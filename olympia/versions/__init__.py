@@ -8,12 +8,19 @@ from olympia.versions.dtxn import (
     save_transaction,
 )
 from olympia.versions.export import ExportResult, export
-from olympia.versions.history import Diff, VersionInfo, diff, history
+from olympia.versions.history import (
+    Diff,
+    HistoryPage,
+    VersionInfo,
+    diff,
+    history,
+    search_history,
+)
 from olympia.versions.rollback import rollback
 from olympia.versions.timetravel import at_export, at_timestamp, at_version, resolve
 
 __all__ = [
-    "Diff", "ExportResult", "VersionInfo", "abort_transaction", "at_export", "at_timestamp",
-    "at_version", "diff", "export", "history", "list_transactions", "resolve",
-    "resume_transaction", "rollback", "save_transaction",
+    "Diff", "ExportResult", "HistoryPage", "VersionInfo", "abort_transaction", "at_export",
+    "at_timestamp", "at_version", "diff", "export", "history", "list_transactions", "resolve",
+    "resume_transaction", "rollback", "save_transaction", "search_history",
 ]

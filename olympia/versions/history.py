@@ -87,6 +87,7 @@ class VersionInfo:
 
 
 _DROP_CREATE = {A.TABLE_DROP: A.TABLE_CREATE, A.VIEW_DROP: A.VIEW_CREATE}
+_CREATES = {A.NAMESPACE_CREATE, A.TABLE_CREATE, A.VIEW_CREATE}
 
 
 def namespace_moves(recorded: Sequence[apb.ActionDef],
@@ -146,6 +147,97 @@ def history(catalog: Catalog, limit: int = 20, before: int | None = None) -> lis
     oldest = catalog.files.oldest_version()
     return [version_info(catalog.at_version(v))
             for v in range(top, max(oldest, top - limit + 1) - 1, -1)]
+
+
+#: Roots one :func:`search_history` call reads at most: a page costs O(this), whatever the
+#: length of the history.
+SEARCH_READS = 200
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """One page of a filtered history, newest first.
+
+    ``next_before`` is where the next page starts (pass it as ``before``); None when nothing
+    older can match: the oldest kept version was read, or the object's creation was found.
+    A page holds fewer than ``limit`` versions when its reads ran out first, so an empty
+    page with a ``next_before`` means "none among the versions read; older ones remain".
+    """
+
+    versions: list[VersionInfo]
+    next_before: int | None
+    oldest_read: int | None  # the oldest version this page read (None: it read none)
+
+
+def search_history(catalog: Catalog, *, ref: ObjectRef | None = None, user: str | None = None,
+                   limit: int = 20, before: int | None = None,
+                   max_reads: int = SEARCH_READS) -> HistoryPage:
+    """Versions below ``before`` that changed ``ref`` and were made by ``user``, newest first.
+
+    An object's history follows it through its renames (and its namespace's) back to its
+    creation; a rollback counts when it changed the object's definition. Reads one root per
+    version examined (two definition lookups for a rollback), at most ``max_reads`` of them,
+    and stops at ``limit`` matches.
+
+    Args:
+        catalog: The catalog.
+        ref: The object, as named at ``before`` (default: any object).
+        user: The ``user`` annotation to match (default: anyone).
+        limit: The most versions to return.
+        before: Examine versions below this one (default: up to the latest).
+        max_reads: The most versions to examine.
+
+    Returns:
+        The page, with where the next one starts.
+
+    Raises:
+        InvalidArgumentError: ``limit`` or ``max_reads`` is below 1.
+    """
+    if limit < 1 or max_reads < 1:
+        raise InvalidArgumentError("limit and max_reads must be at least 1")
+    latest = catalog.refresh()
+    top = latest if before is None else min(before - 1, latest)
+    oldest = catalog.files.oldest_version()
+    found: list[VersionInfo] = []
+    version = top
+    while version >= oldest and len(found) < limit and top - version < max_reads:
+        info = version_info(catalog.at_version(version))
+        changed, born = True, False
+        if ref is not None:
+            changed, born, ref = _changed(catalog, info, ref)
+        if changed and (user is None or info.info.get("user") == user):
+            found.append(info)
+        version -= 1
+        if born:
+            return HistoryPage(found, None, version + 1)
+    return HistoryPage(found, version + 1 if version >= oldest else None,
+                       None if version == top else version + 1)
+
+
+def _changed(catalog: Catalog, info: VersionInfo, name: ObjectRef,
+             ) -> tuple[bool, bool, ObjectRef]:
+    """Whether ``info``'s version changed the object named ``name`` after it, whether it
+    created the object, and the object's name before it (renames, its namespace's too)."""
+    if info.rollback is not None:
+        now, then = catalog.at_version(info.version), catalog.at_version(info.version - 1)
+        return now.definition_path(name) != then.definition_path(name), False, name
+    changes = info.changes()
+    moved_from = {create: drop for _, pairs in namespace_moves(changes)
+                  for drop, create in pairs}
+    changed = born = False
+    for i in range(len(changes) - 1, -1, -1):  # latest first: undo the version's renames
+        action = changes[i]
+        if name not in actions.written(action):
+            continue
+        changed = True
+        if actions.renamed_ref(action) == name:
+            name = actions.ref_of(action) or name
+        elif action.type in _CREATES and i in moved_from:
+            name = actions.ref_of(changes[moved_from[i]]) or name
+        elif action.type in _CREATES:
+            born = True
+            break
+    return changed, born, name
 
 
 @dataclass
