@@ -7,6 +7,7 @@ a grace period, then SIGKILL (weed does not always exit promptly on SIGTERM).
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -64,8 +65,12 @@ def _is_free(port: int) -> bool:
 class SeaweedS3Server:
     """Start/stop one SeaweedFS server with an S3 gateway and a default bucket."""
 
-    def __init__(self, bucket: str = "olympia-test") -> None:
+    def __init__(self, bucket: str = "olympia-test", *, identities: bool = False) -> None:
+        """``identities``: check request signatures against the one identity of
+        :attr:`storage_options` (clients such as the AWS SDK for Java need that: SeaweedFS
+        refuses their chunk-signed uploads when any key is accepted)."""
         self.bucket = bucket
+        self.identities = identities
         self.workdir = Path(tempfile.mkdtemp(prefix="seaweedfs-"))
         self.s3_port, self.master_port, self.volume_port, self.filer_port = _free_ports(4)
         self.process: subprocess.Popen[bytes] | None = None
@@ -107,6 +112,13 @@ class SeaweedS3Server:
             # no fixed-port side services (two servers may run at once), no telemetry
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
         ]
+        if self.identities:
+            config = self.workdir / "s3.json"
+            opts = self.storage_options
+            config.write_text(json.dumps({"identities": [{
+                "name": "olympia", "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                "credentials": [{"accessKey": opts["key"], "secretKey": opts["secret"]}]}]}))
+            cmd.append(f"-s3.config={config}")
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
