@@ -1,0 +1,319 @@
+"""`olympia serve` against the REST catalogs users would pick instead (issue 46), in paired
+rounds: the same pyiceberg client and raw HTTP requests against each server, the two sides
+taking turns (the first side alternates), medians over rounds with their range.
+
+- Local disk: Apache Iceberg's reference REST server (JDBC on SQLite, :mod:`benchmarks.peers`)
+  against ``olympia serve`` on a local catalog.
+- S3: Project Nessie (RocksDB; its warehouse on the same SeaweedFS) against ``olympia serve``
+  with its catalog on SeaweedFS.
+
+Per side and round: create p50 as the namespace grows (the creates just before each size
+mark), ``list_tables`` of 2,000 tables, ``load_table`` p50/p99 (pyiceberg) and a raw GET,
+single-row appends by one client and by 8 processes on 8 tables and on one table (each
+writer's p99, appends lost: must be 0), property commits, and the server's CPU seconds per
+operation (the server process and its children). Goals, never asserted: see the issue;
+ratios are olympia / peer for times and olympia / peer for rates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import psutil
+import pyarrow as pa
+
+from benchmarks import peers
+from benchmarks.common import ROOT, guarded, per_second, percentiles, timed, workdir
+from olympia import Catalog
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+WRITERS = 8
+LIST_SIZE = 2000
+MARK_SAMPLES = 50  # creates measured just before each size mark
+
+
+@dataclass
+class Side:
+    """One server under test: how to reach it with pyiceberg, and its process."""
+
+    name: str
+    uri: str
+    properties: dict[str, str]
+    pid: int
+
+    def client(self) -> Any:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(self.name, **{"uri": self.uri, **self.properties})
+
+    def cpu(self) -> float:
+        process = psutil.Process(self.pid)
+        total = 0.0
+        for p in (process, *process.children(recursive=True)):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = p.cpu_times()
+                total += times.user + times.system
+        return total
+
+
+def _row(i: int) -> pa.Table:
+    return pa.table({"id": pa.array([i], pa.int64()), "name": [f"row-{i}"]}, schema=SCHEMA)
+
+
+def _timed(fn: Callable[[], Any], count: int) -> list[float]:
+    fn()  # the first call pays for connections
+    return timed(fn, count)
+
+
+def _p99_ms(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3)
+
+
+def creates(side: Side, namespace: str, marks: tuple[int, ...]) -> dict[str, Any]:
+    """Grow ``namespace`` table by table; per mark, the creates just before it, and
+    ``list_tables`` once it holds :data:`LIST_SIZE` tables."""
+    client = side.client()
+    client.create_namespace(namespace)
+    out: dict[str, Any] = {}
+    samples: list[float] = []
+    made = 0
+    cpu_before = side.cpu()
+    for mark in marks:
+        while made < mark:
+            started = time.perf_counter()
+            client.create_table((namespace, f"t{made:06d}"), SCHEMA)
+            if made >= mark - MARK_SAMPLES:
+                samples.append(time.perf_counter() - started)
+            made += 1
+        out[f"create_at_{mark}"] = {**percentiles(samples), "p99_ms": _p99_ms(samples)}
+        samples = []
+        if mark == LIST_SIZE:
+            out["list_2000"] = percentiles(_timed(lambda: client.list_tables(namespace), 20))
+    out["server_cpu_ms_per_create"] = round((side.cpu() - cpu_before) / made * 1000, 3)
+    return out
+
+
+def _raw_get(side: Side, path: str) -> Callable[[], None]:
+    """A GET of ``path`` under the server's prefix for the warehouse (as ``/v1/config``
+    names it), on one kept-alive connection."""
+    address = urlsplit(side.uri)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
+    base = address.path.rstrip("/")
+    warehouse = side.properties.get("warehouse")
+    conn.request("GET", f"{base}/v1/config"
+                 + (f"?warehouse={quote(warehouse, safe='')}" if warehouse else ""))
+    answer = conn.getresponse()
+    config = json.loads(answer.read())
+    # as pyiceberg takes it: verbatim (already encoded), an override over a default
+    prefix = config.get("overrides", {}).get("prefix") or config.get("defaults", {}).get(
+        "prefix")
+    full = f"{base}/v1/{prefix + '/' if prefix else ''}{path}"
+
+    def get() -> None:
+        conn.request("GET", full)
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"GET {full}: {answer.status}")
+
+    return get
+
+
+def loads(side: Side, namespace: str, count: int) -> dict[str, Any]:
+    client = side.client()
+    client.create_namespace(namespace)
+    table = client.create_table((namespace, "events"), SCHEMA)
+    for i in range(5):
+        table.append(_row(i))
+    pyiceberg = _timed(lambda: client.load_table((namespace, "events")), count)
+    raw = _timed(_raw_get(side, f"namespaces/{quote(namespace)}/tables/events"), count)
+    return {"pyiceberg_load": {**percentiles(pyiceberg), "p99_ms": _p99_ms(pyiceberg)},
+            "raw_load": {**percentiles(raw), "p99_ms": _p99_ms(raw)}}
+
+
+def properties(side: Side, namespace: str, count: int) -> dict[str, Any]:
+    client = side.client()
+    client.create_namespace(namespace)
+    table = client.create_table((namespace, "props"), SCHEMA)
+    started = time.perf_counter()
+    for i in range(count):
+        with table.transaction() as txn:
+            txn.set_properties({"bench.round": str(i)})
+    return {"property_commits_per_s": per_second(count, time.perf_counter() - started)}
+
+
+def _writer(uri: str, props: dict[str, str], table: tuple[str, str], first: int,
+            count: int, out: Any) -> None:
+    """One writer process: ``count`` single-row appends, retrying lost races as pyiceberg
+    users do; puts its latencies."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.exceptions import CommitFailedException
+
+    loaded = RestCatalog("w", **{"uri": uri, **props}).load_table(table)
+    latencies = []
+    for k in range(count):
+        started = time.perf_counter()
+        while True:
+            try:
+                loaded.append(_row(first + k))
+                break
+            except CommitFailedException:
+                loaded = loaded.refresh()
+        latencies.append(time.perf_counter() - started)
+    out.put(latencies)
+
+
+def appends(side: Side, namespace: str, writers: int, tables: int,
+            per_writer: int) -> dict[str, Any]:
+    """``writers`` processes appending ``per_writer`` rows each to ``tables`` tables; rows
+    counted afterwards."""
+    client = side.client()
+    client.create_namespace(namespace)
+    names = [(namespace, f"a{i}") for i in range(tables)]
+    for name in names:
+        client.create_table(name, SCHEMA)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(side.uri, side.properties,
+                                               names[i % tables], i * 10**6, per_writer,
+                                               queue)) for i in range(writers)]
+    cpu_before = side.cpu()
+    started = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=1800) for _ in procs]
+    for proc in procs:
+        proc.join()
+    seconds = time.perf_counter() - started  # includes each writer's start-up
+    cpu = side.cpu() - cpu_before
+    rows = sum(client.load_table(n).scan().to_arrow().num_rows for n in names)
+    latencies = [x for r in results for x in r]
+    return {"writers": writers, "tables": tables, "appends": len(latencies),
+            "appends_per_s": per_second(len(latencies), seconds),
+            **percentiles(latencies), "p99_ms": _p99_ms(latencies),
+            "worst_writer_p99_ms": max(_p99_ms(r) for r in results),
+            "lost": writers * per_writer - rows,
+            "server_cpu_ms_per_append": round(cpu / max(1, len(latencies)) * 1000, 3)}
+
+
+def _round(side: Side, tag: str, quick: bool, marks: tuple[int, ...],
+           with_creates: bool) -> dict[str, Any]:
+    count, per_writer = (20, 5) if quick else (200, 25)
+    out: dict[str, Any] = {}
+    if with_creates:
+        out.update(creates(side, f"grow_{tag}", marks))
+    out.update(loads(side, f"load_{tag}", count))
+    out.update(properties(side, f"props_{tag}", count))
+    out["appends_1"] = appends(side, f"one_{tag}", 1, 1, per_writer * 4)
+    out["appends_8_on_8"] = appends(side, f"eight_{tag}", WRITERS, WRITERS, per_writer)
+    out["appends_8_on_1"] = appends(side, f"shared_{tag}", WRITERS, 1, per_writer)
+    return out
+
+
+def _median(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}
+
+
+def _summary(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Per metric, olympia's and the peer's medians over rounds and their ratio (olympia /
+    peer), with the range of the per-round ratios (creates and lists: the first round's)."""
+    metrics: dict[str, Callable[[dict[str, Any]], float | None]] = {}
+    for key in rounds[0][0]:
+        if key.startswith("create_at_") or key in ("list_2000", "pyiceberg_load", "raw_load"):
+            metrics[f"{key}_p50_ms"] = lambda r, k=key: r.get(k, {}).get("median_ms")
+        if key in ("pyiceberg_load", "raw_load"):
+            metrics[f"{key}_p99_ms"] = lambda r, k=key: r[k]["p99_ms"]
+        if key.startswith("appends_"):
+            metrics[f"{key}_per_s"] = lambda r, k=key: r[k]["appends_per_s"]
+            metrics[f"{key}_server_cpu_ms"] = lambda r, k=key: r[k]["server_cpu_ms_per_append"]
+    metrics["property_commits_per_s"] = lambda r: r["property_commits_per_s"]
+    metrics["server_cpu_ms_per_create"] = lambda r: r.get("server_cpu_ms_per_create")
+    out: dict[str, Any] = {}
+    for name, pick in metrics.items():
+        pairs = [(pick(o), pick(p)) for o, p in rounds]
+        pairs = [(o, p) for o, p in pairs if o is not None and p]
+        if pairs:
+            out[name] = {"olympia": _median([o for o, _ in pairs]),
+                         "peer": _median([p for _, p in pairs]),
+                         "ratio": _median([o / p for o, p in pairs])}
+    out["lost"] = {side: sum(pair[i][k]["lost"] for pair in rounds for k in pair[i]
+                             if k.startswith("appends_"))
+                   for i, side in enumerate(("olympia", "peer"))}
+    return out
+
+
+def _compare(olympia: Side, peer: Side, rounds: int, quick: bool,
+             marks: tuple[int, ...]) -> dict[str, Any]:
+    results: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for n in range(rounds):
+        first, second = (olympia, peer) if n % 2 == 0 else (peer, olympia)
+        done = {first.name: _round(first, f"r{n}", quick, marks, n == 0),
+                second.name: _round(second, f"r{n}", quick, marks, n == 0)}
+        results.append((done[olympia.name], done[peer.name]))
+    return {"rounds": rounds, "summary": _summary(results), "per_round": results}
+
+
+@contextlib.contextmanager
+def _olympia(catalog_uri: str, warehouse: str, options: dict[str, Any],
+             client: dict[str, str]) -> Iterator[Side]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from restserver import RestServer
+
+    Catalog.create(catalog_uri, options).close()
+    extra = tuple(f"--client-property={k}={v}" for k, v in client.items())
+    with RestServer(catalog_uri, warehouse, options, extra) as server:
+        assert server.process is not None
+        yield Side("olympia", server.url, {"warehouse": warehouse, **client},
+                   server.process.pid)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    rounds = 2 if quick else 4
+    marks = (50, 200) if quick else (100, 1000, LIST_SIZE, 10000)
+    out: dict[str, Any] = {"goals": {
+        "local_vs_reference": "create p50 <= 1.0x flat 100..10,000; list 2,000 <= 1.0x; "
+                              "server CPU per append <= 1.0x; appends/s 1 client >= 1.0x",
+        "s3_vs_nessie": "raw load <= 2x; property commits/s >= 0.6x; appends/s (1 and 8 "
+                        "clients) >= 0.8x", "lost": "0"}}
+    sys.path.insert(0, str(ROOT / "tests"))
+    from s3server import SeaweedS3Server
+
+    with workdir() as tmp:
+        def local() -> dict[str, Any]:
+            with peers.reference(tmp) as ref, _olympia(
+                    str(tmp / "catalog"), f"file://{tmp}/warehouse", {}, {}) as olympia:
+                return _compare(olympia, Side("reference", ref.uri, {}, ref.process.pid),
+                                rounds, quick, marks)
+
+        def s3() -> dict[str, Any]:
+            with SeaweedS3Server(identities=True) as server, peers.nessie(tmp, server) as ness:
+                options = dict(server.storage_options)
+                client = {"s3.endpoint": server.endpoint_url, "s3.region": "us-east-1",
+                          "s3.access-key-id": options["key"],
+                          "s3.secret-access-key": options["secret"]}
+                with _olympia(f"s3://{server.bucket}/olympia/catalog",
+                              f"s3://{server.bucket}/olympia/warehouse", options,
+                              client) as olympia:
+                    return _compare(olympia, Side("nessie", ness.uri, ness.properties,
+                                                  ness.process.pid),
+                                    max(2, rounds - 1), quick, marks[:2])
+
+        out["local"] = guarded(local)
+        out["s3"] = guarded(s3)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(run("--quick" in sys.argv), indent=2))
