@@ -64,7 +64,8 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> Decodes:
 def grown(tmp_path: Path, tables: int) -> OlympiaCatalog:
     """A catalog of ``tables`` Iceberg tables ``ns.t0000``..., made in one version."""
     uri = str(tmp_path / f"catalog-{tables}")
-    Catalog.create(uri, order=ORDER, properties={"warehouse": f"file://{tmp_path}/wh-{tables}"})
+    Catalog.create(uri, order=ORDER,
+                   properties={"warehouse": f"file://{tmp_path}/wh-{tables}"}).close()
     catalog = OlympiaCatalog("scale", uri=uri)
     catalog.create_namespace("ns")
     with catalog.transaction() as tx:
