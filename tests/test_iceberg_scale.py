@@ -207,6 +207,19 @@ def names(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OlympiaCatalog]:
     catalog.close()
 
 
+def test_a_transaction_lists_its_staged_tables(tmp_path: Path) -> None:
+    catalog = grown(tmp_path, 3)
+    before = [("ns", f"t000{i}") for i in range(3)]
+    assert catalog.list_tables("ns") == before  # (the flags of their paths are kept)
+    with catalog.transaction() as tx:
+        tx.create_table(("ns", "staged"), SCHEMA)
+        tx.drop_table(("ns", "t0001"))
+        assert tx.list_tables("ns") == [("ns", "staged"), ("ns", "t0000"), ("ns", "t0002")]
+        assert tx.iceberg_tables("ns", "staged", 1) == ["t0000"]
+        assert catalog.list_tables("ns") == before
+    assert catalog.list_tables("ns") == [("ns", "staged"), ("ns", "t0000"), ("ns", "t0002")]
+
+
 def test_listing_a_missing_namespace_is_refused(tmp_path: Path) -> None:
     catalog = grown(tmp_path, 1)
     with pytest.raises(NoSuchNamespaceError, match="nope"):
