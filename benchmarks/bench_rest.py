@@ -14,6 +14,13 @@ RestCatalog.load_table (adding the client parsing the answer). Goal: through the
 vs one client appending to one table: aggregate commits/s (goal >= 2x one client's), p99,
 rows and versions counted afterwards (zero lost); then 16 clients appending to ONE table,
 retrying 409s as pyiceberg users do: every append must land.
+
+(c) issue 46, on local disk: a create's latency in a catalog of 100, 1,000 and 10,000
+tables, in process (OlympiaCatalog) and through the server (RestCatalog), with the table
+definitions a create decodes and the storage reads it makes (counted in process; goal: they
+do not grow with the catalog, but for a tree level); and listing a namespace of 2,000
+tables: in process warm and in a fresh catalog object (cold), a page of 100 through the
+service, and RestCatalog.list_tables.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import logging
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,8 +43,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 
 from benchmarks.common import ROOT, guarded, per_second, percentiles, s3_location, workdir
+from olympia.catalog.objects import Table as TableDef
 from olympia.iceberg import OlympiaCatalog
 from olympia.server import CatalogService
+from olympia.server.service import Page
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 TABLE = ("bench", "events")
@@ -252,6 +262,103 @@ def appends(tmp: Path, per_client: int) -> dict[str, Any]:
     return out
 
 
+class _Decodes:
+    """Counts the table definitions decoded (``Table.from_proto``) while in use."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._decode = TableDef.__dict__["from_proto"]
+
+    def __enter__(self) -> _Decodes:
+        decode = self._decode.__func__
+
+        def counting(cls: type[TableDef], *args: Any) -> TableDef:
+            self.count += 1
+            return decode(cls, *args)  # type: ignore[no-any-return]
+
+        TableDef.from_proto = classmethod(counting)  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        TableDef.from_proto = self._decode  # type: ignore[method-assign]
+
+
+def _grow(catalog: OlympiaCatalog, tables: int) -> int:
+    """Tables ``bench.t000000``... until namespace ``bench`` holds ``tables``, a thousand a
+    version; how many it holds."""
+    start = len(catalog.list_tables("bench"))
+    for first in range(start, tables, 1000):
+        with catalog.transaction() as tx:
+            for i in range(first, min(tables, first + 1000)):
+                tx.create_table(("bench", f"t{i:06d}"), SCHEMA)
+    return len(catalog.list_tables("bench"))
+
+
+def _new_table(catalog: Any) -> Callable[[], None]:
+    """A create of a new table in ``bench`` through ``catalog`` (OlympiaCatalog or
+    RestCatalog)."""
+    return lambda: catalog.create_table(("bench", f"new-{uuid.uuid4().hex[:12]}"), SCHEMA)
+
+
+def _create_costs(catalog: OlympiaCatalog) -> dict[str, int]:
+    """What one create decodes and reads, counted after one create (which reads what
+    changed since the catalog last checked a create: here, the tables just added)."""
+    _new_table(catalog)()
+    stats = catalog.olympia.storage.stats
+    reads = stats.reads
+    with _Decodes() as decodes:
+        _new_table(catalog)()
+    return {"definitions_decoded": decodes.count, "storage_reads": stats.reads - reads}
+
+
+def creates(tmp: Path, sizes: tuple[int, ...], count: int) -> dict[str, Any]:
+    """(c) a create's p50 in catalogs of each size, in process and through the server."""
+    uri, warehouse = str(tmp / "scale"), f"file://{tmp}/scale-wh"
+    catalog = OlympiaCatalog("bench", uri=uri, warehouse=warehouse,
+                             **{"olympia.create": "true"})
+    catalog.create_namespace("bench")
+    out: dict[str, Any] = {"creates_per_size": count}
+    for size in sizes:
+        step: dict[str, Any] = {"tables": _grow(catalog, size)}
+        step["counted"] = _create_costs(catalog)
+        step["in_process"] = _latency(_new_table(catalog), count)
+        with _server(uri, warehouse, {}, {}) as server:
+            step["rest"] = _latency(_new_table(server.client()), count)
+        out[str(size)] = step
+    catalog.close()
+    return out
+
+
+def lists(tmp: Path, tables: int, count: int) -> dict[str, Any]:
+    """(c) listing a namespace of ``tables`` tables."""
+    uri, warehouse = str(tmp / "lists"), f"file://{tmp}/lists-wh"
+    props = {"uri": uri, "warehouse": warehouse, "olympia.create": "true"}
+    catalog = OlympiaCatalog("bench", **props)
+    catalog.create_namespace("bench")
+    out: dict[str, Any] = {"tables": _grow(catalog, tables), "lists": count}
+    with _Decodes() as decodes:
+        catalog.list_tables("bench")
+    out["warm_definitions_decoded"] = decodes.count
+    out["in_process_warm"] = _latency(lambda: catalog.list_tables("bench"), count)
+
+    def cold() -> None:
+        fresh = OlympiaCatalog("bench", **props)
+        try:
+            fresh.list_tables("bench")
+        finally:
+            fresh.close()
+
+    out["in_process_cold"] = _latency(cold, max(3, count // 10))
+    service = CatalogService(catalog, {})
+    out["service_page_100"] = _latency(lambda: service.list_tables("bench", Page(None, 100)),
+                                       count)
+    with _server(uri, warehouse, {}, {}) as server:
+        client = server.client()
+        out["rest"] = _latency(lambda: client.list_tables("bench"), count)
+    catalog.close()
+    return out
+
+
 def run(quick: bool) -> dict[str, Any]:
     loads, snapshots, per_client = (50, 10, 5) if quick else (500, 50, 25)
     out: dict[str, Any] = {"goal": f"rest_vs_in_process <= {GOAL_LOAD}x; scale_16_vs_1 >= "
@@ -261,6 +368,9 @@ def run(quick: bool) -> dict[str, Any]:
             str(tmp / "catalog"), f"file://{tmp}/warehouse", {}, {}, f"sqlite:///{tmp}/sql.db",
             f"file://{tmp}/sql-wh", loads, snapshots))
         out["appends"] = guarded(lambda: appends(tmp, per_client))
+        out["creates"] = guarded(lambda: creates(
+            tmp, (100, 1000) if quick else (100, 1000, 10000), 10 if quick else 30))
+        out["list_2000"] = guarded(lambda: lists(tmp, 2000, 10 if quick else 50))
         with s3_location("rest") as (uri, options):
             bucket = uri.removeprefix("s3://").split("/", 1)[0]
             iceberg = {"s3.endpoint": options["client_kwargs"]["endpoint_url"],

@@ -18,6 +18,7 @@ and delegates to the modules named above.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -60,6 +61,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["OlympiaCatalog"]
+
+#: The most table keys a listing takes at once (its definitions read together when their
+#: kind is not known yet).
+LIST_BATCH = 256
 
 
 class OlympiaCatalog(CatalogSession):
@@ -201,11 +206,48 @@ class OlympiaCatalog(CatalogSession):
             NoSuchNamespaceError: it does not exist.
         """
         ns = self._namespace(namespace)
+        return [(ns, name) for name in self.iceberg_tables(ns)]
+
+    def iceberg_tables(self, namespace: str | Identifier, after: str | None = None,
+                       limit: int | None = None) -> list[str]:
+        """The names of a namespace's Iceberg tables in name order (a page of
+        :meth:`list_tables`), read from the tree's keys: whether a definition file is an
+        Iceberg table's is kept by its path (definition files are immutable), so each one
+        is read and decoded once, and a page reads the keys up to its last name (and at
+        most :data:`LIST_BATCH` more).
+
+        Args:
+            namespace: The namespace.
+            after: Only tables named after this (a page token's name; None: from the first).
+            limit: At most this many names (None: all).
+
+        Returns:
+            The names.
+
+        Raises:
+            NoSuchNamespaceError: it does not exist.
+        """
+        ns = self._namespace(namespace)
         reader = self._reader()
-        if not reader.namespace_exists(ns):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
-        tables, _ = reader.load_namespace_contents(ns)
-        return [(ns, t.name) for t in tables if is_iceberg(t)]
+        try:
+            entries = reader.table_paths(ns, after)
+        except oe.NoSuchNamespaceError:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
+        batch = LIST_BATCH if limit is None else max(1, min(LIST_BATCH, limit))
+        found: list[str] = []
+        while limit is None or len(found) < limit:
+            chunk = list(itertools.islice(entries, batch))
+            if not chunk:
+                break
+            known = {path: self._iceberg_paths.get(path) for _, path in chunk}
+            unknown = [(name, path) for name, path in chunk if known[path] is None]
+            read = reader.table_definitions([path for _, path in unknown])
+            for (name, path), message in zip(unknown, read, strict=True):
+                iceberg = is_iceberg(TableDef.from_proto(message, ns, name))
+                self._iceberg_paths.put(path, iceberg)
+                known[path] = iceberg
+            found.extend(name for name, path in chunk if known[path])
+        return found if limit is None else found[:limit]
 
     def load_table(self, identifier: str | Identifier) -> Table:
         """The table as this catalog sees it (latest, pinned version, or transaction).
@@ -461,13 +503,13 @@ class OlympiaCatalog(CatalogSession):
             confine(own, within, f"{refused}: its location", "the warehouse")
         files = table_files(table, lambda path, kind: confine(
             path, own, f"{refused}: its {kind} file", "its location"))
-        live, uuid = self._live(), str(table.metadata.table_uuid)
+        uuid = str(table.metadata.table_uuid)
+        with self._live() as live, self._kept_tables() as kept:
 
-        def itself(other: LiveTable) -> bool:
-            """The table under this or an earlier name (not a live alias of its uuid)."""
-            return other.uuid == uuid and (other.key == (ns, name) or other.key not in live)
+            def itself(other: LiveTable) -> bool:
+                """The table under this or an earlier name (not a live alias of its uuid)."""
+                return other.uuid == uuid and (other.key == (ns, name) or other.key not in live)
 
-        with self._kept_tables() as kept:
             for kind, placed in files.items():
                 for path, at in placed.items():
                     other = kept.index.owner(at, itself)

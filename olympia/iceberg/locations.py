@@ -234,9 +234,17 @@ class LiveTable:
 
 class LiveIndex:
     """The live tables of a catalog by location and metadata file: a check costs a few
-    dictionary and bisection steps, however many tables there are."""
+    dictionary and bisection steps, however many tables there are.
 
-    def __init__(self) -> None:
+    Args:
+        base: An index this one shows with the tables :meth:`put` here in place of its own
+            (a transaction's staged tables over the version it began on). It is read at
+            every lookup, never copied: the caller keeps it at that version meanwhile.
+    """
+
+    def __init__(self, base: LiveIndex | None = None) -> None:
+        self._base = base
+        self._replaced: set[Key] = set()  # the keys whose base table put() replaced
         self._tables: dict[Key, LiveTable] = {}
         self._by_place: dict[Place, list[LiveTable]] = {}
         self._by_metadata: dict[Place, list[LiveTable]] = {}
@@ -245,6 +253,8 @@ class LiveIndex:
 
     def put(self, key: Key, table: LiveTable | None) -> None:
         """Record what table ``key`` uses now (None: nothing, or it is gone)."""
+        if self._base is not None:
+            self._replaced.add(key)
         old = self._tables.pop(key, None)
         if old is not None:
             self._by_place[old.place].remove(old)
@@ -259,9 +269,20 @@ class LiveIndex:
             self._tables[key] = table
             self._insert(table)
 
+    def clear(self) -> None:
+        """Forget every table recorded here (not those of the base)."""
+        self._replaced.clear()
+        self._tables.clear()
+        self._by_place.clear()
+        self._by_metadata.clear()
+        self._places.clear()
+        self._claims.clear()
+
     def __contains__(self, key: object) -> bool:
-        """Whether table ``key`` is recorded (by :meth:`put`)."""
-        return key in self._tables
+        """Whether table ``key`` is recorded (by :meth:`put`, here or in the base)."""
+        if key in self._tables:
+            return True
+        return self._base is not None and key not in self._replaced and key in self._base
 
     def add(self, table: LiveTable) -> None:
         """Record what ``table`` uses, beside everything recorded already (an index of
@@ -282,15 +303,36 @@ class LiveIndex:
         if table.metadata_place is not None:
             self._by_metadata.setdefault(table.metadata_place, []).append(table)
 
-    def _around(self, place: Place) -> Iterator[LiveTable]:
-        """Live tables at ``place``, above it, or below it."""
-        scheme, authority, steps = place
-        for depth in range(len(steps), -1, -1):
-            yield from self._by_place.get((scheme, authority, steps[:depth]), ())
-        for below in self._places[bisect.bisect_right(self._places, place):]:
-            if not _within(below, place):
+    def _inherited(self, find: Callable[[LiveIndex], Iterator[LiveTable]],
+                   ) -> Iterator[LiveTable]:
+        """What ``find`` finds in the base, but the tables replaced here."""
+        if self._base is not None:
+            yield from (t for t in find(self._base) if t.key not in self._replaced)
+
+    def _at(self, at: Place) -> Iterator[LiveTable]:
+        """Tables whose location is ``at``."""
+        yield from self._inherited(lambda base: base._at(at))
+        yield from self._by_place.get(at, ())
+
+    def _with_metadata(self, at: Place) -> Iterator[LiveTable]:
+        """Tables whose metadata file is ``at``."""
+        yield from self._inherited(lambda base: base._with_metadata(at))
+        yield from self._by_metadata.get(at, ())
+
+    def _below(self, at: Place) -> Iterator[LiveTable]:
+        """Tables whose location lies in ``at``."""
+        yield from self._inherited(lambda base: base._below(at))
+        for below in self._places[bisect.bisect_right(self._places, at):]:
+            if not _within(below, at):
                 break
             yield from self._by_place[below]
+
+    def _around(self, at: Place) -> Iterator[LiveTable]:
+        """Live tables at ``at``, above it, or below it."""
+        scheme, authority, steps = at
+        for depth in range(len(steps), -1, -1):
+            yield from self._at((scheme, authority, steps[:depth]))
+        yield from self._below(at)
 
     def holders(self, location: str, what: str) -> list[LiveTable]:
         """The tables whose location equals, holds or lies in ``location``.
@@ -317,8 +359,8 @@ class LiveIndex:
         """
         at = place(location, f"the location of {what}")
         if metadata_file:
-            for other in self._by_metadata.get(place(metadata_file,
-                                                     f"the metadata file of {what}"), ()):
+            for other in self._with_metadata(place(metadata_file,
+                                                   f"the metadata file of {what}")):
                 if other.key != exclude:
                     raise LocationInUseError(
                         f"{what}: metadata file {metadata_file} is the current metadata of "
@@ -333,7 +375,7 @@ class LiveIndex:
         """A table (but those ``skip`` names) whose location holds the file at ``file``,
         or whose metadata file it is."""
         scheme, authority, steps = file
-        candidates = [*self._by_metadata.get((scheme, authority, steps), ()),
+        candidates = [*self._with_metadata((scheme, authority, steps)),
                       *(t for depth in range(len(steps) - 1, -1, -1)
-                        for t in self._by_place.get((scheme, authority, steps[:depth]), ()))]
+                        for t in self._at((scheme, authority, steps[:depth])))]
         return next((t for t in candidates if not skip(t)), None)

@@ -82,6 +82,8 @@ CREATE_PROPERTY = "olympia.create"
 CACHE_PROPERTY = "olympia.metadata-cache-size"
 TRANSACTION_PROPERTY = "olympia.transaction"
 DEFAULT_CACHE_SIZE = 256
+#: Definition files whose "is it an Iceberg table" a catalog keeps (list_tables).
+ICEBERG_PATHS = 262144
 
 
 class CatalogSession(MetastoreCatalog):
@@ -96,9 +98,11 @@ class CatalogSession(MetastoreCatalog):
     _written: list[tuple[FileIO, str]]
     _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
     _max_metadata_bytes: int
-    _index: LiveIndex | None
+    _index: LiveIndex | None  # a transaction's staged tables over its base's (_live)
     _seen: int  # the staged actions of the transaction _index includes
+    _live_tables: _LiveCache  # the live tables of the tree last checked, shared by copies
     _kept: _KeptCache  # the tables of kept versions (_kept_tables), shared by copies
+    _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
@@ -149,7 +153,9 @@ class CatalogSession(MetastoreCatalog):
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
         self._index, self._seen = None, 0
+        self._live_tables = _LiveCache()
         self._kept = _KeptCache()
+        self._iceberg_paths = LruCache(ICEBERG_PATHS)
         self._confined = False
         self._root = False
         self._dry_run = False
@@ -496,29 +502,36 @@ class CatalogSession(MetastoreCatalog):
             check_placement(staged.metadata, ".".join(staged.name()))
         return staged
 
-    def _live(self) -> LiveIndex:
-        """The live tables as this session reads them. The latest or a pinned version is
-        indexed afresh; in a transaction, its base version is indexed once and the tables
-        its staged actions touched are read again as the actions come (so the many creates
-        of one apply stay cheap)."""
-        if self._txn is None:
-            return _index_of(self._reader())
+    @contextlib.contextmanager
+    def _live(self) -> Iterator[LiveIndex]:
+        """The live tables as this session reads them, held while the caller checks: those
+        of the latest or pinned version or the transaction's base (:class:`_LiveCache`
+        moves to it from the tree checked before, reading what differs); in a transaction,
+        with the tables its staged actions touched read again as the actions come (so the
+        many creates of one apply stay cheap)."""
         txn = self._txn
-        if self._index is None:
-            self._index, self._seen = _index_of(txn.base), 0
-        staged = txn.actions
-        for action in staged[self._seen:]:
-            if action.object.type != int(ObjectType.TABLE):
-                continue
-            ns, names = action.object.namespace, [action.object.name]
-            if action.HasField("rename"):
-                names.append(action.rename.to_name)
-            for name in names:
-                exists = txn.table_exists(ns, name)
-                self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
-                                if exists else None)
-        self._seen = len(staged)
-        return self._index
+        tree = txn.base if txn is not None else self._reader()
+        assert isinstance(tree, Snapshot)
+        with self._live_tables.lock:
+            index = self._live_tables.at(tree)
+            if txn is None:
+                yield index
+                return
+            if self._index is None:
+                self._index, self._seen = LiveIndex(index), 0
+            staged = txn.actions
+            for action in staged[self._seen:]:
+                if action.object.type != int(ObjectType.TABLE):
+                    continue
+                ns, names = action.object.namespace, [action.object.name]
+                if action.HasField("rename"):
+                    names.append(action.rename.to_name)
+                for name in names:
+                    exists = txn.table_exists(ns, name)
+                    self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
+                                    if exists else None)
+            self._seen = len(staged)
+            yield self._index
 
     @contextlib.contextmanager
     def _kept_tables(self) -> Iterator[_Kept]:
@@ -544,10 +557,8 @@ class CatalogSession(MetastoreCatalog):
                                     snapshot.version, once=snapshot is not first)
             for version in range(kept.through.version + 1, latest + 1):
                 snapshot = Snapshot(store.files, store.files.read_root(version))
-                for ref, _, after in changes(kept.through, snapshot):
-                    if ref.type == ObjectType.TABLE:
-                        kept.record((ref.namespace, ref.name), None if after is None else
-                                    snapshot.load_table(ref.namespace, ref.name), version)
+                for key, changed in _table_changes(kept.through, snapshot):
+                    kept.record(key, changed, version)
                 kept.through = snapshot
             self._kept.state = kept
             yield kept
@@ -563,7 +574,8 @@ class CatalogSession(MetastoreCatalog):
             LocationInUseError: the location or metadata file is taken.
             TableLocationError: a refused form.
         """
-        self._live().check_free(what, location, metadata_file, key)
+        with self._live() as live:
+            live.check_free(what, location, metadata_file, key)
         taken = self._kept_holders(location, what, table_uuid)
         if taken:
             other, versions = taken[0]
@@ -693,10 +705,52 @@ class _Kept:
                 else f"catalog versions {first} to {last}")
 
 
-def _index_of(reader: CatalogReader) -> LiveIndex:
-    """The live tables of the version ``reader`` reads."""
-    index = LiveIndex()
-    _, tables, _ = reader.load_all()
-    for definition in tables:
-        index.put((definition.namespace, definition.name), LiveTable.of(definition))
-    return index
+class _LiveCache:
+    """The live tables of one catalog tree, which a catalog and its copies share: a check
+    against another tree first moves them there by the difference of the two trees (a
+    tree difference skips the subtrees both share), so a create costs what changed since
+    the tree checked before, never a read of every definition. They are derived only from
+    the trees' node files and definition files: immutable, named by a uuid, verified by
+    their checksums when read. A tree is the root node object a caller read, never a
+    version number (a restored prefix may give a number other content)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._tree: Snapshot | None = None
+        self._index = LiveIndex()
+
+    def at(self, tree: Snapshot) -> LiveIndex:
+        """The live tables of ``tree``, valid while the caller holds :attr:`lock`.
+
+        Raises:
+            CorruptFileError, StorageError: a node or definition could not be read (the
+                tables are then forgotten, and read afresh by the next check).
+        """
+        known = self._tree
+        try:
+            if (known is None or known.codec.limits != tree.codec.limits
+                    or known.catalog_def.order != tree.catalog_def.order):
+                self._tree = None
+                self._index.clear()
+                _, tables, _ = tree.load_all()
+                for definition in tables:
+                    self._index.put((definition.namespace, definition.name),
+                                    LiveTable.of(definition))
+            elif known.root.node is not tree.root.node:
+                self._tree = None
+                for key, changed in _table_changes(known, tree):
+                    self._index.put(key, None if changed is None else LiveTable.of(changed))
+        except BaseException:
+            self._index.clear()
+            raise
+        self._tree = tree
+        return self._index
+
+
+def _table_changes(old: Snapshot, new: Snapshot) -> Iterator[tuple[Key, TableDef | None]]:
+    """The tables that differ between two trees, each with its definition in ``new``
+    (None: it is not there)."""
+    for ref, _, after in changes(old, new):
+        if ref.type == ObjectType.TABLE:
+            yield ((ref.namespace, ref.name),
+                   None if after is None else new.load_table(ref.namespace, ref.name))

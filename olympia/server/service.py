@@ -295,13 +295,20 @@ class CatalogService:
     # --- tables ------------------------------------------------------------------------
 
     def list_tables(self, namespace: str, page: Page) -> dict[str, Any]:
-        """``GET /v1/namespaces/{namespace}/tables``.
+        """``GET /v1/namespaces/{namespace}/tables``: a page reads the catalog's keys from
+        where the previous page ended up to its own end, never every definition.
 
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
+            RestError: a page token this server did not give out.
         """
-        return _identifiers([*self.shown_as, namespace], self.catalog.list_tables(namespace),
-                            page)
+        after = decode_token(page.token) if page.token else None
+        names = self.catalog.iceberg_tables(namespace, after,
+                                            None if page.size is None else page.size + 1)
+        more = page.size is not None and len(names) > page.size
+        shown = names[:page.size] if more else names
+        return _listing([*self.shown_as, namespace], shown,
+                        encode_token(shown[-1]) if more else None)
 
     def create_table(self, namespace: str, body: CreateTableBody) -> TableResponse:
         """``POST /v1/namespaces/{namespace}/tables``; with ``stage-create`` nothing is
@@ -669,7 +676,7 @@ def paginate(names: list[str], page: Page) -> tuple[list[str], str | None]:
     if page.size is None or start + page.size >= len(names):
         return names[start:], None
     shown = names[start:start + page.size]
-    return shown, base64.urlsafe_b64encode(shown[-1].encode()).decode()
+    return shown, encode_token(shown[-1])
 
 
 def _identifiers(namespace: Sequence[str], found: Sequence[tuple[str, ...]], page: Page,
@@ -678,8 +685,19 @@ def _identifiers(namespace: Sequence[str], found: Sequence[tuple[str, ...]], pag
     ``namespace`` (its levels as answered), as the specification's
     ``ListTablesResponse``."""
     shown, token = paginate(sorted(identifier[-1] for identifier in found), page)
+    return _listing(namespace, shown, token)
+
+
+def _listing(namespace: Sequence[str], shown: Sequence[str], token: str | None,
+             ) -> dict[str, Any]:
+    """The ``ListTablesResponse`` of the names ``shown`` in ``namespace``."""
     return {"identifiers": [{"namespace": list(namespace), "name": name} for name in shown],
             "next-page-token": token}
+
+
+def encode_token(name: str) -> str:
+    """The page token of a page that ends at ``name`` (the next one starts after it)."""
+    return base64.urlsafe_b64encode(name.encode()).decode()
 
 
 def decode_token(token: str) -> str:
