@@ -165,11 +165,12 @@ def test_an_export_is_marked_on_the_timeline(catalog: Catalog, tmp_path: Path) -
     assert 'class="mark export"' in page.text and "q1</a> (version 4)" in page.text
     assert "<title>version 4: exported as q1</title>" in page.text
     assert "<title>version 6: rollback of 5 to 4</title>" in page.text
-    # both on the same day: each dot on a row of its own, the rollback's line drawn last
-    dots = re.findall(r'<g class="mark (\w+)"><line x1="([\d.]+)" y1="(\d+)".*?'
-                      r'<circle cx="([\d.]+)" cy="(\d+)" r="(\d+)"', page.text)
+    # both on the same day: each dot on a row of its own, drawn after every line
+    dots = re.findall(r'<g class="mark (\w+)"><circle cx="([\d.]+)" cy="(\d+)" r="(\d+)"',
+                      page.text)
     assert [d[0] for d in dots] == ["export", "rollback"]
-    (_, _, _, x1, y1, r), (_, _, _, x2, y2, _) = dots
+    assert page.text.rindex("<line") < page.text.index("<circle")
+    (_, x1, y1, r), (_, x2, y2, _) = dots
     assert x1 == x2 and abs(int(y1) - int(y2)) >= 2 * int(r) + 2  # no overlap
     # one colour per kind, the same in the legend, the marks and the version's tag
     css = (Path(create_ui.__code__.co_filename).parent / "static" / "ui.css").read_text()

@@ -32,8 +32,9 @@ MARK_ROWS = {"rollback": 8, "export": 20}
 
 @dataclass
 class Mark:
-    """The rollbacks, or the exported versions, of one day: a line from its dot down to the
-    axis (a rollback's line drawn over an export's)."""
+    """The rollbacks, or the exported versions, of one day: a dot on its kind's row and a
+    line down to the axis (the template draws every line, then every dot: no line hides a
+    dot)."""
 
     x: float
     y: int
