@@ -26,7 +26,7 @@ from olympia.exceptions import NoSuchCatalogError
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.server import CatalogService, create_app
 from olympia.server.auth import Throttle, Tokens
-from olympia.ui import create_ui
+from olympia.ui import create_ui, pages
 from olympia.ui.app import Place
 from olympia.ui.login import COOKIE, local_target
 
@@ -195,6 +195,31 @@ def test_export_shows_the_version_an_export_recorded_or_is_refused(
             ("/transactions?export=q1", 400, "/transactions shows the latest catalog")]:
         refused = client.get(url)
         assert refused.status_code == status and names in refused.text, (url, refused.text)
+
+
+def test_a_missing_object_links_the_last_version_that_had_it(catalog: Catalog) -> None:
+    client = client_of(catalog)
+    renamed = client.get("/table?ns=sales&name=orders")
+    assert renamed.status_code == 404
+    text = text_of(renamed.text)
+    assert "table sales.orders does not exist" in text
+    assert "It was last in version 3 (" in text and "version 4 dropped or renamed it" in text
+    assert 'href="/table?ns=sales&amp;name=orders&amp;version=3"' in renamed.text
+    assert 'href="/diff?from=3&amp;to=4"' in renamed.text
+    # as it was at version 5: the view dropped by version 5 (then restored by a rollback)
+    dropped = client.get("/view?ns=sales&name=big_orders&version=5")
+    assert dropped.status_code == 404 and "version 5 dropped or renamed it" in text_of(
+        dropped.text)
+    assert 'href="/view?ns=sales&amp;name=big_orders&amp;version=4"' in dropped.text
+    never = client.get("/namespace?name=hr")
+    assert never.status_code == 404
+    assert "None of the kept versions before this one (up to 50) has it" in text_of(never.text)
+    # the look-back is bounded: an object older than its reach is not found
+    assert pages.last_version_with(catalog, 6, lambda s: s.table_exists("sales", "orders"),
+                                   limit=2) is None
+    found = pages.last_version_with(catalog, 6, lambda s: s.table_exists("sales", "orders"),
+                                    limit=3)
+    assert found is not None and found.version == 3
 
 
 def test_error_pages_keep_the_navigation(catalog: Catalog) -> None:

@@ -245,18 +245,37 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         listing = pages.namespaces_page(ctx.snapshot, after, pages.page_size(limit))
         return render(request, "home.html", ctx=ctx, listing=listing, limit=limit)
 
+    def gone(request: Request, ctx: _Context, exc: NotFoundError,
+             has: Callable[[Snapshot], bool], path: str, **query: str) -> HTMLResponse:
+        """The 404 of an object not in the version shown, with the last version before it
+        that had the object (looked for among :data:`pages.LOOK_BACK` versions)."""
+        last = pages.last_version_with(ctx.catalog, ctx.snapshot.version, has)
+        return render(request, "error.html", 404, ctx=ctx, status=404, message=_message(exc),
+                      last=last, last_link=None if last is None else
+                      ctx.link(path, **query, version=last.version),
+                      look_back=pages.LOOK_BACK)
+
     @app.get("/namespace", response_class=HTMLResponse)
     def namespace(request: Request, name: str, pin: Pin, after: str | None = None,
                   limit: int | None = None) -> HTMLResponse:
         ctx = context(request, pin)
+        try:
+            found = ctx.snapshot.load_namespace(name)
+        except NotFoundError as exc:
+            return gone(request, ctx, exc, lambda s: s.namespace_exists(name), "/namespace",
+                        name=name)
         listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit))
-        return render(request, "namespace.html", ctx=ctx, listing=listing,
-                      ns=ctx.snapshot.load_namespace(name), limit=limit)
+        return render(request, "namespace.html", ctx=ctx, listing=listing, ns=found,
+                      limit=limit)
 
     @app.get("/table", response_class=HTMLResponse)
     def table(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:
         ctx = context(request, pin)
-        found = ctx.snapshot.load_table(ns, name)
+        try:
+            found = ctx.snapshot.load_table(ns, name)
+        except NotFoundError as exc:
+            return gone(request, ctx, exc, lambda s: s.table_exists(ns, name), "/table",
+                        ns=ns, name=name)
         return render(request, "table.html", ctx=ctx, table=found,
                       columns=pages.column_rows(found.columns),
                       iceberg=pages.iceberg_details(ctx.catalog, found))
@@ -264,7 +283,11 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
     @app.get("/view", response_class=HTMLResponse)
     def view(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:
         ctx = context(request, pin)
-        found = ctx.snapshot.load_view(ns, name)
+        try:
+            found = ctx.snapshot.load_view(ns, name)
+        except NotFoundError as exc:
+            return gone(request, ctx, exc, lambda s: s.view_exists(ns, name), "/view", ns=ns,
+                        name=name)
         references = [(a, b, ctx.snapshot.table_exists(a, b), ctx.snapshot.view_exists(a, b))
                       for a, b in found.referenced_objects]
         return render(request, "view.html", ctx=ctx, view=found,
