@@ -185,7 +185,7 @@ def test_export_shows_the_version_an_export_recorded_or_is_refused(
     versions.export(catalog, "q1", str(tmp_path / "q1"), "full", version=4)
     client = client_of(catalog)
     page = client.get("/namespace?name=sales&export=q1")
-    assert page.status_code == 200 and "version 4 of 7" in text_of(page.text)
+    assert page.status_code == 200 and "export q1: version 4 of 7" in text_of(page.text)
     assert 'href="/table?ns=sales&amp;name=orders_v2&amp;version=4"' in page.text
     assert 'href="/?export=q1"' in client.get("/history").text
     for url, status, names in [
