@@ -169,6 +169,10 @@ def test_reader_sees_the_olympia_connections_and_their_catalog(airflow_ui: Airfl
             assert "frame-ancestors 'self'" in answer.headers["content-security-policy"]
             assert answer.headers["x-frame-options"] == "SAMEORIGIN"
         assert all(ns in home.text for ns in EXAMPLE_SPEC.namespaces)
+        # every page names its connection and links back to the list, error pages too
+        for answer in (home, reader.get(f"{PREFIX}{CONN}/table?ns=sales&name=nope")):
+            assert f"Connection <strong>{CONN}</strong>" in answer.text
+            assert f'<a href="{PREFIX}">All connections</a>' in answer.text
         for ns in EXAMPLE_SPEC.namespaces:
             page = reader.get(f"{PREFIX}{CONN}/namespace", params={"name": ns})
             assert page.status_code == 200
@@ -283,4 +287,8 @@ def test_catalog_pages_in_chromium(airflow_ui: AirflowUI, reader_page: Page) -> 
     page.wait_for_url("**/diff?to=2")
     assert "ui_second_version" in main.inner_text()
     page.screenshot(path=SCREENSHOTS / "diff.png", full_page=True)
+    assert CONN in page.locator("header .place").inner_text()
+    page.get_by_role("link", name="All connections").click()
+    page.wait_for_url(f"**{PREFIX}")
+    assert CONN in page.locator("#connections").inner_text()
     assert dialogs == []

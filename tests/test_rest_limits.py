@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -67,6 +68,28 @@ def post_token(server: RestServer, fields: dict[str, str], source: str = "127.0.
         answer = conn.getresponse()
         return (answer.status, {k.lower(): v for k, v in answer.getheaders()},
                 json.loads(answer.read()))
+    finally:
+        conn.close()
+
+
+def ui_sign_in(server: RestServer, fields: dict[str, str], source: str,
+               ) -> tuple[int, dict[str, str], bytes]:
+    """Post the UI's sign-in form from the loopback address ``source`` as a browser does:
+    with the anti-forgery token and cookie of the form it was shown first."""
+    address = urlsplit(server.url)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
+                                      source_address=(source, 0))
+    try:
+        conn.request("GET", "/ui/login")
+        shown = conn.getresponse()
+        token = re.search(rb'name="csrf" value="([^"]+)"', shown.read())
+        nonce = (shown.getheader("set-cookie") or "").split(";")[0]
+        assert token and nonce, "the sign-in form has no token"
+        conn.request("POST", "/ui/login", headers={**FORM, "Cookie": nonce},
+                     body=urlencode({**fields, "csrf": token.group(1).decode()}))
+        answer = conn.getresponse()  # a header sent twice (set-cookie): its values joined
+        return (answer.status, {k.lower(): answer.getheader(k, "") for k, _ in
+                                answer.getheaders()}, answer.read())
     finally:
         conn.close()
 
@@ -141,15 +164,10 @@ def test_wrong_secrets_are_slowed_per_address_and_per_client_id(server: RestServ
     assert post_token(server, credentials("someone", "x"), "127.0.0.7")[0] == 429
     assert post_token(server, credentials("analyst", READER), "127.0.0.7")[0] == 200
     # the UI's sign-in form is slowed down the same way, by address
-    address = urlsplit(server.url)
-    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
-                                      source_address=("127.0.0.2", 0))
-    conn.request("POST", "/ui/login", body=urlencode({"client_id": "analyst",
-                                                      "secret": READER}), headers=FORM)
-    answer = conn.getresponse()
-    assert answer.status == 429 and int(answer.getheader("retry-after") or 0) > 0
-    assert b"Too many wrong credentials" in answer.read()
-    conn.close()
+    status, headers, page = ui_sign_in(server, {"client_id": "analyst", "secret": READER},
+                                       "127.0.0.2")
+    assert status == 429 and int(headers["retry-after"]) > 0
+    assert b"Too many wrong credentials" in page
     # a secret sent as the bearer token is not traded, so not slowed
     assert request(server, "GET", "/v1/config",
                    headers={"Authorization": f"Bearer {WRITER}"})[0] == 200
@@ -431,13 +449,7 @@ def test_a_throttle_is_bounded_and_locks_nobody_out_for_good(
 
 def test_signing_in_with_an_access_token_keeps_it(server: RestServer) -> None:
     issued = post_token(server, credentials("analyst", READER), "127.0.0.31")[2]["access_token"]
-    address = urlsplit(server.url)
-    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=WAIT,
-                                      source_address=("127.0.0.31", 0))
-    conn.request("POST", "/ui/login", body=urlencode({"token": issued}), headers=FORM)
-    answer = conn.getresponse()
-    answer.read()
-    conn.close()
-    cookie = answer.getheader("set-cookie") or ""
-    assert answer.status == 303 and f"olympia_ui_token={issued};" in cookie
+    status, headers, _ = ui_sign_in(server, {"token": issued}, "127.0.0.31")
+    cookie = headers["set-cookie"]
+    assert status == 303 and f"olympia_ui_token={issued};" in cookie
     assert int(cookie.split("Max-Age=")[1].split(";")[0]) <= 3600  # its own expiry

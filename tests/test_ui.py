@@ -7,9 +7,13 @@ import re
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 from fastapi import Depends, FastAPI, HTTPException
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_rest_limits import Clock
 
 with warnings.catch_warnings():  # starlette's note about httpx, raised on import
     warnings.simplefilter("ignore")
@@ -21,9 +25,10 @@ from olympia.catalog.objects import Column
 from olympia.exceptions import NoSuchCatalogError
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.server import CatalogService, create_app
-from olympia.server.auth import Tokens
-from olympia.ui import create_ui
-from olympia.ui.login import COOKIE
+from olympia.server.auth import Throttle, Tokens
+from olympia.ui import create_ui, pages
+from olympia.ui.app import Place
+from olympia.ui.login import COOKIE, local_target
 
 EVIL = "<script>alert('x')</script>"
 ORDERS = [Column("id", "bigint", nullable=False),
@@ -160,6 +165,79 @@ def test_an_export_is_marked_on_the_timeline(catalog: Catalog, tmp_path: Path) -
     assert 'class="mark export"' in page.text and "q1</a> (version 4)" in page.text
     assert "<title>version 4: exported as q1</title>" in page.text
     assert "<title>version 6: rollback of 5 to 4</title>" in page.text
+    # both on the same day: each dot on a row of its own, drawn after every line
+    dots = re.findall(r'<g class="mark (\w+)"><circle cx="([\d.]+)" cy="(\d+)" r="(\d+)"',
+                      page.text)
+    assert [d[0] for d in dots] == ["export", "rollback"]
+    assert page.text.rindex("<line") < page.text.index("<circle")
+    (_, x1, y1, r), (_, x2, y2, _) = dots
+    assert x1 == x2 and abs(int(y1) - int(y2)) >= 2 * int(r) + 2  # no overlap
+    # one colour per kind, the same in the legend, the marks and the version's tag
+    css = (Path(create_ui.__code__.co_filename).parent / "static" / "ui.css").read_text()
+    for kind in ("rollback", "export"):
+        colours = set(re.findall(rf"\.{kind}[^{{]*\{{[^}}]*?(?:fill|stroke|color|background):"
+                                 r"\s*([^;]+);", css))
+        assert colours == {f"var(--{kind})"}, (kind, colours)
+
+
+def test_export_shows_the_version_an_export_recorded_or_is_refused(
+        catalog: Catalog, tmp_path: Path) -> None:
+    versions.export(catalog, "q1", str(tmp_path / "q1"), "full", version=4)
+    client = client_of(catalog)
+    page = client.get("/namespace?name=sales&export=q1")
+    assert page.status_code == 200 and "export q1: version 4 of 7" in text_of(page.text)
+    assert 'href="/table?ns=sales&amp;name=orders_v2&amp;version=4"' in page.text
+    assert 'href="/?export=q1"' in client.get("/history").text
+    for url, status, names in [
+            ("/?export=q9", 404, "unknown export &#39;q9&#39; (exports: q1)"),
+            ("/?export=q1&version=3", 400, "give only one of version, as_of and export"),
+            ("/diff?to=3&version=2", 400, "/diff shows the latest catalog"),
+            ("/transactions?export=q1", 400, "/transactions shows the latest catalog")]:
+        refused = client.get(url)
+        assert refused.status_code == status and names in refused.text, (url, refused.text)
+
+
+def test_a_missing_object_links_the_last_version_that_had_it(catalog: Catalog) -> None:
+    client = client_of(catalog)
+    renamed = client.get("/table?ns=sales&name=orders")
+    assert renamed.status_code == 404
+    text = text_of(renamed.text)
+    assert "table sales.orders does not exist" in text
+    assert "It was last in version 3 (" in text and "version 4 dropped or renamed it" in text
+    assert 'href="/table?ns=sales&amp;name=orders&amp;version=3"' in renamed.text
+    assert 'href="/diff?from=3&amp;to=4"' in renamed.text
+    # as it was at version 5: the view dropped by version 5 (then restored by a rollback)
+    dropped = client.get("/view?ns=sales&name=big_orders&version=5")
+    assert dropped.status_code == 404 and "version 5 dropped or renamed it" in text_of(
+        dropped.text)
+    assert 'href="/view?ns=sales&amp;name=big_orders&amp;version=4"' in dropped.text
+    never = client.get("/namespace?name=hr")
+    assert never.status_code == 404
+    assert "None of the kept versions before this one (up to 50) has it" in text_of(never.text)
+    # the look-back is bounded: an object older than its reach is not found
+    assert pages.last_version_with(catalog, 6, lambda s: s.table_exists("sales", "orders"),
+                                   limit=2) is None
+    found = pages.last_version_with(catalog, 6, lambda s: s.table_exists("sales", "orders"),
+                                    limit=3)
+    assert found is not None and found.version == 3
+
+
+def test_error_pages_keep_the_navigation(catalog: Catalog) -> None:
+    for url in ("/no/such/page", "/table?ns=sales&name=nope", "/?version=two"):
+        page = client_of(catalog).get(url)
+        for link in ('href="/"', 'href="/history"', 'href="/transactions"'):
+            assert link in page.text, (url, link)
+
+
+def test_the_catalog_shown_is_named_with_a_link_to_the_others(catalog: Catalog) -> None:
+    outer = FastAPI()
+    outer.mount("/olympia/ui/conn1", create_ui(
+        lambda request: catalog, place=lambda request: Place("conn<1>", "/olympia/ui/")))
+    client = TestClient(outer)
+    for url in ("/olympia/ui/conn1/", "/olympia/ui/conn1/history", "/olympia/ui/conn1/nope"):
+        page = client.get(url)
+        assert "Connection conn&lt;1&gt; · All connections" in text_of(page.text)
+        assert '<a href="/olympia/ui/">All connections</a>' in page.text
 
 
 def test_diff_down_to_columns_with_renames_as_renames(catalog: Catalog) -> None:
@@ -323,35 +401,163 @@ def test_serve_without_tokens_shows_the_ui_as_it_serves_the_api(
     assert_secured(page)
 
 
+def form_token(page: Any) -> str:
+    """The anti-forgery token of the form on ``page``."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, page.text
+    return found.group(1)
+
+
+def sign_in(client: TestClient, next: str = "", **fields: str) -> Any:
+    """Post the sign-in form as a browser does: from the page that shows it."""
+    token = form_token(client.get("/ui/login", params={"next": next} if next else {}))
+    return client.post("/ui/login", data={"csrf": token, "next": next, **fields},
+                       follow_redirects=False)
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens"
+    path.write_text("reader read-only reader-secret\n")
+    return path
+
+
 def test_serve_with_tokens_needs_a_token_or_the_sign_in_cookie(
-        service: CatalogService, tmp_path: Path) -> None:
-    token_file = tmp_path / "tokens"
-    token_file.write_text("reader read-only reader-secret\n")
+        service: CatalogService, token_file: Path) -> None:
     client = TestClient(create_app(service, tokens=Tokens.load(token_file)))
     refused = client.get("/ui/history")
-    assert refused.status_code == 401 and 'href="/ui/login"' in refused.text
+    assert refused.status_code == 401 and 'href="/ui/login?next=/ui/history"' in refused.text
+    assert "Back to the catalog" not in refused.text  # it would answer 401 too
     assert_secured(refused)
     assert_secured(client.get("/ui/login"))
     assert client.get("/ui/", headers={"Authorization": "Bearer reader-secret"}
                       ).status_code == 200
     assert client.get("/ui/", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    wrong = client.post("/ui/login", data={"client_id": "reader", "secret": "nope"})
+    wrong = sign_in(client, client_id="reader", secret="nope")
     assert wrong.status_code == 401 and "sign no one in" in wrong.text
     assert_secured(wrong)
-    signed = client.post("/ui/login", data={"client_id": "reader", "secret": "reader-secret"},
-                         follow_redirects=False)
+    signed = sign_in(client, client_id="reader", secret="reader-secret")
     assert signed.status_code == 303 and signed.headers["location"] == "/ui/"
     cookie = signed.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
     assert "reader-secret" not in cookie
-    assert client.get("/ui/history").status_code == 200  # the cookie is sent back
+    page = client.get("/ui/history")  # the cookie is sent back
+    assert page.status_code == 200 and "Signed in as reader" in text_of(page.text)
     # a secret given as the bearer token is traded too, never stored in the cookie
-    by_token = TestClient(create_app(service, tokens=Tokens.load(token_file))).post(
-        "/ui/login", data={"token": "reader-secret"}, follow_redirects=False)
+    by_token = sign_in(TestClient(create_app(service, tokens=Tokens.load(token_file))),
+                       token="reader-secret")
     assert by_token.status_code == 303 and "reader-secret" not in by_token.headers[
         "set-cookie"] and COOKIE in by_token.headers["set-cookie"]
     # the cookie opens the UI only, not the REST API
     assert client.get("/v1/config").status_code == 401
+
+
+def test_sign_in_returns_to_the_page_asked_for_and_sign_out_refuses_afterwards(
+        service: CatalogService, token_file: Path) -> None:
+    client = TestClient(create_app(service, tokens=Tokens.load(token_file)))
+    asked = "/ui/namespace?name=sales&version=3"
+    refused = client.get(asked)
+    link = re.search(r'href="([^"]+)">Sign in', refused.text)
+    assert link and link.group(1) == "/ui/login?next=/ui/namespace%3Fname%3Dsales%26version%3D3"
+    signed = sign_in(client, next=asked, client_id="reader", secret="reader-secret")
+    assert signed.status_code == 303 and signed.headers["location"] == asked
+    page = client.get(asked)
+    assert page.status_code == 200 and "Signed in as reader" in text_of(page.text)
+    sign_out_token = form_token(page)
+    # another session's sign-out token, or none, does not sign this browser out
+    other = TestClient(create_app(service, tokens=Tokens.load(token_file)))
+    for token in ("", "x" * 43, form_token(other.get("/ui/login"))):
+        assert client.post("/ui/logout", data={"csrf": token}).status_code == 403
+    assert client.get(asked).status_code == 200
+    assert other.post("/ui/logout", data={"csrf": sign_out_token},
+                      follow_redirects=False).status_code == 303  # other was signed in to
+    assert client.get(asked).status_code == 200                   # nothing: no change here
+    out = client.post("/ui/logout", data={"csrf": sign_out_token}, follow_redirects=False)
+    assert out.status_code == 303 and out.headers["location"] == "/ui/login?signed_out=1"
+    assert f'{COOKIE}=""' in out.headers["set-cookie"] and "Max-Age=0" in out.headers[
+        "set-cookie"]
+    assert client.get(asked).status_code == 401
+    assert "Signed out." in client.get(out.headers["location"]).text
+    assert "not signed in" in client.get("/ui/logout").text
+
+
+@pytest.mark.parametrize("target", [
+    "//evil.example/ui/", "/\\evil.example", "/\\/evil.example", "https://evil.example/ui/",
+    "http:/ui/", "https:///ui/", "javascript:alert(1)", "%2F%2Fevil.example",
+    "/%2F/evil.example", "\t//evil.example", "/ui/\r\nSet-Cookie: x=1", "/uievil",
+    "/ui/../v1/config", "/ui/%2e%2e/v1/config", "/v1/config", "ui/", "/ui/\u202e",
+    "///evil.example",
+])
+def test_sign_in_never_leads_off_the_ui(service: CatalogService, token_file: Path,
+                                        target: str) -> None:
+    client = TestClient(create_app(service, tokens=Tokens.load(token_file)))
+    assert local_target(target, "/ui") is None
+    signed = sign_in(client, next=target, client_id="reader", secret="reader-secret")
+    assert signed.status_code == 303 and signed.headers["location"] == "/ui/"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["", "/", "/ui", "/ui/", "//", "/\\", "https:", "\t/"]),
+       st.text(alphabet=st.sampled_from("/\\:.%2eEfUui?#@ \t\nx"), max_size=16))
+def test_a_target_kept_is_a_page_of_the_ui_wherever_a_browser_resolves_it(
+        start: str, rest: str) -> None:
+    kept = local_target(start + rest, "/ui")
+    if kept is not None:
+        # as a browser reads a URL: tabs and newlines dropped, a backslash is a slash
+        seen = kept.replace("\t", "").replace("\n", "").replace("\\", "/")
+        resolved = urlsplit(urljoin("https://catalog.example/ui/login", seen))
+        assert resolved.netloc == "catalog.example"
+        assert resolved.path == "/ui" or resolved.path.startswith("/ui/")
+        assert ".." not in unquote(resolved.path).split("/")
+
+
+def test_a_sign_in_form_from_another_site_is_refused(service: CatalogService,
+                                                     token_file: Path) -> None:
+    client = TestClient(create_app(service, tokens=Tokens.load(token_file)))
+    credentials = {"client_id": "reader", "secret": "reader-secret"}
+    other = TestClient(create_app(service, tokens=Tokens.load(token_file)))
+    foreign = form_token(other.get("/ui/login"))  # a token of another server's form
+    mine = form_token(client.get("/ui/login"))
+    for fields, headers in [({}, {}), ({"csrf": ""}, {}), ({"csrf": "x" * 43}, {}),
+                            ({"csrf": foreign}, {}),
+                            ({"csrf": mine}, {"Sec-Fetch-Site": "cross-site"}),
+                            ({"csrf": mine}, {"Sec-Fetch-Site": "same-site"})]:
+        refused = client.post("/ui/login", data={**credentials, **fields}, headers=headers,
+                              follow_redirects=False)
+        assert refused.status_code == 403 and COOKIE not in refused.headers.get(
+            "set-cookie", ""), (fields, headers)
+        assert "not sent from this catalog" in refused.text
+    # the token is tied to this browser's nonce: another browser's cookie does not fit it
+    stranger = TestClient(create_app(service, tokens=Tokens.load(token_file)))
+    stranger.get("/ui/login")
+    assert stranger.post("/ui/login", data={**credentials, "csrf": mine},
+                         follow_redirects=False).status_code == 403
+    signed = client.post("/ui/login", data={**credentials, "csrf": mine},
+                         headers={"Sec-Fetch-Site": "same-origin"}, follow_redirects=False)
+    assert signed.status_code == 303
+    # bodies are bounded before anything is read
+    big = client.post("/ui/login", content=b"x" * 5000, headers={
+        "Content-Type": "application/x-www-form-urlencoded"})
+    assert big.status_code == 413
+
+
+def test_wrong_sign_ins_are_refused_with_429_per_address(service: CatalogService,
+                                                         token_file: Path) -> None:
+    clock = Clock()
+    app = create_app(service, tokens=Tokens.load(token_file),
+                     throttle=Throttle(burst=10, interval=0.01, clock=clock))
+    client = TestClient(app, client=("10.0.0.1", 5000))
+    codes = [sign_in(client, client_id="nobody", secret=f"guess-{n}").status_code
+             for n in range(30)]
+    assert codes == [401] * 10 + [429] * 20
+    refused = sign_in(client, client_id="reader", secret="reader-secret")
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert "Too many wrong credentials" in refused.text
+    # another address is not slowed down by this one's failures
+    elsewhere = TestClient(app, client=("10.0.0.2", 5000))
+    assert sign_in(elsewhere, client_id="reader", secret="reader-secret").status_code == 303
+    clock.now += 0.01  # one more try a interval
+    assert sign_in(client, client_id="reader", secret="reader-secret").status_code == 303
 
 
 def test_a_big_version_lists_its_first_actions_and_counts_the_rest(tmp_path: Path) -> None:

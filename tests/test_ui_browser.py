@@ -10,17 +10,22 @@ A screenshot of each page is saved under the test's tmp dir, or under the direct
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pytest
 from restserver import RestServer
 
+from olympia import versions
 from olympia.catalog.catalog import Catalog
+from olympia.ui.login import COOKIE
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (Debian's "
@@ -178,12 +183,135 @@ def test_a_server_with_tokens_refuses_until_signed_in(tmp_path: Path, browser: A
             page.get_by_role("button", name="Sign in").click()
             page.wait_for_url(secured.url + "/ui/")
             assert page.locator("h1").inner_text() == "Namespaces"
+            assert "Signed in as viewer" in page.locator("header").inner_text()
             cookie = next(c for c in browser.cookies(secured.url + "/ui/") if c["name"] ==
-                          "olympia_ui_token")
+                          COOKIE)
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
             assert cookie["value"] != "viewer-secret"
+            # sign out, and be refused afterwards
+            page.get_by_role("button", name="Sign out").click()
+            page.wait_for_url(secured.url + "/ui/login?signed_out=1")
+            assert "Signed out." in page.locator("main").inner_text()
+            assert COOKIE not in {c["name"] for c in browser.cookies(secured.url + "/ui/")}
+            answer = page.goto(secured.url + "/ui/history?version=0")
+            assert answer is not None and answer.status == 401
+            # signing in again comes back to the page asked for
+            page.get_by_role("link", name="Sign in").click()
+            page.get_by_label("Client id").fill("viewer")
+            page.get_by_label("Secret").fill("viewer-secret")
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(secured.url + "/ui/history?version=0")
+            assert page.locator("h1").inner_text() == "History"
+            page.get_by_role("button", name="Sign out").click()
+            page.wait_for_url("**/ui/login?signed_out=1")
         finally:
             page.close()
+
+
+def test_a_sign_in_form_posted_from_another_site_is_refused(tmp_path: Path,
+                                                            browser: Any) -> None:
+    """A page of another origin (localhost is not 127.0.0.1) posts the sign-in form with
+    good credentials and a token the server gave the attacker: refused, no cookie set."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("viewer read-only viewer-secret\n")
+    with RestServer.on_new_catalog(tmp_path, "--token-file", str(token_file)) as secured:
+        form = httpx.get(secured.url + "/ui/login", timeout=30)
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert token
+        page = browser.new_page()
+        try:
+            page.goto(secured.url.replace("127.0.0.1", "localhost") + "/v1/config")
+            page.set_content(
+                f'<form method="post" action="{secured.url}/ui/login">'
+                f'<input name="csrf" value="{token.group(1)}">'
+                '<input name="client_id" value="viewer">'
+                '<input name="secret" value="viewer-secret">'
+                '<button type="submit">Go</button></form>')
+            with page.expect_navigation() as sent:
+                page.get_by_role("button", name="Go").click()
+            answer = sent.value
+            assert answer is not None and answer.status == 403
+            assert "not sent from this catalog" in page.locator("main").inner_text()
+            assert COOKIE not in {c["name"] for c in browser.cookies(secured.url + "/ui/")}
+            refused = page.goto(secured.url + "/ui/")
+            assert refused is not None and refused.status == 401
+        finally:
+            page.close()
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def test_every_page_fits_a_phone(tmp_path: Path, browser: Any, shots: Path) -> None:
+    """At 390 x 844 no page scrolls sideways: every page kind over a catalog with long
+    names, wide tables, a long view and a rollback and an export on the same day; the
+    timeline shows both marks."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("viewer read-only viewer-secret\n")
+    server = RestServer.on_new_catalog(tmp_path, "--token-file", str(token_file))
+    long = "n" * 60 + "_" + "x" * 39
+    store = Catalog.open(server.catalog_uri)
+    try:
+        store.create_namespace(long, {"owner": "o" * 120}, comment="c" * 300)
+        store.create_table((long, long), comment="t" * 300, format="delta",
+                           location="s3://" + "l" * 200, properties={"k" * 80: "v" * 200},
+                           columns=[{"name": f"{'c' * 90}{n}", "type": "string",
+                                     "comment": "w" * 200} for n in range(3)])
+        store.create_view((long, "v"), sql="SELECT " + ", ".join(["a" * 40] * 20),
+                          referenced_objects=[(long, long)])
+        store.drop_view((long, "v"))
+        versions.rollback(store, 3)
+        versions.export(store, "q1", str(tmp_path / "q1"), "full", version=5)
+    finally:
+        store.close()
+    with server:
+        page = browser.new_page()
+        page.set_viewport_size(PHONE)
+        try:
+            page.goto(server.url + "/ui/login")
+            assert page.evaluate(SCROLL_WIDTH) <= PHONE["width"], "/ui/login"
+            page.screenshot(path=str(tmp_path / "ui-phone-login.png"), full_page=True)
+            page.get_by_label("Client id").fill("viewer")
+            page.get_by_label("Secret").fill("viewer-secret")
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(server.url + "/ui/")
+            quoted = quote(long)
+            for kind, path in [
+                    ("namespaces", "/ui/"), ("namespace", f"/ui/namespace?name={quoted}"),
+                    ("table", f"/ui/table?ns={quoted}&name={quoted}"),
+                    ("view", f"/ui/view?ns={quoted}&name=v&version=3"),
+                    ("history", "/ui/history"), ("diff", "/ui/diff?from=0&to=5"),
+                    ("transactions", "/ui/transactions"), ("error", "/ui/no/such/page"),
+                    ("logout", "/ui/logout")]:
+                page.goto(server.url + path)
+                assert page.evaluate(SCROLL_WIDTH) <= PHONE["width"], path
+                folder = shots if kind in ("table", "history") else tmp_path  # in UI.md
+                page.screenshot(path=str(folder / f"ui-phone-{kind}.png"), full_page=True)
+            # the wide tables scroll in their own box, keyboard-reachable
+            page.goto(server.url + f"/ui/table?ns={quoted}&name={quoted}")
+            box = page.locator("div.scroll").first
+            assert box.evaluate("e => e.scrollWidth > e.clientWidth")
+            assert box.get_attribute("tabindex") == "0"
+            # the rollback (version 5) and the export of version 5: both dots visible
+            page.goto(server.url + "/ui/history")
+            for kind in ("rollback", "export"):
+                dot = page.locator(f"svg#timeline g.mark.{kind} circle")
+                hit = dot.evaluate("""c => { const r = c.getBoundingClientRect();
+                    const e = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+                    return e === c; }""")
+                assert hit, kind
+                legend = page.locator(f"figcaption .key.{kind}")
+                assert dot.evaluate("c => getComputedStyle(c).fill") == legend.evaluate(
+                    "e => getComputedStyle(e).color")
+            tag = page.locator("li.version span.tag.export").first
+            assert tag.evaluate("e => getComputedStyle(e).backgroundColor") == page.locator(
+                "figcaption .key.export").evaluate("e => getComputedStyle(e).color")
+        finally:
+            page.close()
+
+
+#: How wide the page is laid out (wider than the window: it scrolls sideways).
+SCROLL_WIDTH = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
 
 
 def test_the_security_policy_holds_in_the_browser(server: RestServer, browser: Any) -> None:

@@ -61,7 +61,7 @@ from olympia.server.models import (
 from olympia.server.service import TXN_PREFIX, VERSION_PREFIX, CatalogService, Page
 from olympia.server.transactions import SYSTEM, SystemNamespaces
 from olympia.ui import create_ui
-from olympia.ui.login import COOKIE, login_routes
+from olympia.ui.login import COOKIE, SignInPages
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 T = TypeVar("T")
@@ -552,12 +552,21 @@ def _add_ui(app: FastAPI, service: CatalogService, tokens: Tokens | None,
     async def _home() -> Response:
         return RedirectResponse(UI_PATH + "/", status_code=307)
 
+    pages = None
     if tokens is not None and guard is not None:
-        app.include_router(login_routes(partial(guard.sign_in, tokens), ui_path=UI_PATH),
-                           dependencies=[Depends(ANYONE_MAY)])
-    ui = create_ui(lambda request: service.catalog.olympia, dependencies=[Depends(UI_READS)])
+        pages = SignInPages(partial(guard.sign_in, tokens), partial(_signed_in, tokens),
+                            ui_path=UI_PATH)
+        app.include_router(pages.routes(), dependencies=[Depends(ANYONE_MAY)])
+    ui = create_ui(lambda request: service.catalog.olympia, dependencies=[Depends(UI_READS)],
+                   session=pages.session if pages else None)
     ui.state.tokens, ui.state.throttle = tokens, app.state.throttle
     app.mount(UI_PATH, ui)
+
+
+def _signed_in(tokens: Tokens, token: str) -> str | None:
+    """The client id of an access token signed here and not expired (the UI's cookie)."""
+    client = tokens.client_for(token) if tokens.signed(token) else None
+    return client.client_id if client else None
 
 
 def _bearer(request: Request) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
-from fastapi import FastAPI, Query, Request, params
+from fastapi import Depends, FastAPI, Query, Request, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -34,7 +35,7 @@ from olympia.versions.timetravel import format_millis, resolve
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
 #: Query parameters that pick a version or a page: not kept by the version form.
-_PINNING = frozenset({"version", "as_of", "after", "before"})
+_PINNING = frozenset({"version", "as_of", "export", "after", "before"})
 FromVersion = Annotated[int | None, Query(alias="from")]
 #: The headers every UI answer carries. Pages load only the UI's own style sheet (and style
 #: attributes, which indent nested columns), run no script, send forms only to their own
@@ -76,22 +77,64 @@ def secure(headers: MutableHeaders) -> None:
         headers.setdefault(name, value)
 
 
+@dataclass(frozen=True)
+class Session:
+    """A browser signed in to the UI, as every page's header shows it.
+
+    Args:
+        user: Who signed in (a client id).
+        sign_out: The token the sign-out form sends (tied to the browser's session).
+    """
+
+    user: str
+    sign_out: str
+
+
+@dataclass(frozen=True)
+class Place:
+    """Which catalog the pages show, when the UI serves several (one per Airflow connection).
+
+    Args:
+        name: The catalog's name (a connection id).
+        back: Where the catalogs are listed.
+    """
+
+    name: str
+    back: str
+
+
+@dataclass
+class _Pin:
+    """The version a page is asked for: ``?version=``, ``?as_of=`` or ``?export=`` (at most
+    one; an empty form field is none)."""
+
+    version: str | None = None
+    as_of: str | None = None
+    export: str | None = None
+
+
+Pin = Annotated[_Pin, Depends()]
+#: Pages that always show the latest catalog (a diff names its own versions).
+_UNPINNED = frozenset({"/diff", "/transactions"})
+
+
 class _Context:
     """What one request renders from: the catalog, the version asked for and link helpers."""
 
-    def __init__(self, request: Request, catalog: Catalog, version: str | None,
-                 as_of: str | None) -> None:
+    def __init__(self, request: Request, catalog: Catalog, pin: _Pin) -> None:
         self.request = request
         self.catalog = catalog
-        number = _version_number(version)
-        as_of = as_of.strip() if as_of and as_of.strip() else None  # an empty form field
-        self.snapshot: Snapshot = resolve(catalog, version=number, as_of=as_of)
+        number = _version_number(pin.version)
+        as_of, export = _given(pin.as_of), _given(pin.export)
+        self.snapshot: Snapshot = resolve(catalog, version=number, as_of=as_of, export=export)
         self.latest = catalog.version
-        self.pinned = number is not None or as_of is not None
+        self.pinned = number is not None or as_of is not None or export is not None
+        self.export = export
 
     def link(self, path: str, **query: Any) -> str:
-        """``path`` under the app's mount point, keeping the version shown (``?version=``)."""
-        if self.pinned and "version" not in query:
+        """``path`` under the app's mount point, keeping the version shown (``?version=``)
+        on every page but those of :data:`_UNPINNED`."""
+        if self.pinned and "version" not in query and path not in _UNPINNED:
             query["version"] = self.snapshot.version
         kept = {k: v for k, v in query.items() if v is not None}
         root = self.request.scope.get("root_path", "")
@@ -100,11 +143,14 @@ class _Context:
 
 def create_ui(open_catalog: Callable[[Request], Catalog], *,
               dependencies: Sequence[params.Depends] = (),
-              title: str = "Olympia catalog") -> FastAPI:
+              title: str = "Olympia catalog",
+              session: Callable[[Request], Session | None] | None = None,
+              place: Callable[[Request], Place] | None = None) -> FastAPI:
     """The read-only catalog UI as an ASGI app to mount (``app.mount("/ui", ...)``).
 
-    Every link it renders is under the path it is mounted at; every page takes
-    ``?version=N`` or ``?as_of=<ISO-8601>`` and shows the catalog as it was then.
+    Every link it renders is under the path it is mounted at; every page but Diff and
+    Transactions takes ``?version=N``, ``?as_of=<ISO-8601>`` or ``?export=<name>`` and shows
+    the catalog as it was then (those two refuse them).
 
     Args:
         open_catalog: The catalog to show for a request. An exception it raises is answered
@@ -112,6 +158,10 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
             a ``PermissionError`` 403.
         dependencies: Run before every page (authentication).
         title: The name shown in every page's header.
+        session: The browser signed in to the request, shown in the header with a sign-out
+            button (``None``: no sign-in, or not signed in).
+        place: Which catalog the request shows, named in the header with a link to the
+            others (several catalogs behind one server).
 
     Returns:
         The application.
@@ -129,14 +179,21 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         latest = request.url.path + (f"?{urlencode(keep)}" if keep else "")
         return templates.TemplateResponse(
             request, template, {"root": request.scope.get("root_path", ""), "ctx": None,
-                                "keep_query": keep, "latest_link": latest, **values},
+                                "keep_query": keep, "latest_link": latest,
+                                "session": session(request) if session else None,
+                                "place": place(request) if place else None, **values},
             status_code=code)
 
-    def context(request: Request, version: str | None, as_of: str | None) -> _Context:
-        return _Context(request, open_catalog(request), version, as_of)
+    def context(request: Request, pin: _Pin, pinnable: bool = True) -> _Context:
+        if not pinnable and any(map(_given, (pin.version, pin.as_of, pin.export))):
+            raise InvalidArgumentError(f"{request.url.path} shows the latest catalog: it "
+                                       "takes no version, as_of or export")
+        return _Context(request, open_catalog(request), pin)
 
     def error_page(request: Request, status: int, message: str) -> HTMLResponse:
-        return render(request, "error.html", status, status=status, message=message)
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return render(request, "error.html", status, status=status, message=message,
+                      sign_in=f"/login?next={quote(here, safe='/')}")
 
     @app.exception_handler(NotFoundError)
     async def _missing(request: Request, exc: NotFoundError) -> Response:
@@ -182,44 +239,64 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         return answer
 
     @app.get("/", response_class=HTMLResponse)
-    def home(request: Request, version: str | None = None, as_of: str | None = None,
-             after: str | None = None, limit: int | None = None) -> HTMLResponse:
-        ctx = context(request, version, as_of)
+    def home(request: Request, pin: Pin, after: str | None = None,
+             limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, pin)
         listing = pages.namespaces_page(ctx.snapshot, after, pages.page_size(limit))
         return render(request, "home.html", ctx=ctx, listing=listing, limit=limit)
 
+    def gone(request: Request, ctx: _Context, exc: NotFoundError,
+             has: Callable[[Snapshot], bool], path: str, **query: str) -> HTMLResponse:
+        """The 404 of an object not in the version shown, with the last version before it
+        that had the object (looked for among :data:`pages.LOOK_BACK` versions)."""
+        last = pages.last_version_with(ctx.catalog, ctx.snapshot.version, has)
+        return render(request, "error.html", 404, ctx=ctx, status=404, message=_message(exc),
+                      last=last, last_link=None if last is None else
+                      ctx.link(path, **query, version=last.version),
+                      look_back=pages.LOOK_BACK)
+
     @app.get("/namespace", response_class=HTMLResponse)
-    def namespace(request: Request, name: str, version: str | None = None,
-                  as_of: str | None = None, after: str | None = None,
+    def namespace(request: Request, name: str, pin: Pin, after: str | None = None,
                   limit: int | None = None) -> HTMLResponse:
-        ctx = context(request, version, as_of)
+        ctx = context(request, pin)
+        try:
+            found = ctx.snapshot.load_namespace(name)
+        except NotFoundError as exc:
+            return gone(request, ctx, exc, lambda s: s.namespace_exists(name), "/namespace",
+                        name=name)
         listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit))
-        return render(request, "namespace.html", ctx=ctx, listing=listing,
-                      ns=ctx.snapshot.load_namespace(name), limit=limit)
+        return render(request, "namespace.html", ctx=ctx, listing=listing, ns=found,
+                      limit=limit)
 
     @app.get("/table", response_class=HTMLResponse)
-    def table(request: Request, ns: str, name: str, version: str | None = None,
-              as_of: str | None = None) -> HTMLResponse:
-        ctx = context(request, version, as_of)
-        found = ctx.snapshot.load_table(ns, name)
+    def table(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:
+        ctx = context(request, pin)
+        try:
+            found = ctx.snapshot.load_table(ns, name)
+        except NotFoundError as exc:
+            return gone(request, ctx, exc, lambda s: s.table_exists(ns, name), "/table",
+                        ns=ns, name=name)
         return render(request, "table.html", ctx=ctx, table=found,
                       columns=pages.column_rows(found.columns),
                       iceberg=pages.iceberg_details(ctx.catalog, found))
 
     @app.get("/view", response_class=HTMLResponse)
-    def view(request: Request, ns: str, name: str, version: str | None = None,
-             as_of: str | None = None) -> HTMLResponse:
-        ctx = context(request, version, as_of)
-        found = ctx.snapshot.load_view(ns, name)
+    def view(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:
+        ctx = context(request, pin)
+        try:
+            found = ctx.snapshot.load_view(ns, name)
+        except NotFoundError as exc:
+            return gone(request, ctx, exc, lambda s: s.view_exists(ns, name), "/view", ns=ns,
+                        name=name)
         references = [(a, b, ctx.snapshot.table_exists(a, b), ctx.snapshot.view_exists(a, b))
                       for a, b in found.referenced_objects]
         return render(request, "view.html", ctx=ctx, view=found,
                       columns=pages.column_rows(found.columns), references=references)
 
     @app.get("/history", response_class=HTMLResponse)
-    def history(request: Request, before: int | None = None, limit: int | None = None,
-                version: str | None = None, as_of: str | None = None) -> HTMLResponse:
-        ctx = context(request, version, as_of)
+    def history(request: Request, pin: Pin, before: int | None = None,
+                limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, pin)
         if before is None and ctx.pinned:  # the history as it was: that version and older
             before = ctx.snapshot.version + 1
         page = pages.history_page(ctx.catalog, before, pages.page_size(limit))
@@ -229,14 +306,14 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       max_actions=pages.ACTIONS_SHOWN)
 
     @app.get("/transactions", response_class=HTMLResponse)
-    def transactions(request: Request) -> HTMLResponse:
-        ctx = context(request, None, None)
+    def transactions(request: Request, pin: Pin) -> HTMLResponse:
+        ctx = context(request, pin, pinnable=False)
         return render(request, "transactions.html", ctx=ctx,
                       transactions=summarize_transactions(ctx.catalog))
 
     @app.get("/diff", response_class=HTMLResponse)
-    def diff(request: Request, to: int, from_: FromVersion = None) -> HTMLResponse:
-        ctx = context(request, None, None)
+    def diff(request: Request, to: int, pin: Pin, from_: FromVersion = None) -> HTMLResponse:
+        ctx = context(request, pin, pinnable=False)
         older = to - 1 if from_ is None else from_
         result = version_diff(ctx.catalog, older, to)
         changes = [(item, change_lines(item.change, False)) for item in result.changes]
@@ -257,6 +334,11 @@ def _version_number(text: str | None) -> int | None:
     if not text.strip().isdigit():
         raise InvalidArgumentError(f"version must be a version number, got {text!r}")
     return int(text)
+
+
+def _given(text: str | None) -> str | None:
+    """A query parameter's value, ``None`` when absent or blank (an empty form field)."""
+    return text.strip() if text and text.strip() else None
 
 
 def _message(exc: BaseException) -> str:

@@ -3,7 +3,7 @@ the definitions it lists, never the catalog), an object's details, a page of his
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import Any
@@ -13,7 +13,12 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
-from olympia.exceptions import InvalidArgumentError, NoSuchNamespaceError, OlympiaError
+from olympia.exceptions import (
+    InvalidArgumentError,
+    NoSuchNamespaceError,
+    NotFoundError,
+    OlympiaError,
+)
 from olympia.plan.changes import column_text
 from olympia.spec.iceberg import layout_of
 from olympia.tree import btree
@@ -251,3 +256,27 @@ def history_page(catalog: Catalog, before: int | None, limit: int) -> HistoryPag
 def is_export(entry: VersionInfo) -> bool:
     """Whether ``entry`` recorded an export."""
     return any(a.WhichOneof("payload") == "export" for a in entry.actions)
+
+
+#: Versions the page of a missing object looks back through for the last one that had it.
+LOOK_BACK = 50
+
+
+def last_version_with(catalog: Catalog, below: int, has: Callable[[Snapshot], bool],
+                      limit: int = LOOK_BACK) -> Snapshot | None:
+    """The newest version below ``below`` whose catalog ``has`` the object asked for, among
+    the ``limit`` versions before it that are kept: one root read per version looked at,
+    plus the lookups of ``has``.
+
+    Returns:
+        That version, or ``None`` (not within reach, or a version expired meanwhile).
+    """
+    oldest = catalog.files.oldest_version()
+    for version in range(below - 1, max(oldest, below - limit) - 1, -1):
+        try:
+            snapshot = catalog.at_version(version)
+        except NotFoundError:  # expired since ``oldest`` was read: nothing older is kept
+            return None
+        if has(snapshot):
+            return snapshot
+    return None

@@ -25,14 +25,21 @@ class Bar:
     count: int
 
 
+#: The kinds of marks, each on a row of its own (the y of its dot), so that a day with both
+#: shows both: rollbacks on top, exports below.
+MARK_ROWS = {"rollback": 8, "export": 20}
+
+
 @dataclass
 class Mark:
-    """A version rolled back to an older one, or exported, at its day."""
+    """The rollbacks, or the exported versions, of one day: a dot on its kind's row and a
+    line down to the axis (the template draws every line, then every dot: no line hides a
+    dot)."""
 
     x: float
+    y: int
     kind: str
-    version: int
-    what: str
+    what: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -78,18 +85,23 @@ def timeline(page: HistoryPage) -> Timeline:
     exported: dict[int, list[str]] = {}
     for export in page.exports:
         exported.setdefault(export.version, []).append(export.name)
-    marks = []
-    for entry in page.entries:
+    marks: dict[tuple[str, float], Mark] = {}
+
+    def mark(kind: str, centre: float, what: str) -> None:
+        marks.setdefault((kind, centre), Mark(centre, MARK_ROWS[kind], kind)).what.append(what)
+
+    for entry in sorted(page.entries, key=lambda e: e.version):
         centre = round(x_of(_day(entry.created_at_millis)) + slot / 2, 2)
         if entry.is_rollback:
-            marks.append(Mark(centre, "rollback", entry.version,
-                              f"rollback of {entry.rollback[0]} to {entry.rollback[1]}"
-                              if entry.rollback else "rollback"))
+            mark("rollback", centre, f"version {entry.version}: rollback of "
+                 f"{entry.rollback[0]} to {entry.rollback[1]}" if entry.rollback
+                 else f"version {entry.version}: rollback")
         if entry.version in exported:
-            marks.append(Mark(centre, "export", entry.version,
-                              "exported as " + ", ".join(sorted(exported[entry.version]))))
+            mark("export", centre, f"version {entry.version}: exported as "
+                 + ", ".join(sorted(exported[entry.version])))
     kept = _day(page.oldest_millis)
     kept_x = x_of(max(kept, first)) if kept <= last else None
-    return Timeline(bars=bars, marks=marks, kept_x=None if kept_x is None else round(kept_x, 2),
+    ordered = sorted(marks.values(), key=lambda m: (m.kind == "rollback", m.x))
+    return Timeline(bars=bars, marks=ordered, kept_x=None if kept_x is None else round(kept_x, 2),
                     first_day=first.isoformat(), last_day=last.isoformat(),
                     most=most)

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from olympia.catalog.catalog import Catalog
 from olympia.ui import create_ui
-from olympia.ui.app import SecurityHeaders
+from olympia.ui.app import Place, SecurityHeaders
 from olympia_provider.hooks.olympia import OlympiaHook, settings_from_connection
 from olympia_provider.plugins.catalog_ui import TITLE
 
@@ -64,6 +64,12 @@ def open_catalog(request: Request) -> Catalog:
     except ValueError as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     return Catalog.open(uri, options)
+
+
+def connection_place(request: Request) -> Place:
+    """The connection a catalog page shows, with a link back to the landing page."""
+    root = str(request.scope.get("root_path", ""))  # <landing page>/<connection id>
+    return Place(request.path_params.get("connection_id", ""), root.rsplit("/", 1)[0] + "/")
 
 
 async def login_first(request: Request) -> None:
@@ -110,5 +116,6 @@ def create_app() -> FastAPI:
         return landing.render(title=TITLE, root=request.scope.get("root_path", ""),
                               connections=session.execute(query).all())
 
-    app.mount("/{connection_id}", create_ui(open_catalog, dependencies=guard, title=TITLE))
+    app.mount("/{connection_id}", create_ui(open_catalog, dependencies=guard, title=TITLE,
+                                            place=connection_place))
     return app
