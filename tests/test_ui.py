@@ -21,6 +21,7 @@ with warnings.catch_warnings():  # starlette's note about httpx, raised on impor
 
 from olympia import versions
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.objects import Column
 from olympia.exceptions import NoSuchCatalogError
 from olympia.iceberg.catalog import OlympiaCatalog
@@ -214,11 +215,10 @@ def test_a_missing_object_links_the_last_version_that_had_it(catalog: Catalog) -
     never = client.get("/namespace?name=hr")
     assert never.status_code == 404
     assert "None of the kept versions before this one (up to 50) has it" in text_of(never.text)
-    # the look-back is bounded: an object older than its reach is not found
-    assert pages.last_version_with(catalog, 6, lambda s: s.table_exists("sales", "orders"),
-                                   limit=2) is None
-    found = pages.last_version_with(catalog, 6, lambda s: s.table_exists("sales", "orders"),
-                                    limit=3)
+    # the look-back is bounded (versions 6, 5, ...): a drop older than its reach is not found
+    orders = ObjectRef(ObjectType.TABLE, "sales", "orders")
+    assert pages.last_version_with(catalog, 6, orders, limit=2) is None
+    found = pages.last_version_with(catalog, 6, orders, limit=3)
     assert found is not None and found.version == 3
 
 

@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
 from olympia.plan.render import SIGNS, change_lines
@@ -245,11 +246,11 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         listing = pages.namespaces_page(ctx.snapshot, after, pages.page_size(limit))
         return render(request, "home.html", ctx=ctx, listing=listing, limit=limit)
 
-    def gone(request: Request, ctx: _Context, exc: NotFoundError,
-             has: Callable[[Snapshot], bool], path: str, **query: str) -> HTMLResponse:
+    def gone(request: Request, ctx: _Context, exc: NotFoundError, ref: ObjectRef, path: str,
+             **query: str) -> HTMLResponse:
         """The 404 of an object not in the version shown, with the last version before it
         that had the object (looked for among :data:`pages.LOOK_BACK` versions)."""
-        last = pages.last_version_with(ctx.catalog, ctx.snapshot.version, has)
+        last = pages.last_version_with(ctx.catalog, ctx.snapshot.version, ref)
         return render(request, "error.html", 404, ctx=ctx, status=404, message=_message(exc),
                       last=last, last_link=None if last is None else
                       ctx.link(path, **query, version=last.version),
@@ -262,7 +263,7 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         try:
             found = ctx.snapshot.load_namespace(name)
         except NotFoundError as exc:
-            return gone(request, ctx, exc, lambda s: s.namespace_exists(name), "/namespace",
+            return gone(request, ctx, exc, ObjectRef(ObjectType.NAMESPACE, name), "/namespace",
                         name=name)
         listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit))
         return render(request, "namespace.html", ctx=ctx, listing=listing, ns=found,
@@ -274,7 +275,7 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         try:
             found = ctx.snapshot.load_table(ns, name)
         except NotFoundError as exc:
-            return gone(request, ctx, exc, lambda s: s.table_exists(ns, name), "/table",
+            return gone(request, ctx, exc, ObjectRef(ObjectType.TABLE, ns, name), "/table",
                         ns=ns, name=name)
         return render(request, "table.html", ctx=ctx, table=found,
                       columns=pages.column_rows(found.columns),
@@ -286,7 +287,7 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         try:
             found = ctx.snapshot.load_view(ns, name)
         except NotFoundError as exc:
-            return gone(request, ctx, exc, lambda s: s.view_exists(ns, name), "/view", ns=ns,
+            return gone(request, ctx, exc, ObjectRef(ObjectType.VIEW, ns, name), "/view", ns=ns,
                         name=name)
         references = [(a, b, ctx.snapshot.table_exists(a, b), ctx.snapshot.view_exists(a, b))
                       for a, b in found.referenced_objects]

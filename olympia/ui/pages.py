@@ -3,7 +3,7 @@ the definitions it lists, never the catalog), an object's details, a page of his
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import Any
@@ -22,7 +22,7 @@ from olympia.exceptions import (
 from olympia.plan.changes import column_text
 from olympia.spec.iceberg import layout_of
 from olympia.tree import btree
-from olympia.versions.history import VersionInfo, history
+from olympia.versions.history import VersionInfo, history, search_history
 from olympia.versions.timetravel import format_millis
 
 #: Objects listed on one page unless ``limit`` says otherwise, and the most it may say.
@@ -262,21 +262,17 @@ def is_export(entry: VersionInfo) -> bool:
 LOOK_BACK = 50
 
 
-def last_version_with(catalog: Catalog, below: int, has: Callable[[Snapshot], bool],
+def last_version_with(catalog: Catalog, below: int, ref: ObjectRef,
                       limit: int = LOOK_BACK) -> Snapshot | None:
-    """The newest version below ``below`` whose catalog ``has`` the object asked for, among
-    the ``limit`` versions before it that are kept: one root read per version looked at,
-    plus the lookups of ``has``.
+    """The last version before the one that dropped ``ref`` (or renamed it away, or rolled
+    back past it), found among the ``limit`` versions up to ``below``: one root read each
+    (:func:`olympia.versions.search_history`).
 
     Returns:
         That version, or ``None`` (not within reach, or a version expired meanwhile).
     """
-    oldest = catalog.files.oldest_version()
-    for version in range(below - 1, max(oldest, below - limit) - 1, -1):
-        try:
-            snapshot = catalog.at_version(version)
-        except NotFoundError:  # expired since ``oldest`` was read: nothing older is kept
-            return None
-        if has(snapshot):
-            return snapshot
-    return None
+    try:
+        page = search_history(catalog, ref=ref, limit=1, before=below + 1, max_reads=limit)
+        return catalog.at_version(page.versions[0].version - 1) if page.versions else None
+    except NotFoundError:  # expired while it was looked for
+        return None
