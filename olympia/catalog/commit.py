@@ -172,11 +172,12 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
             not be learned from the store (the outcome is unknown: refresh and look).
         CommitOutcomeUnknown: An exception (a task timeout, say: its ``__cause__``)
             interrupted the commit once its root's create may have happened (coalesced:
-            also once its change was in the batch another thread lands); it landed, or it
-            never will. One raised before that, or once the race was lost (coalesced:
-            while the change is still queued, which withdraws it), is raised as it is:
-            nothing landed; so is one that is not an ``Exception`` (``KeyboardInterrupt``,
-            ``SystemExit``), whatever the change's fate.
+            also once its change was in a batch being landed); it landed, or it never
+            will. Without the queue, one raised before that or once the race was lost
+            (in the pause) is raised as it is: nothing landed; coalesced, so is one
+            reaching a caller whose change is still queued, which withdraws it. One that
+            is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is raised as
+            it is, whatever the change's fate.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
     if options.coalesce:  # the opt-in queue, loaded only where it is used
