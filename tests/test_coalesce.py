@@ -1,8 +1,10 @@
-"""Commits that threads of one process make at the same time through one catalog object:
-they take turns, first come first landed, and never race one another; coalesced
-(CommitOptions.coalesce, Catalog.open(..., coalesce_commits=True)), disjoint ones land
-together in one version, each caller learning its own outcome. Real threads on real
-storage; counts are asserted, never times."""
+"""Commits that threads of one process make at the same time through one catalog object.
+Coalesced (olympia/catalog/coalesce.py: CommitOptions.coalesce,
+Catalog.open(..., coalesce_commits=True)), they go through the object's queue: first come
+first landed, disjoint ones together in one version, each caller learning its own
+outcome. By default there is no queue: each runs the protocol in its own thread, racing
+the others as separate writers do. Real threads on real storage; counts are asserted,
+never times."""
 
 from __future__ import annotations
 
@@ -18,15 +20,9 @@ from conftest import Location
 
 from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
-from olympia.catalog import commit as commit_module
-from olympia.catalog.commit import (
-    Change,
-    CommitGroup,
-    CommitOptions,
-    _disjoint,
-    _Member,
-    commit_group,
-)
+from olympia.catalog import coalesce as coalesce_module
+from olympia.catalog.coalesce import CommitGroup, _disjoint, _Member, commit_group
+from olympia.catalog.commit import Change, CommitOptions
 from olympia.catalog.keys import path_version
 from olympia.exceptions import CatalogError, CommitConflict, CommitOutcomeUnknown
 from olympia.storage import Backend, FileInfo
@@ -145,21 +141,25 @@ def test_disjoint_concurrent_commits_share_versions(location: Location) -> None:
     assert len(history) == callers - sum(v == final.version - 1 for v in outcomes)
 
 
-def test_separate_commits_from_threads_take_turns(location: Location) -> None:
-    """Not coalesced, each caller gets a version of its own, and no thread loses a race to
-    another thread of its process: every root is created at the first try (before turns,
-    8 threads through one object lost so many races that one commit waited 6 s)."""
+def test_default_commits_from_threads_race_as_separate_writers(location: Location) -> None:
+    """Not coalesced, threads through one catalog object have no queue: each commits in
+    its own thread, losers rebase on the winners, and each caller gets a version of its
+    own holding its change and those before it."""
     callers = 6
-    catalog, gate = _gated_catalog(location, callers, coalesce=False)
+    Catalog.create(location.uri, location.storage_options).create_namespace("s")
+    catalog = Catalog.open(location.uri, location.storage_options)
+    gate = _Gate(catalog.storage.backend, catalog.storage.root, lambda: False, lambda: True)
+    catalog.storage.backend = gate
     outcomes = _commit_in_threads(catalog, [_create(f"t{i}") for i in range(callers)])
     assert sorted(outcomes) == list(range(2, 2 + callers))  # type: ignore[type-var]
-    assert gate.roots_created == callers
+    assert gate.roots_created >= callers  # one each, and one per lost create
     final = Catalog.open(location.uri, location.storage_options)
     for version in outcomes:
         assert isinstance(version, int)
         assert final.at_version(version).list_tables("s") == sorted(
             f"t{j}" for j, other in enumerate(outcomes) if other <= version)  # type: ignore[operator]
     assert catalog.version == final.version == 1 + callers
+    assert coalesce_module._GROUPS.get(catalog.files) is None  # no queue was made
 
 
 def _member(name: str, joins: bool) -> _Member:
@@ -192,7 +192,7 @@ def test_an_interrupted_leader_withdraws_its_own_change(monkeypatch: pytest.Monk
     def interrupted(*_args: Any) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commit_module, "_land_batch", interrupted)
+    monkeypatch.setattr(coalesce_module, "_land_batch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         group.submit(None, ours)  # type: ignore[arg-type]
     assert group.submitted == 0  # nothing left for the next leader to land
@@ -339,14 +339,14 @@ def _interrupt_main_thread(when: Callable[[], bool]) -> threading.Thread:
     return thread
 
 
-def _held_catalog(location: Location, coalesce: bool) -> tuple[Catalog, _Held, CommitGroup]:
-    """A catalog with table ``s.t1``, opened again (coalescing or not) with its batches
-    held, and its commit group."""
+def _held_catalog(location: Location, coalesce: bool) -> tuple[Catalog, _Held]:
+    """A catalog with table ``s.t1``, opened again (coalescing or not) with its root
+    publications held."""
     catalog = Catalog.create(location.uri, location.storage_options)
     catalog.create_namespace("s")
     catalog.create_table("s", "t1", columns=COLUMNS)
     catalog = Catalog.open(location.uri, location.storage_options, coalesce_commits=coalesce)
-    return catalog, _Held(catalog), commit_group(catalog.files)
+    return catalog, _Held(catalog)
 
 
 def _tables_by_version(location: Location) -> dict[int, list[str]]:
@@ -355,12 +355,12 @@ def _tables_by_version(location: Location) -> dict[int, list[str]]:
     return {v: latest.at_version(v).list_tables("s") for v in range(2, latest.version + 1)}
 
 
-@pytest.mark.parametrize("coalesce", [False, True])
-def test_an_interrupted_queued_commit_is_withdrawn(relayed: Location, coalesce: bool) -> None:
-    """A drop queued behind another thread's commit through the same catalog object is
-    interrupted (TaskTimeout): its caller gets the interrupt, and the drop never lands,
-    though the same object goes on committing."""
-    catalog, held, group = _held_catalog(relayed, coalesce)
+def test_an_interrupted_queued_commit_is_withdrawn(relayed: Location) -> None:
+    """A drop queued behind another thread's commit through the same coalescing catalog
+    object is interrupted (TaskTimeout): its caller gets the interrupt, and the drop never
+    lands, though the same object goes on committing."""
+    catalog, held = _held_catalog(relayed, True)
+    group = commit_group(catalog.files)
     first = threading.Thread(target=catalog.create_table, args=("s", "first"),
                              kwargs={"columns": COLUMNS})
     first.start()
@@ -387,7 +387,8 @@ def test_an_interrupted_commit_in_the_batch_under_way_is_outcome_unknown(
     the drop's caller (or, if it leads, its landing) is interrupted while the batch's
     root waits to be published: the caller gets CommitOutcomeUnknown, never a failure,
     and the drop lands in that batch's version or never."""
-    catalog, held, group = _held_catalog(relayed, True)
+    catalog, held = _held_catalog(relayed, True)
+    group = commit_group(catalog.files)
     outcomes: dict[str, object] = {}
 
     def create(name: str) -> None:
@@ -428,3 +429,25 @@ def test_an_interrupted_commit_in_the_batch_under_way_is_outcome_unknown(
         assert "second" in tables[dropped[0]] and "second" not in tables[dropped[0] - 1]
         assert dropped == list(range(dropped[0], max(tables) + 1))
     assert "after" in tables[max(tables)]
+
+
+def test_an_interrupted_default_commit_is_outcome_unknown_and_never_lands_later(
+        relayed: Location) -> None:
+    """Not coalesced, the caller's own thread lands its change: a drop whose caller is
+    interrupted (TaskTimeout, from a signal handler) while its root's publication waits
+    is told CommitOutcomeUnknown (the interrupt is its cause), never a failure; that
+    publication never ran, so the drop never lands, and the object goes on committing."""
+    catalog, held = _held_catalog(relayed, False)
+    alarm = _interrupt_main_thread(held.entered[0].is_set)
+    try:
+        with pytest.raises(CommitOutcomeUnknown) as info:
+            catalog.drop_table("s", "t1")
+    finally:
+        signal.signal(signal.SIGUSR1, alarm.previous)  # type: ignore[attr-defined]
+    assert isinstance(info.value.__cause__, TaskTimeout)
+    for n in range(3):
+        held.released[n].set()
+    catalog.create_table("s", "after", columns=COLUMNS)
+    tables = _tables_by_version(relayed)
+    assert tables[max(tables)] == ["after", "t1"]
+    assert all("t1" in names for names in tables.values())

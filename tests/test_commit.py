@@ -7,15 +7,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from conftest import Location
 
+from benchmarks.common import recording
 from olympia import Catalog
 from olympia.catalog import commit as commit_module
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.keys import version_path
-from olympia.exceptions import CommitConflict, InvalidArgumentError
+from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, InvalidArgumentError
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -94,17 +96,15 @@ def test_loser_rebases_on_the_newest_version_with_one_lost_race() -> None:
     assert Catalog.open(ours.uri).list_tables("s") == ["a", "b", "c", "mine"]
 
 
-def test_version_taken_while_replaying_is_seen_before_encoding(
+def test_version_taken_while_building_is_seen_before_writing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Where taking a version is visible for free (memory, local disk), an attempt looks
-    again after replaying its change onto the tree and after encoding the nodes: a version
-    won meanwhile costs no root encoding and no write."""
+    once, after replaying its change onto the tree and encoding the files and the root,
+    before writing: a version won meanwhile costs no write."""
     ours, theirs = _two_writers()
     txn = ours.transaction()
     txn.create_table("s", "mine", columns=COLUMNS)
     replay = commit_module.apply_changes
-    encoded: list[int] = []
-    encode = commit_module.encode_node
     rivals = iter([lambda: theirs.create_table("s", "theirs", columns=COLUMNS)])
 
     def replaying(*args: object, **kwargs: object) -> btree.FlushResult:
@@ -112,16 +112,92 @@ def test_version_taken_while_replaying_is_seen_before_encoding(
         rival = next(rivals, None)
         if rival is not None:  # the rival wins version 2 during our first replay
             rival()
-            encoded.clear()  # (its own root)
         return flushed
 
     monkeypatch.setattr(commit_module, "apply_changes", replaying)
-    monkeypatch.setattr(commit_module, "encode_node",
-                        lambda node, order: encoded.append(1) or encode(node, order))
     ours.storage.stats.reset()
     assert txn.commit() == 3
-    assert len(encoded) == 1  # the root of version 3 only
-    assert ours.storage.stats.snapshot()["failures"] == 0  # nothing published onto 2
+    stats = ours.storage.stats.snapshot()
+    assert stats["failures"] == 0  # nothing published onto 2
+    assert stats["writes"] == 3  # our def, the root of version 3, vn/latest
+
+
+@pytest.mark.parametrize("tables", [0, 40])
+def test_one_uncontended_commit_makes_exactly_these_storage_operations(
+        tmp_path: Path, tables: int) -> None:
+    """Counted at the backend on local disk (every call, free looks included), a commit
+    that no other writer races: its base's root read again, one look whether the next
+    version is taken, the definition file and one node file per level below the root, the
+    root's exclusive create and the vn/latest hint; nothing else (no queue, no lock, no
+    other look at the root)."""
+    uri = str(tmp_path / "c")
+    catalog = Catalog.create(uri, order=4)
+    with catalog.transaction() as txn:
+        txn.create_namespace("s")
+        for i in range(tables):
+            txn.create_table("s", f"t{i:02d}", columns=COLUMNS)
+    catalog = Catalog.open(uri)
+    depth = catalog.snapshot.depth()
+    txn = catalog.transaction()
+    txn.create_table("s", "t00a", columns=COLUMNS)
+    with recording(catalog.storage) as log:
+        assert txn.commit() == 2
+    expected = {("read", "root"): 1, ("exists", "root"): 1, ("write", "def"): 1,
+                ("create_exclusive", "root"): 1, ("write", "hint"): 1}
+    if depth > 1:
+        expected["write", "node"] = depth - 1
+    assert dict(log.counts) == expected
+    assert (depth > 1) is (tables > 0)
+
+
+class TaskTimeout(Exception):
+    """What a task runner raises in the thread it interrupts (Airflow's task timeout)."""
+
+
+def test_an_interrupt_during_the_pause_is_raised_as_it_is_and_nothing_lands() -> None:
+    """The commit loses the race and its caller is interrupted while it pauses: nothing of
+    it was created and no other thread lands it, so the interrupt reaches the caller as it
+    is and the change never appears, though the same object goes on committing."""
+    ours, theirs = _two_writers()
+
+    def interrupted(_seconds: float) -> None:
+        raise TaskTimeout("the task timed out")
+
+    ours.commit_options = replace(ours.commit_options, sleep=interrupted)
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    _wins_before_our_root(ours, lambda: theirs.create_table("s", "theirs", columns=COLUMNS))
+    with pytest.raises(TaskTimeout):
+        txn.commit()
+    ours.commit_options = replace(ours.commit_options, sleep=lambda _s: None)
+    ours.create_table("s", "after", columns=COLUMNS)
+    latest = Catalog.open(ours.uri)
+    assert latest.version == 3
+    for version in range(1, latest.version + 1):
+        assert "mine" not in latest.at_version(version).list_tables("s")
+
+
+@pytest.mark.parametrize("when", ["during the create", "after the create"])
+def test_an_interrupt_once_the_root_may_be_created_is_outcome_unknown(when: str) -> None:
+    """An interrupt raised inside the root's publication (before it ran: nothing lands)
+    or once the root was created (it landed): either way the caller is told
+    CommitOutcomeUnknown, with the interrupt as its cause, never a failure."""
+    ours, _ = _two_writers()
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    publish = ours.storage.publish
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        if when == "after the create":
+            publish(*args, **kwargs)  # type: ignore[arg-type]
+        raise TaskTimeout("the task timed out")
+
+    ours.storage.publish = interrupted  # type: ignore[method-assign]
+    with pytest.raises(CommitOutcomeUnknown, match="whether it landed is unknown") as info:
+        txn.commit()
+    assert isinstance(info.value.__cause__, TaskTimeout)
+    latest = Catalog.open(ours.uri)
+    assert ("mine" in latest.list_tables("s")) is (when == "after the create")
 
 
 def test_loser_reads_absent_roots_only_where_asking_costs_a_request(

@@ -1,11 +1,13 @@
 """The commit protocol under random interleavings (issue 33): a hypothesis state machine.
 
 Several writers commit to one catalog on local disk: a thread with a catalog object of
-its own, two threads sharing one catalog object (its queue: they take turns), three
-threads sharing one coalescing catalog object, and a writer in another process. Every
-storage operation of every writer, and every pause after a lost race, passes through a
-gate (a wrapper around the real backend) that waits for the machine's decision, so the
-machine chooses the interleaving one step at a time, and for each storage operation
+its own, two threads sharing one catalog object (no queue: they race as separate writers
+do), three threads sharing one coalescing catalog object (its queue: olympia/catalog/
+coalesce.py), and a writer in another process; so every example runs both paths, the
+protocol alone (the default) and the queue (``coalesce_commits``), against each other.
+Every storage operation of every writer, and every pause after a lost race, passes
+through a gate (a wrapper around the real backend) that waits for the machine's decision,
+so the machine chooses the interleaving one step at a time, and for each storage operation
 whether it runs, fails transiently, runs and then loses its answer (a create that
 succeeded is reported as a timeout), or crashes the writer there (that operation and
 every later one of that writer never reach the store); a pause may end, be interrupted
@@ -14,13 +16,15 @@ backs the prefix up and restores it in place, while transactions are open and wh
 every commit under way is pausing after a lost race (never mid-attempt: a copy is
 whole; as a writer begins its pause, the others' operations run until they pause or end,
 and in the teardown the newest copy comes back the first time a writer pauses), and
-delivers an exception (a task timeout) to a caller waiting in a catalog object's queue.
+delivers an exception (a task timeout) to a caller waiting in the coalescing object's
+queue.
 
 After every run:
 
 - every commit reported successful is in the history exactly once, at the reported
   version (unless a restore took the store back before it);
-- nothing reported as a conflict or withdrawn by an interrupt ever appears, and a commit
+- nothing reported as a conflict or withdrawn by an interrupt (raised as it is: to a
+  queued caller, or to a default commit pausing after a lost race) ever appears, and a commit
   whose outcome was unknown or whose writer crashed, absent from the history when that
   was reported (or, when an interrupted caller was told the outcome is unknown, when the
   batch holding its change ended), never appears;
@@ -45,8 +49,8 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
@@ -63,9 +67,11 @@ from hypothesis.stateful import (
 
 from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
-from olympia.catalog.commit import commit_group
+from olympia.catalog.coalesce import commit_group
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, OlympiaError
+from olympia.storage import Backend, FileInfo
+from olympia.storage.backends import RunAll, run_in_turn
 from olympia.tree import btree
 
 T = TypeVar("T")
@@ -73,6 +79,8 @@ NAMES = ("a", "b", "c")
 DECISIONS = ("go",) * 8 + ("fail", "lost-ack", "crash")
 QUIET_S = 60.0  # a bounded wait for a writer to reach its next operation (not a timing)
 EXAMPLES = int(os.environ.get("OLYMPIA_COMMIT_HISTORY_EXAMPLES", "40"))
+COALESCING = 2  # the writer whose threads share one coalescing catalog object
+SHARED = (1, 4)  # the writers whose threads share one catalog object without a queue
 
 
 def stage(catalog: Catalog, cid: str, picks: Sequence[tuple[str, bool]]) -> Any:
@@ -99,15 +107,16 @@ def stage(catalog: Catalog, cid: str, picks: Sequence[tuple[str, bool]]) -> Any:
 
 def outcome_of(commit: Callable[[], int]) -> tuple[str, int]:
     """How a commit ended: committed (with its version), conflict, withdrawn (its caller
-    got the interrupt delivered to it), unknown, unknown-interrupted (its batch may still
-    be landing), crashed."""
+    got the interrupt delivered to it while queued, or its pause after a lost race was
+    interrupted: the gate's TimeoutError, raised as it is by a default commit), unknown,
+    unknown-interrupted (its batch may still be landing), crashed."""
     try:
         return "committed", commit()
     except Crashed:
         return "crashed", -1
     except CommitConflict:
         return "conflict", -1
-    except Interrupted:
+    except (Interrupted, TimeoutError):
         return "withdrawn", -1
     except CommitOutcomeUnknown:
         return "unknown-interrupted", -1
@@ -161,6 +170,69 @@ def worker() -> tuple[Any, Connection]:
     return _WORKERS[0]
 
 
+class Threads(Backend):
+    """The backend of one catalog object whose threads commit through it at once without
+    a queue: each thread's operations and pauses wait at the gate of its own writer
+    (:meth:`enter`); the machine's own (beginning, staging) go through the first gate,
+    which lets them by."""
+
+    def __init__(self, gates: Sequence[Gate]) -> None:
+        self.gates = list(gates)
+        self.remote = gates[0].remote
+        self._local = threading.local()
+
+    def enter(self, gate: Gate) -> None:
+        """The calling thread's operations wait at ``gate`` from now on."""
+        self._local.gate = gate
+
+    @property
+    def gate(self) -> Gate:
+        gate: Gate = getattr(self._local, "gate", self.gates[0])
+        return gate
+
+    def pause(self, seconds: float) -> None:
+        self.gate.pause(seconds)
+
+    def read(self, path: str) -> bytes:
+        return self.gate.read(path)
+
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.gate.write(path, data, durable)
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        self.gate.create_exclusive(path, data)
+
+    def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
+                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
+        self.gate.publish(files, path, data, run_all, present)
+
+    def replace(self, path: str, data: bytes, expected: bytes) -> None:
+        self.gate.replace(path, data, expected)
+
+    def exists(self, path: str) -> bool:
+        return self.gate.exists(path)
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        return self.gate.list(prefix)
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
+        return self.gate.delete_many(paths)
+
+    def place(self, root: str) -> Hashable:
+        return self.gate.place(root)
+
+
+def shared_catalog(uri: str) -> tuple[Catalog, Gate, Gate]:
+    """A catalog object (not coalescing) whose two committing threads each wait at a gate
+    of their own."""
+    catalog, first = gated_catalog(uri)
+    second = Gate(first.inner)
+    threads = Threads([first, second])
+    catalog.storage.backend = threads
+    catalog.commit_options = replace(catalog.commit_options, sleep=threads.pause)
+    return catalog, first, second
+
+
 @dataclass
 class Txn:
     """A transaction the machine began: its commit id, base and changes."""
@@ -189,16 +261,16 @@ class Backup:
 
 
 class CommitHistory(RuleBasedStateMachine):
-    """Writer 0: a thread with a catalog object; writer 1: two threads sharing one
-    catalog object; writer 2: three threads sharing one coalescing catalog object;
-    writer 3: another process."""
+    """Writer 0: a thread with a catalog object; writers 1 and 4: a thread each, sharing
+    one catalog object (no queue); writer 2: three threads sharing one coalescing catalog
+    object; writer 3: another process."""
 
     def __init__(self) -> None:
         super().__init__()
         self.folder = tempfile.mkdtemp(prefix="olympia-history-")
         self.uri = os.path.join(self.folder, "c")
         self.catalogs: dict[int, tuple[Catalog, Gate]] = {}
-        self.slots = [Slot(0), Slot(1), Slot(1), Slot(2), Slot(2), Slot(2), Slot(3)]
+        self.slots = [Slot(0), Slot(1), Slot(4), Slot(2), Slot(2), Slot(2), Slot(3)]
         self.txns: dict[str, Txn] = {}
         self.expected: dict[str, int] = {}  # reported committed -> version
         self.failed: set[str] = set()  # reported as a conflict, or withdrawn
@@ -215,8 +287,9 @@ class CommitHistory(RuleBasedStateMachine):
     def create(self) -> None:
         catalog = Catalog.create(self.uri, OPTIONS)
         catalog.create_namespace("s")
-        for writer in (0, 1, 2):
-            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == 2)
+        for writer in (0, COALESCING):
+            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == COALESCING)
+        self._open_shared()
         _, conn = worker()
         conn.send(("open", self.uri))
         assert conn.recv() == ("ok",)
@@ -256,10 +329,19 @@ class CommitHistory(RuleBasedStateMachine):
     def _catalog(self, writer: int) -> tuple[Catalog, Gate]:
         """The writer's catalog object: after a crash, a new one (the process restarted)
         once none of its commits is under way."""
-        _, gate = self.catalogs[writer]
-        if gate.crashed and not any(s.committing for s in self.slots if s.writer == writer):
-            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == 2)
+        sharing = SHARED if writer in SHARED else (writer,)
+        if self.catalogs[writer][1].crashed and not any(
+                s.committing for s in self.slots if s.writer in sharing):
+            if writer in SHARED:
+                self._open_shared()
+            else:
+                self.catalogs[writer] = gated_catalog(self.uri,
+                                                      coalesce=writer == COALESCING)
         return self.catalogs[writer]
+
+    def _open_shared(self) -> None:
+        catalog, first, second = shared_catalog(self.uri)
+        self.catalogs[SHARED[0]], self.catalogs[SHARED[1]] = (catalog, first), (catalog, second)
 
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
@@ -275,18 +357,28 @@ class CommitHistory(RuleBasedStateMachine):
             conn.send(("commit",))
             self._process_next(slot)
             return
-        catalog, _ = self.catalogs[slot.writer]
+        catalog, gate = self.catalogs[slot.writer]
         txn = slot.handle
 
         def run() -> None:
+            if isinstance(catalog.storage.backend, Threads):
+                catalog.storage.backend.enter(gate)
             slot.outcome = outcome_of(txn.commit)
 
-        group = catalog.files
-        before = _submitted(group)
+        before = self._held(slot.writer)
         thread = slot.thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        self._quiet(slot.writer, lambda: _submitted(group) > before or not thread.is_alive())
+        self._quiet(slot.writer, lambda: self._held(slot.writer) > before
+                    or not thread.is_alive())
         self._collect()
+
+    def _held(self, writer: int) -> int:
+        """The writer's callers held by its catalog object's queue, or (no queue) its
+        callers waiting at its gate."""
+        catalog, gate = self.catalogs[writer]
+        if writer == COALESCING:
+            return _submitted(catalog.files)
+        return int(gate.pending is not None)
 
     def _process_next(self, slot: Slot) -> None:
         _, conn = worker()
@@ -303,20 +395,20 @@ class CommitHistory(RuleBasedStateMachine):
         released is waited for until it ends, so what the machine draws next never depends
         on how threads were scheduled (hypothesis replays a prefix of choices and must be
         offered the same ones). Bounded: a hang fails the test."""
-        catalog, gate = self.catalogs[writer]
+        _, gate = self.catalogs[writer]
         threads = [s.thread for s in self.slots if s.writer == writer and s.thread]
-        group = commit_group(catalog.files)
 
-        def settled() -> bool:  # each caller the group holds is blocked in it or at the gate
+        def settled() -> bool:  # each caller is blocked in the queue or at the gate
             alive = sum(t.is_alive() for t in threads)
-            return alive == 0 or (gate.pending is not None and alive == group.submitted)
+            return alive == 0 or (gate.pending is not None and (
+                writer != COALESCING or alive == self._held(writer)))
 
         deadline = time.monotonic() + QUIET_S
         while not (started() and settled()):
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"writer {writer} neither finished nor waited: {group.submitted} "
-                    f"queued, gate at {gate.pending!r}, threads:\n{_stacks(threads)}")
+                    f"writer {writer} neither finished nor waited: {self._held(writer)} "
+                    f"held, gate at {gate.pending!r}, threads:\n{_stacks(threads)}")
             time.sleep(0.0002)
 
     @precondition(lambda self: self._pending_writers())
@@ -341,6 +433,13 @@ class CommitHistory(RuleBasedStateMachine):
             _, gate = self.catalogs[writer]
             gate.decide(decision)
             self._quiet(writer)
+            if decision == "crash" and writer in SHARED:  # its process died: both threads
+                other = SHARED[1] if writer == SHARED[0] else SHARED[0]
+                _, sibling = self.catalogs[other]
+                if sibling.pending is not None:
+                    sibling.decide("crash")
+                sibling.crashed = True
+                self._quiet(other)
         self._collect()
 
     def _collect(self) -> None:
@@ -363,7 +462,8 @@ class CommitHistory(RuleBasedStateMachine):
                 slot.txn, slot.committing, slot.thread, slot.outcome = None, False, None, None
                 slot.handle = None
         for cid, (writer, restores) in list(self.landing.items()):
-            if writer == 3 or not commit_group(self.catalogs[writer][0].files).landing:
+            if writer != COALESCING or not commit_group(
+                    self.catalogs[writer][0].files).landing:
                 del self.landing[cid]  # its batch ended: it landed there or never will
                 if restores == self.restores and cid not in self._present():
                     self.absent.add(cid)
@@ -425,8 +525,9 @@ class CommitHistory(RuleBasedStateMachine):
     @precondition(lambda self: self._queued_callers())
     @rule(data=st.data())
     def interrupt(self, data: st.DataObject) -> None:
-        """Deliver an exception (a task timeout) to a caller waiting in its catalog
-        object's queue, while the leader of that object's batch waits at the gate."""
+        """Deliver an exception (a task timeout) to a caller waiting in the coalescing
+        catalog object's queue, while the leader of that object's batch waits at the
+        gate."""
         slot = self.slots[data.draw(st.sampled_from(self._queued_callers()))]
         thread = slot.thread
         assert thread is not None and thread.ident is not None
@@ -444,11 +545,11 @@ class CommitHistory(RuleBasedStateMachine):
         self._collect()
 
     def _queued_callers(self) -> list[int]:
-        """The slots whose committing thread waits in its catalog object's queue (not at
-        the gate) while that object's batch is being landed."""
+        """The slots whose committing thread waits in the coalescing catalog object's
+        queue (not at the gate) while that object's batch is being landed."""
         queued = []
         for i, slot in enumerate(self.slots):
-            if slot.writer in (1, 2) and slot.committing and slot.outcome is None:
+            if slot.writer == COALESCING and slot.committing and slot.outcome is None:
                 _, gate = self.catalogs[slot.writer]
                 thread = slot.thread
                 if (thread is not None and thread.is_alive() and gate.pending is not None

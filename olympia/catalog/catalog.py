@@ -150,9 +150,11 @@ class Catalog(CatalogReader):
                 race for the next version before it gives up with CommitConflict (a
                 setting of this process, not of the catalog).
             coalesce_commits: Commits that threads make at the same time through this
-                object may land together in one version when their changes are disjoint;
-                each caller still gets its own outcome. Without it they take turns, a
-                version each (docs/ARCHITECTURE.md, "Life of a commit").
+                object go through its queue and may land together in one version when
+                their changes are disjoint; each caller still gets its own outcome.
+                Without it each commit runs the protocol in its caller's thread, racing
+                the others as separate writers do (docs/ARCHITECTURE.md, "Life of a
+                commit").
 
         Raises:
             NoSuchCatalogError: There is no catalog at ``uri``.

@@ -1,57 +1,47 @@
 """The commit protocol (docs/FORMAT.md §8), shared by transactions and resumed distributed
-transactions. Read top to bottom, it is the protocol:
+transactions. :func:`commit` runs it in the caller's thread; read top to bottom, it is the
+protocol:
 
 1. A transaction stages a :class:`Change` (nothing is written while staging).
-2. :func:`commit` queues it in the catalog object's :class:`CommitGroup`: commits that
-   threads of one process make through one catalog object are landed one batch at a time,
-   first come first landed, by whichever caller finds no batch under way (the leader).
-3. :func:`_land_batch` reads each member's base root from the store again and keeps
-   only members whose base is still there with the same digest (:func:`_verified`: a
-   prefix restored from a copy may hold other roots under the same names). The batch's
-   base is the newest of the members' bases. When a member began on an older version, or
-   this group already landed a newer one, the bases and the versions after them are read
-   in one batch (:func:`_catch_up`).
-4. :func:`_attempt` replays the change copy-on-write onto the base's tree, encodes the
-   changed nodes and the root, and :meth:`olympia.storage.Storage.publish` writes the new
-   definition and node files, then creates ``vn/<v+1>`` exclusively (put-if-absent).
-   Where telling is free (local disk, memory), an attempt looks whether ``vn/<v+1>`` is
-   taken before each costly step (:func:`_lost_already`), and a lost one stops there.
-5. On losing the race, the leader pauses (jittered exponential backoff:
-   :meth:`CommitOptions.pause`), then :func:`_catch_up` reads the roots after
-   the base *from the store* (through the one that won, and on until one is missing),
-   checks each member's actions against theirs
-   (:func:`olympia.catalog.actions.find_conflict`) and rebases on the newest, and step 4
-   runs again at once, on what was just read; until the time budget (``commit_timeout``)
-   is spent. The roots read include the base itself: a retry builds only on a base it
-   read in this attempt. Node files an earlier attempt wrote are reused where their
-   content is unchanged, and definition files are written once (:class:`_Written`), but
-   only once seen in the store again: their existence is checked in the batch that writes
-   the attempt's new files, before the root is created (:meth:`Storage.publish`'s
-   ``present``); one found missing (a restore from a copy removed it) sends the attempt
-   back to step 5 with nothing reused.
-6. The winner writes the ``vn/latest`` hint, best effort (:func:`_write_hint`).
+2. :func:`commit` reads the base's root from the store again: a prefix restored from a
+   copy may hold another root under that name, or none, and a change staged on it gets
+   :class:`CommitConflict` (:func:`base_moved`).
+3. :func:`land` makes the attempts. :func:`_attempt` replays the change copy-on-write onto
+   the base's tree and encodes the changed nodes and the root, writing nothing; where
+   telling is free (local disk, memory) it then asks once whether ``vn/<v+1>`` is taken
+   (:func:`_lost_already`), so that a lost attempt writes nothing; then
+   :meth:`olympia.storage.Storage.publish` writes the new definition and node files and
+   creates ``vn/<v+1>`` exclusively (put-if-absent). The winner writes the ``vn/latest``
+   hint, best effort (:func:`_write_hint`).
+4. On losing the race, :func:`land` pauses (jittered exponential backoff:
+   :meth:`CommitOptions.pause`); then :func:`_catch_up` reads the roots from the base on
+   *from the store* (through the one that won, and on until one is missing:
+   :func:`roots_from`), checks that the base is still there as it was read and that no
+   version after it conflicts with the change (:func:`rebase_error`), and step 3 runs
+   again at once on the newest, until the time budget (``commit_timeout``) is spent.
+   Node files an earlier attempt wrote are reused where their content is unchanged, and
+   definition files are written once (:class:`_Written`), but only once seen in the store
+   again: their existence is checked in the batch that writes the attempt's new files,
+   before the root is created (:meth:`Storage.publish`'s ``present``); one found missing
+   (a restore from a copy removed it) sends the attempt back to step 4 with nothing
+   reused (:class:`_Vanished`).
 
-With :attr:`CommitOptions.coalesce`, disjoint changes of one batch share one version and
-each caller gets its own outcome (a conflict is reported to the caller it concerns).
 Every fact a commit builds on was read from the store in this commit, or is immutable
-content verified by its checksum (definition and node files); nothing is kept outside
-the catalog prefix, and a change only ever lands from the process that made it. Nothing
-reported failed lands later: a caller interrupted while its change is queued withdraws
-it; one interrupted once its change is in the batch being landed is told
-:class:`CommitOutcomeUnknown`.
+content verified by its checksum (definition and node files); nothing is kept outside the
+catalog prefix. Nothing reported failed lands later: the caller's thread is the only one
+that lands its change, so an interrupt (a task timeout) raised before the root's create
+began, or once the race was lost, leaves nothing landed and is raised as it is; one raised
+once the create may have happened is :class:`CommitOutcomeUnknown`.
 
-Over 400 lines for one reason: the queue of in-process commits (:class:`CommitGroup`) sets
-each member's outcome from the attempt loop, so both live beside the protocol, in the
-order of the steps above.
+With :attr:`CommitOptions.coalesce`, :func:`commit` hands the change to the in-process
+queue of :mod:`olympia.catalog.coalesce` instead, which lands the disjoint changes of
+threads sharing one catalog object together, through the same :func:`land`.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -96,9 +86,10 @@ class CommitOptions:
         clock: Monotonic seconds (injectable for tests).
         sleep: Pauses (injectable for tests).
         jitter: Draws a pause in [0, bound] (injectable for tests).
-        coalesce: Commits issued concurrently by threads through one catalog object may
-            land together in one version (see :class:`CommitGroup`); without it they take
-            turns, a version each.
+        coalesce: Commits issued concurrently by threads through one catalog object go
+            through its queue and may land together in one version
+            (:mod:`olympia.catalog.coalesce`); without it each runs the protocol in its
+            caller's thread, racing the others as separate writers do.
     """
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
@@ -167,269 +158,81 @@ def apply_changes(base: Snapshot, root: Node, pending: Mapping[str, str | None],
 def commit(files: CatalogFiles, base: Snapshot, change: Change,
            options: CommitOptions = CommitOptions()) -> Root:
     """Commit ``change`` as the version after ``base`` or, after lost races, after the
-    versions that won them. Commits that threads issue concurrently through the same
-    ``files`` take turns; with :attr:`CommitOptions.coalesce` they may land together in one
-    version.
+    versions that won them (with :attr:`CommitOptions.coalesce`, through the catalog
+    object's queue: :func:`olympia.catalog.coalesce.commit`).
 
     Returns:
         The committed root.
 
     Raises:
-        CommitConflict: A newer version conflicts with ``change``, or the time budget ran out.
+        CommitConflict: The store no longer holds ``base`` as it was read, a newer version
+            conflicts with ``change``, or the time budget ran out.
         CatalogError: A node file would exceed the catalog's ``node_file_max_size_bytes``.
         TransientStorageError: The root's create kept failing and whether it landed could
             not be learned from the store (the outcome is unknown: refresh and look).
         CommitOutcomeUnknown: An exception (a task timeout, say: its ``__cause__``)
-            interrupted the caller, or the thread landing the change, once the change was
-            in the batch being landed; it lands in that batch or never. An interrupt that
-            reaches the caller while the change is still queued withdraws it and is raised
-            as it is (the change never lands); so is one that is not an ``Exception``
-            (``KeyboardInterrupt``, ``SystemExit``), whatever the change's fate.
+            interrupted the commit once its root's create may have happened (coalesced:
+            also once its change was in a batch being landed); it landed, or it never
+            will. Without the queue, one raised before that or once the race was lost
+            (in the pause) is raised as it is: nothing landed; coalesced, so is one
+            reaching a caller whose change is still queued, which withdraws it. One that
+            is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is raised as
+            it is, whatever the change's fate.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
-    member = _Member(base, change, options)
-    commit_group(files).submit(files, member)
-    return member.outcome()
+    if options.coalesce:  # the opt-in queue, loaded only where it is used
+        from olympia.catalog import coalesce
+
+        return coalesce.commit(files, base, change, options)
+    moved = base_moved(base, files.stored_digest(base.version))
+    if moved is not None:
+        raise moved
+    return land(files, base, change, options,
+                lambda last, through: (_catch_up(files, last, change, through), change))
 
 
-@dataclass(eq=False)
-class _Member:
-    """One caller's change (a queued commit), its base (advanced as it is checked against
-    newer versions), how to commit it and, once known, its outcome."""
-
-    base: Snapshot
-    change: Change
-    options: CommitOptions
-    root: Root | None = None
-    error: BaseException | None = None
-    gone: bool = False  # its caller was interrupted and left while its batch lands
-
-    @property
-    def joins(self) -> bool:
-        """Whether the change may share a version with others'."""
-        return self.options.coalesce and self.change.coalescible
-
-    @property
-    def finished(self) -> bool:
-        return self.root is not None or self.error is not None
-
-    def outcome(self) -> Root:
-        if self.error is not None:
-            raise self.error
-        assert self.root is not None
-        return self.root
+CatchUp = Callable[[Snapshot, int], tuple[Snapshot, Change]]
+"""After a lost race: given the base and the version known to exist after it (the one that
+won), what to build next: the newest version read from the store and the change to replay
+onto it."""
 
 
-class CommitGroup:
-    """The queued commits of one :class:`CatalogFiles` (one catalog object) in this
-    process, landed in turns: first come, first landed.
-
-    A caller that finds no batch under way leads: it takes the oldest queued commit (with
-    :attr:`CommitOptions.coalesce`, also every later one that conflicts with none taken:
-    :func:`_disjoint`), lands them as one version (:func:`_land_batch`) and sets each
-    member's outcome; callers arriving meanwhile wait. A commit left out waits for the
-    next batch, where it is checked against the version just landed as against any other.
-    The group keeps only the number of the newest version the last batch landed or read:
-    where to look in the store, never what the store holds.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._waiting: list[_Member] = []  # queued, in order (left out of a batch first)
-        self._landing: list[_Member] = []  # the members of the batch under way
-        self._leading = False
-        self._newest = -1  # the newest version the last batch landed or read
-
-    @property
-    def submitted(self) -> int:
-        """Changes whose callers this group still holds: queued, or in the batch under way
-        (their outcome set or not: each caller waits until that batch ends, unless it is
-        interrupted)."""
-        with self._cond:
-            return len(self._waiting) + sum(not m.gone for m in self._landing)
-
-    @property
-    def landing(self) -> bool:
-        """Whether a batch is under way."""
-        with self._cond:
-            return self._leading
-
-    def submit(self, files: CatalogFiles, member: _Member) -> None:
-        """Commit ``member`` (alone or with others); its outcome is set on return.
-
-        Raises:
-            BaseException: An interrupt (see :func:`commit`).
-        """
-        queued = leading = False
-        while True:
-            try:
-                with self._cond:
-                    if not queued:
-                        self._waiting.append(member)
-                        queued = True
-                    # a caller returns once its outcome is set and the batch that set it
-                    # ended
-                    while self._leading and (member in self._landing or not member.finished):
-                        self._cond.wait()
-                    if member.finished:
-                        return
-                    self._leading = leading = True
-                    self._landing, self._waiting = _disjoint(self._waiting)
-                self._newest = _land_batch(files, self._landing, self._newest)
-            except BaseException as exc:
-                if leading:
-                    self._batch_failed(member, list(self._landing), exc)
-                else:
-                    with self._cond:
-                        self._interrupted(member, exc)
-                    return
-            finally:
-                if leading:
-                    with self._cond:
-                        self._landing = []
-                        self._leading = leading = False
-                        self._cond.notify_all()
-
-    def _interrupted(self, member: _Member, exc: BaseException) -> None:
-        """``member``'s caller was interrupted by ``exc`` (this group's lock held). Not in
-        the batch under way: the change is withdrawn from the queue, so it never lands,
-        and ``exc`` is raised. In it: its outcome, if set, is the caller's; otherwise
-        :class:`CommitOutcomeUnknown` is raised (``exc`` itself if not an Exception)."""
-        if member.finished or member in self._landing:
-            member.gone = True
-            if not isinstance(exc, Exception):
-                raise exc
-            if member.finished:
-                return  # the batch decided before the interrupt was seen
-            member.error = CommitOutcomeUnknown(
-                f"this commit was interrupted ({exc!r}) after its change was handed to the "
-                "batch being landed: whether it lands is unknown (in that batch or never); "
-                "refresh and look")
-            raise member.error from exc
-        if member in self._waiting:
-            self._waiting.remove(member)
-        member.error = exc
-        raise exc
-
-    def _batch_failed(self, member: _Member, taken: list[_Member], exc: BaseException,
-                      ) -> None:
-        """``_land_batch`` raised ``exc`` in the leading thread, whose change is
-        ``member``. The protocol's own errors (OlympiaError) are every unfinished member's
-        outcome: nothing landed, or :class:`TransientStorageError` says the outcome is
-        unknown. Anything else interrupted the landing: those members are told
-        :class:`CommitOutcomeUnknown`, and the leader is interrupted as a caller is."""
-        if isinstance(exc, OlympiaError):
-            for other in taken:
-                if not other.finished:
-                    other.error = exc
-            return
-        unknown = CommitOutcomeUnknown(
-            f"the thread landing this commit was interrupted ({exc!r}): whether its "
-            "version was created is unknown; refresh and look")
-        unknown.__cause__ = exc
-        for other in taken:
-            if not other.finished and other is not member:
-                other.error = unknown
-        with self._cond:
-            self._interrupted(member, exc)
-
-
-_GROUPS: weakref.WeakKeyDictionary[CatalogFiles, tuple[int, CommitGroup]] = (
-    weakref.WeakKeyDictionary())
-_GROUPS_LOCK = threading.Lock()
-
-
-def commit_group(files: CatalogFiles) -> CommitGroup:
-    """The group of commits made through ``files`` in this process (a forked child gets a
-    group of its own, never a parent's lock or queue)."""
-    with _GROUPS_LOCK:
-        entry = _GROUPS.get(files)
-        if entry is None or entry[0] != os.getpid():
-            entry = _GROUPS[files] = (os.getpid(), CommitGroup())
-        return entry[1]
-
-
-def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
-    """(the oldest member and, if it joins, the joining members that conflict with none
-    before them; the others, in their order)."""
-    taken: list[_Member] = []
-    left: list[_Member] = []
-    keys: set[str] = set()
-    for member in batch:
-        alone = bool(taken) and not (taken[0].joins and member.joins)
-        if alone or (keys & member.change.pending.keys()) or any(
-                find_conflict(member.change.actions, t.change.actions) for t in taken):
-            left.append(member)
-        else:
-            taken.append(member)
-            keys.update(member.change.pending)
-    return taken, left
-
-
-def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int:
-    """Commit disjoint members as one version and set each one's outcome (with the first
-    member's options). Every member is checked against the versions after its own base;
-    ``newest`` (the newest version this group knows of) only says that the store holds
-    versions after the bases, which are then read before the first attempt.
+def land(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOptions,
+         catch_up: CatchUp) -> Root:
+    """Commit ``change`` as the version after ``base`` (read from the store in this
+    commit), making attempts (:func:`_attempt`) until one wins the race or the time budget
+    is spent; after each lost race, pause, then build on what ``catch_up`` read.
 
     Returns:
-        The newest version known at the end: the one landed, or the newest read (-1: none).
+        The committed root.
+
+    Raises:
+        CommitConflict: The time budget ran out (or ``catch_up`` raised it).
+        CatalogError, TransientStorageError, CommitOutcomeUnknown, StorageError: As
+            :func:`commit`.
     """
-    base = max((m.base for m in members), key=lambda b: b.version)
-    if newest > base.version or any(m.base.version != base.version for m in members):
-        found, members = _catch_up(files, members, max(newest, base.version))
-    else:
-        found, members = base, _still_stored(files, members)
-    if found is None or not members:
-        return found.version if found else -1
-    base = found
-    options = members[0].options
     deadline = options.clock() + options.timeout_s
     written = _Written()
     attempts = losses = 0
     while True:
         attempts += 1
         try:
-            committed = _attempt(files, base, _merged(members), written)
+            return _attempt(files, base, change, written)
         except FileAlreadyExists:
             losses += 1
         except _Vanished:  # the store went back (a restore): build anew on what it holds
             written = _Written()
             losses += 1
-        else:
-            files.remember_root(committed)  # for readers; a commit reads roots fresh
-            for member in members:
-                member.root = committed
-            _write_hint(files, committed.version)
-            return committed.version
         bound = options.pause(losses)
         if options.clock() + bound >= deadline:
-            for member in members:
-                member.error = CommitConflict(
-                    f"commit gave up after {options.timeout_s:g} s and {attempts} attempts: "
-                    f"other writers kept winning (latest seen: version {base.version + 1})",
-                    version=base.version + 1)
-            return base.version + 1
+            raise CommitConflict(
+                f"commit gave up after {options.timeout_s:g} s and {attempts} attempts: "
+                f"other writers kept winning (latest seen: version {base.version + 1})",
+                version=base.version + 1)
         # pause, then learn the winners (and that the base is still stored): the next
         # attempt builds on what was just read
         options.sleep(options.jitter(bound))
-        found, members = _catch_up(files, members, base.version + 1)
-        if found is None or not members:
-            return found.version if found else -1
-        base = found
-
-
-def _merged(members: Sequence[_Member]) -> Change:
-    """One change holding every member's (disjoint) changes."""
-    if len(members) == 1:
-        return members[0].change
-    pending: dict[str, str | None] = {}
-    new_defs: dict[str, bytes] = {}
-    for member in members:
-        pending.update(member.change.pending)
-        new_defs.update(member.change.new_defs)
-    return Change(pending, [a for m in members for a in m.change.actions],
-                  tuple(row for m in members for row in m.change.rows), new_defs)
+        base, change = catch_up(base, base.version + 1)
 
 
 def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Written,
@@ -440,14 +243,14 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
         FileAlreadyExists: Another writer took the version (seen before writing, where
             telling is free, or when creating the root).
         _Vanished: A file an earlier attempt wrote, which this one would name, is gone.
+        CommitOutcomeUnknown: An exception interrupted it once the root's create may have
+            happened.
     """
     version = base.version + 1
-    _lost_already(files, version)
     order = base.catalog_def.order
     created = max(now_millis(), base.created_at_millis + 1)
     tree = change.tree_from.node if change.tree_from else base.root.node
     flushed = apply_changes(base, tree, change.pending, created, written.nodes)
-    _lost_already(files, version)
     cdef_path, cdef = change.catalog_def or (base.root.node.catalog_def, base.catalog_def)
     root = Node(flushed.keys, flushed.values, flushed.children, created,
                 catalog_def=cdef_path, previous_root=base.root.path,
@@ -455,24 +258,35 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     files_out = {p: d for p, d in change.new_defs.items() if p not in written.defs}
     files_out.update(btree.encode_files(flushed.files, order))
     reused = sorted(flushed.reused | (change.new_defs.keys() & written.defs))
-    _lost_already(files, version)
     root_bytes = encode_node(root, order)
     _check_size(cdef, {**files_out, "root": root_bytes})
+    _lost_already(files, version)
     try:  # what an earlier attempt wrote is named only if the store still holds it
         files.storage.publish(files_out, version_path(version), root_bytes, present=reused)
+        committed = Root(version, version_path(version), root, cdef, root_digest(root_bytes))
+        for path, node in flushed.files.items():  # the next transaction reads them
+            base.nodes.remember(path, node)
+        files.remember_root(committed)  # for readers; a commit reads roots fresh
+        _write_hint(files, version)
+        return committed
     except FileAlreadyExists:
         written.note(base, change, flushed)  # in place: a rebase may refer to them
         raise
     except FileNotFound as exc:
         raise _Vanished(str(exc)) from None
-    for path, node in flushed.files.items():  # the next transaction reads them
-        base.nodes.remember(path, node)
-    return Root(version, version_path(version), root, cdef, root_digest(root_bytes))
+    except OlympiaError:
+        raise
+    except Exception as exc:  # an interrupt (a task timeout) once the create may have run
+        raise CommitOutcomeUnknown(
+            f"the commit was interrupted ({exc!r}) once the create of its root, version "
+            f"{version}, may have happened: whether it landed is unknown; refresh and "
+            "look") from exc
 
 
 def _lost_already(files: CatalogFiles, version: int) -> None:
     """Raise FileAlreadyExists when the storage can tell without a request (local disk,
-    memory) that ``version`` is taken: a lost attempt stops before its costly steps."""
+    memory) that ``version`` is taken: asked once per attempt, when everything is built
+    and nothing written, so a lost attempt writes nothing."""
     path = version_path(version)
     if files.storage.known_to_exist(path):
         raise FileAlreadyExists("file already exists", files.storage.display(path))
@@ -483,72 +297,64 @@ class _Vanished(Exception):
     restored from a copy): nothing was created, and nothing that attempt wrote is reused."""
 
 
-def _catch_up(files: CatalogFiles, members: list[_Member], through: int,
-              ) -> tuple[Snapshot | None, list[_Member]]:
-    """Read the roots from the members' oldest base on from the store (through
-    ``through``, known to exist, and further where that is free: :func:`_roots_from`),
-    keep the members whose base the store still holds as they read it (:func:`_verified`)
-    and check each against the versions after its own base.
+def _catch_up(files: CatalogFiles, base: Snapshot, change: Change, through: int,
+              ) -> Snapshot:
+    """Read the roots from ``base`` on from the store (through ``through``, known to
+    exist, and further where that is free: :func:`roots_from`) and check ``change``
+    against the versions after ``base``.
 
     Returns:
-        The newest version read (None: not even the oldest base is stored) and the members
-        it leaves possible (their bases advanced to it); the others get their
-        :class:`CommitConflict`.
+        The newest version read.
+
+    Raises:
+        CommitConflict: The store no longer holds ``base`` as it was read, or a version
+            after it conflicts with ``change``.
     """
-    oldest = min(m.base.version for m in members)
-    roots = _roots_from(files, oldest, through)
-    members = _verified(members, {root.version: root.digest for root in roots})
-    if not roots:
-        return None, members
-    newest = Snapshot(files, roots[-1])
-    theirs: dict[int, list[apb.ActionDef]] = {}
-    kept = []
-    for member in members:
-        for version in range(member.base.version + 1, newest.version + 1):
-            if version not in theirs:
-                theirs[version] = Snapshot(files, roots[version - oldest]).actions()
-            member.error = member.error or _conflict(version, theirs[version], member.change)
-        if member.error is None:
-            member.base = newest
-            kept.append(member)
-    return newest, kept
+    roots = roots_from(files, base.version, through)
+    error = rebase_error(files, base, change, roots, {})
+    if error is not None:
+        raise error
+    return Snapshot(files, roots[-1])
 
 
-def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
-    """The members whose base the store still holds as they read it (their bases read
-    again, in one batch: :func:`_verified`)."""
-    versions = sorted({m.base.version for m in members})
-    digests = files.storage.map_reads(files.stored_digest, versions)
-    return _verified(members, dict(zip(versions, digests, strict=True)))
+def rebase_error(files: CatalogFiles, base: Snapshot, change: Change, roots: Sequence[Root],
+                 theirs: dict[int, list[apb.ActionDef]]) -> CommitConflict | None:
+    """Why ``change``, staged on ``base``, cannot land after the newest of ``roots`` (read
+    now from the store: consecutive versions from one not after ``base``'s, or none), if
+    it cannot: the store no longer holds ``base`` as it was read, or a version after it
+    conflicts. ``theirs`` keeps each version's actions once read (version -> actions)."""
+    at = base.version - roots[0].version if roots else 0
+    error = base_moved(base, roots[at].digest if roots else None)
+    for root in roots[at + 1:]:
+        if error is not None:
+            break
+        if root.version not in theirs:
+            theirs[root.version] = Snapshot(files, root).actions()
+        error = conflict_in(root.version, theirs[root.version], change)
+    return error
 
 
-def _verified(members: list[_Member], stored: Mapping[int, str | None]) -> list[_Member]:
-    """The members whose base version has the same root digest in ``stored`` (version ->
-    the digest of the store's root, read now; absent or None: missing). The others get
-    their :class:`CommitConflict`: a prefix restored from an earlier copy (and perhaps
-    committed to again) no longer holds the version they staged their change on, and
-    building on it would lose the store's versions or leave a gap before ours."""
-    kept = []
-    for member in members:
-        version = member.base.version
-        digest = stored.get(version)
-        if digest == member.base.root.digest:
-            kept.append(member)
-            continue
-        now = "is missing" if digest is None else "holds another root"
-        member.error = CommitConflict(
-            f"version {version}, which this commit began on, is no longer in the store as "
-            f"it was read: the store {now} (expired, or restored from a copy?); begin "
-            "again on the latest version", version=version)
-    return kept
+def base_moved(base: Snapshot, digest: str | None) -> CommitConflict | None:
+    """The conflict of a change staged on ``base`` when the store's root of that version,
+    read now, has another digest, or is missing (``digest`` None): a prefix restored from
+    an earlier copy (and perhaps committed to again) no longer holds the version it was
+    staged on, and building on it would lose the store's versions or leave a gap before
+    ours."""
+    if digest == base.root.digest:
+        return None
+    now = "is missing" if digest is None else "holds another root"
+    return CommitConflict(
+        f"version {base.version}, which this commit began on, is no longer in the store as "
+        f"it was read: the store {now} (expired, or restored from a copy?); begin again on "
+        "the latest version", version=base.version)
 
 
-def _roots_from(files: CatalogFiles, version: int, through: int) -> list[Root]:
+def roots_from(files: CatalogFiles, version: int, through: int) -> list[Root]:
     """The roots of ``version`` and the versions after it read from the store, never from
     a cache (a restored prefix may hold other roots under the same names), until one is
     missing: those through ``through`` (known to exist: a create of it failed, or this
-    group landed it) and :data:`READ_AHEAD` more at a time, concurrently on remote storage
-    (where telling is free, local disk and memory, a missing one is not read)."""
+    process landed it) and :data:`READ_AHEAD` more at a time, concurrently on remote
+    storage (where telling is free, local disk and memory, a missing one is not read)."""
     def read(v: int) -> Root | None:
         if not (files.storage.remote or files.storage.known_to_exist(version_path(v))):
             return None
@@ -567,8 +373,8 @@ def _roots_from(files: CatalogFiles, version: int, through: int) -> list[Root]:
         first, last = last + 1, last + READ_AHEAD
 
 
-def _conflict(version: int, theirs: list[apb.ActionDef],
-              change: Change) -> CommitConflict | None:
+def conflict_in(version: int, theirs: list[apb.ActionDef],
+                change: Change) -> CommitConflict | None:
     """The conflict between ``change`` and the actions ``theirs`` of ``version``, if any."""
     found = find_conflict(list(change.actions), theirs, change.reads)
     if found is None:
