@@ -150,10 +150,10 @@ class CommitConflict(CatalogError):
 
 
 class CommitOutcomeUnknown(CatalogError):
-    """Whether a commit landed is unknown: its caller was interrupted (an exception such as
-    a task timeout reached the waiting thread) after the change was handed to a batch
-    being landed, or the thread landing it was. The change may still land in that batch
-    and never in a later one: refresh and look. The interrupt is its ``__cause__``."""
+    """Whether a commit landed is unknown: an exception such as a task timeout interrupted
+    it once its root's create may have happened (with ``coalesce_commits``: also once its
+    change was in a batch being landed, or when the thread landing that batch was). It has
+    landed, or it never will: refresh and look. The interrupt is its ``__cause__``."""
 
 
 class TableLocationError(CatalogError, ValueError):

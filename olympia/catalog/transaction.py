@@ -254,10 +254,11 @@ class Transaction(ObjectWrites):
             CatalogError: The transaction is not open, or a node would exceed the
                 catalog's size limit.
             CommitOutcomeUnknown: An exception (its ``__cause__``: a task timeout, say)
-                interrupted this commit once its change was in the batch being landed:
-                it lands in that batch or never; refresh and look. An interrupt that
-                arrives while the change is still queued withdraws it (it never lands)
-                and is raised as it is.
+                interrupted this commit once its root's create may have happened (with
+                ``coalesce_commits``: once its change was in the batch being landed): it
+                has landed or never will; refresh and look. One that arrives earlier (or,
+                coalesced, while the change is still queued) is raised as it is: nothing
+                lands.
             TransientStorageError: The root's create kept failing and whether it landed
                 could not be learned (outcome unknown); the transaction stays open.
             StorageError: Writing failed; the transaction stays open.
