@@ -255,8 +255,8 @@ class LocalBackend(Backend):
             raise
 
     def create_exclusive(self, path: str, data: bytes) -> None:
-        if os.path.lexists(path):  # lost already: skip writing and syncing a doomed file
-            raise FileExistsError(errno.EEXIST, "file exists", path)
+        # no look first: the commit asked whether the path is taken once already (before
+        # writing its other files); a loss since costs one small doomed write
         if self._link_unnamed(path, data):  # fails with EEXIST if another writer was first
             return
         tmp = self._temp(path, data)
