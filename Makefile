@@ -11,6 +11,9 @@ TABLES ?= file://$(WAREHOUSE)/tables
 ICEBERG_VERSION := 1.12.0
 JARS := org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:$(ICEBERG_VERSION) \
 	org.apache.iceberg:iceberg-aws-bundle:$(ICEBERG_VERSION)
+# storage emulators the tests start: Google Cloud Storage (a Go module, built here) and
+# Azure Blob Storage (Azurite, from requirements/npm's lock file)
+FAKE_GCS := github.com/fsouza/fake-gcs-server@v1.56.1
 PYTEST_ARGS ?=
 # pytest-xdist workers: the suite's Spark, S3 and Airflow tests wait on I/O and JVMs, so two
 # workers on a 2-core machine roughly halve its time (WORKERS=0 runs in one process)
@@ -20,7 +23,8 @@ WORKERS ?= 2
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements/constraints.txt requirements/jars.sha256 pyproject.toml
+$(VENV)/.installed: requirements/constraints.txt requirements/jars.sha256 pyproject.toml \
+		requirements/npm/package-lock.json
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==0.13.9
 	$(UV) pip install --quiet --python $(PY) -r requirements/constraints.txt
@@ -30,6 +34,11 @@ $(VENV)/.installed: requirements/constraints.txt requirements/jars.sha256 pyproj
 			-DoutputDirectory=$(VENV)/jars || exit 1; \
 	done
 	cd $(VENV)/jars && sha256sum --check --quiet $(CURDIR)/requirements/jars.sha256
+	GOBIN=$(abspath $(VENV))/bin GOPATH=$(abspath $(VENV))/go GOFLAGS=-modcacherw \
+		go install $(FAKE_GCS)
+	mkdir -p $(VENV)/npm
+	cp requirements/npm/package.json requirements/npm/package-lock.json $(VENV)/npm/
+	npm ci --prefix $(VENV)/npm --no-audit --no-fund --silent
 	touch $@
 
 demo: install
