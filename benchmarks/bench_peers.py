@@ -34,6 +34,7 @@ import psutil
 import pyarrow as pa
 
 from benchmarks import peers
+from benchmarks.bench_rest import _get
 from benchmarks.common import ROOT, guarded, per_second, percentiles, timed, workdir
 from olympia import Catalog
 
@@ -107,7 +108,7 @@ def creates(side: Side, namespace: str, marks: tuple[int, ...]) -> dict[str, Any
 
 def _raw_get(side: Side, path: str) -> Callable[[], None]:
     """A GET of ``path`` under the server's prefix for the warehouse (as ``/v1/config``
-    names it), on one kept-alive connection."""
+    names it), on one kept-alive connection (:func:`benchmarks.bench_rest._get`)."""
     address = urlsplit(side.uri)
     conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
     base = address.path.rstrip("/")
@@ -119,16 +120,8 @@ def _raw_get(side: Side, path: str) -> Callable[[], None]:
     # as pyiceberg takes it: verbatim (already encoded), an override over a default
     prefix = config.get("overrides", {}).get("prefix") or config.get("defaults", {}).get(
         "prefix")
-    full = f"{base}/v1/{prefix + '/' if prefix else ''}{path}"
-
-    def get() -> None:
-        conn.request("GET", full)
-        answer = conn.getresponse()
-        answer.read()
-        if answer.status != 200:
-            raise RuntimeError(f"GET {full}: {answer.status}")
-
-    return get
+    conn.close()
+    return _get(side.uri, f"{base}/v1/{prefix + '/' if prefix else ''}{path}")
 
 
 def loads(side: Side, namespace: str, count: int) -> dict[str, Any]:

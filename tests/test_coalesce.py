@@ -8,6 +8,7 @@ never times."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -318,13 +319,12 @@ class _Held:
         self.publish(files, path, data, *rest, **named)
 
 
-def _interrupt_main_thread(when: Callable[[], bool]) -> threading.Thread:
-    """Once ``when()`` holds, interrupt the main thread (the test's) with TaskTimeout:
-    a signal whose handler raises it, as a task runner's timeout does."""
+@contextlib.contextmanager
+def _interrupted_once(when: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, once ``when()`` holds, interrupt the main thread (the test's) with
+    TaskTimeout: a signal whose handler raises it, as a task runner's timeout does."""
     def handler(_signum: int, _frame: Any) -> None:
         raise TaskTimeout("the task timed out")
-
-    previous = signal.signal(signal.SIGUSR1, handler)
 
     def run() -> None:
         for _ in range(12000):  # a bounded wait, not a timing assertion
@@ -333,10 +333,12 @@ def _interrupt_main_thread(when: Callable[[], bool]) -> threading.Thread:
             time.sleep(0.005)
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.previous = previous  # type: ignore[attr-defined]
-    return thread
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        threading.Thread(target=run, daemon=True).start()
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def _held_catalog(location: Location, coalesce: bool) -> tuple[Catalog, _Held]:
@@ -365,12 +367,8 @@ def test_an_interrupted_queued_commit_is_withdrawn(relayed: Location) -> None:
                              kwargs={"columns": COLUMNS})
     first.start()
     assert held.entered[0].wait(120)
-    alarm = _interrupt_main_thread(lambda: group.submitted == 2)
-    try:
-        with pytest.raises(TaskTimeout):
-            catalog.drop_table("s", "t1")
-    finally:
-        signal.signal(signal.SIGUSR1, alarm.previous)  # type: ignore[attr-defined]
+    with _interrupted_once(lambda: group.submitted == 2), pytest.raises(TaskTimeout):
+        catalog.drop_table("s", "t1")
     assert group.submitted == 1  # the drop left the queue with its caller
     for n in range(3):
         held.released[n].set()
@@ -409,12 +407,8 @@ def test_an_interrupted_commit_in_the_batch_under_way_is_outcome_unknown(
             held.released[0].set()  # the next batch takes the drop and the create
         return held.entered[1].is_set()
 
-    alarm = _interrupt_main_thread(queued)
-    try:
-        with pytest.raises(CommitOutcomeUnknown) as info:
-            catalog.drop_table("s", "t1")
-    finally:
-        signal.signal(signal.SIGUSR1, alarm.previous)  # type: ignore[attr-defined]
+    with _interrupted_once(queued), pytest.raises(CommitOutcomeUnknown) as info:
+        catalog.drop_table("s", "t1")
     assert isinstance(info.value.__cause__, TaskTimeout)
     held.released[1].set()
     held.released[2].set()
@@ -438,12 +432,8 @@ def test_an_interrupted_default_commit_is_outcome_unknown_and_never_lands_later(
     is told CommitOutcomeUnknown (the interrupt is its cause), never a failure; that
     publication never ran, so the drop never lands, and the object goes on committing."""
     catalog, held = _held_catalog(relayed, False)
-    alarm = _interrupt_main_thread(held.entered[0].is_set)
-    try:
-        with pytest.raises(CommitOutcomeUnknown) as info:
-            catalog.drop_table("s", "t1")
-    finally:
-        signal.signal(signal.SIGUSR1, alarm.previous)  # type: ignore[attr-defined]
+    with _interrupted_once(held.entered[0].is_set), pytest.raises(CommitOutcomeUnknown) as info:
+        catalog.drop_table("s", "t1")
     assert isinstance(info.value.__cause__, TaskTimeout)
     for n in range(3):
         held.released[n].set()
