@@ -28,7 +28,7 @@ from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.cli import main
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.server import CatalogService, create_app
-from olympia.server.app import Access
+from olympia.server.access import Access
 from olympia.server.auth import Tokens
 
 READER, WRITER = "reader-secret-1f3a", "writer-secret-9c2e"
