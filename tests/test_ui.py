@@ -345,8 +345,9 @@ def test_a_page_reads_its_own_definitions_not_the_catalogs(tmp_path: Path) -> No
         page = client.get(url)
         assert page.status_code == 200 and page.text.count('scope="row"><a') == 10
         reads = opened[-1].storage.stats.reads
-        # the page's 10 definitions, a few tree nodes and hints: not the 420 objects
-        assert reads <= 30, (url, reads)
+        # the page's 10 definitions, a few tree nodes and hints, the roots its last change
+        # reads (here two: the version that made it, the oldest): not the 420 objects
+        assert reads <= 34, (url, reads)
     for c in opened:
         c.close()
 
@@ -360,7 +361,7 @@ def test_links_stay_under_the_mount_point(catalog: Catalog) -> None:
         page = client.get(url)
         assert page.status_code == 200
         links = re.findall(r'(?:href|action)="([^"]*)"', page.text)
-        assert links and all(link.startswith("/olympia/conn1/") or link == "#main"
+        assert links and all(link.startswith(("/olympia/conn1/", "#main", "#v"))
                              for link in links), links
     assert client.get("/olympia/conn1/static/ui.css").status_code == 200
 
@@ -573,3 +574,91 @@ def test_a_big_version_lists_its_first_actions_and_counts_the_rest(tmp_path: Pat
 def test_the_history_as_it_was_at_a_version(catalog: Catalog) -> None:
     page = client_of(catalog).get("/history?version=3")
     assert re.findall(r'<li id="v(\d+)"', page.text) == ["3", "2", "1", "0"]
+
+
+def versions_listed(html: str) -> list[int]:
+    return [int(v) for v in re.findall(r'<li id="v(\d+)"', html)]
+
+
+def test_an_objects_page_says_who_changed_it_last_and_links_its_history(
+        catalog: Catalog) -> None:
+    client = client_of(catalog)
+    view = text_of(client.get("/view", params={"ns": "sales", "name": "big_orders"}).text)
+    assert "Last changed in version 6 by (no user recorded)" in view  # the rollback
+    old = client.get("/view", params={"ns": "sales", "name": "big_orders", "version": 3})
+    assert "Last changed in version 3 by ci-bot" in text_of(old.text)
+    assert 'href="/history?object=view&amp;ns=sales&amp;name=big_orders&amp;version=3"' \
+        in old.text
+    table = client.get("/table", params={"ns": "sales", "name": "orders_v2"})
+    link = re.search(r'class="history" href="([^"]+)"', table.text)
+    assert link is not None
+    history = client.get(link.group(1).replace("&amp;", "&"))
+    # its rename and column in 4, its creation (as sales.orders) in 2: nothing else
+    assert versions_listed(history.text) == [4, 2]
+    text = text_of(history.text)
+    assert "History of table sales.orders_v2" in text
+    assert "rename table sales.orders -&gt; orders_v2" in text
+    assert "create table sales.orders" in text and "create view" not in text
+    assert 'href="/diff?to=4"' in history.text
+
+
+def test_history_by_user_and_object_and_its_paging(catalog: Catalog) -> None:
+    client = client_of(catalog)
+    mine = client.get("/history", params={"user": "ci-bot"})
+    assert versions_listed(mine.text) == [3]
+    assert "History by ci-bot" in text_of(mine.text)
+    both = client.get("/history", params={"user": "ci-bot", "object": "table", "ns": "sales",
+                                          "name": "orders_v2"})
+    assert versions_listed(both.text) == [] and "No kept version matches" in both.text
+    page = client.get("/history", params={"object": "view", "ns": "sales",
+                                          "name": "big_orders", "limit": 2})
+    assert versions_listed(page.text) == [6, 5]
+    older = re.search(r'rel="next" href="([^"]+)"', page.text)
+    assert older is not None and "object=view" in older.group(1)
+    rest = client.get(older.group(1).replace("&amp;", "&"))
+    assert versions_listed(rest.text) == [3] and 'rel="next"' not in rest.text
+    assert 'href="/history?object=view&amp;ns=sales&amp;name=big_orders&amp;limit=2"' \
+        in rest.text  # Latest keeps the filter
+    middle = client.get("/history?before=4&limit=2")
+    assert 'rel="prev" href="/history?limit=2&amp;before=6"' in middle.text  # newer: 5, 4
+    assert 'href="/history?limit=2">Latest' in middle.text
+
+
+def test_the_timeline_links_each_day_to_its_newest_version(catalog: Catalog) -> None:
+    page = client_of(catalog).get("/history")
+    assert '<a href="#v6"><rect class="bar"' in page.text
+    assert '<a href="#v6"><g class="mark rollback">' in page.text
+
+
+def test_a_filtered_history_reads_a_bounded_number_of_versions(
+        catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pages, "SEARCH_READS", 2)
+    read: list[int] = []
+    at_version = catalog.at_version
+
+    def counted(version: int) -> Any:
+        read.append(version)
+        return at_version(version)
+
+    monkeypatch.setattr(catalog, "at_version", counted)
+    client = client_of(catalog)
+    page = client.get("/history", params={"user": "ci-bot"})
+    assert versions_listed(page.text) == [] and sorted(read) == [5, 6]
+    assert "None of the versions read matches" in page.text
+    older = re.search(r'rel="next" href="([^"]+)">Search older versions', page.text)
+    assert older is not None and "before=5" in older.group(1)
+    read.clear()
+    assert versions_listed(client.get(older.group(1).replace("&amp;", "&")).text) == [3]
+    assert sorted(read) == [3, 4]
+    read.clear()
+    ns = text_of(client.get("/namespace", params={"name": "sales"}).text)
+    assert "not in the 2 versions read" in ns and len(read) <= 4  # the page's, and 2 roots
+
+
+@pytest.mark.parametrize("query", [
+    {"object": "tabel", "ns": "sales", "name": "x"}, {"object": "table", "ns": "sales"},
+    {"object": "namespace", "ns": "sales", "name": "x"}, {"object": "table", "name": "x"},
+    {"object": "table", "ns": "a b", "name": "x"}, {"user": "u" * 201}])
+def test_a_bad_history_filter_is_refused(catalog: Catalog, query: dict[str, str]) -> None:
+    page = client_of(catalog).get("/history", params=query)
+    assert page.status_code == 400 and "<script" not in page.text

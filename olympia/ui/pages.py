@@ -9,6 +9,7 @@ from itertools import chain, islice
 from typing import Any
 
 from olympia._proto import objects_pb2 as pb
+from olympia.catalog import actions
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType
 from olympia.catalog.objects import Column, Namespace, Table, View
@@ -22,7 +23,7 @@ from olympia.exceptions import (
 from olympia.plan.changes import column_text
 from olympia.spec.iceberg import layout_of
 from olympia.tree import btree
-from olympia.versions.history import VersionInfo, history, search_history
+from olympia.versions.history import VersionInfo, history, object_actions, search_history
 from olympia.versions.timetravel import format_millis
 
 #: Objects listed on one page unless ``limit`` says otherwise, and the most it may say.
@@ -225,7 +226,12 @@ def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
 
 @dataclass
 class HistoryPage:
-    """A page of versions, newest first, and what the timeline marks."""
+    """A page of versions, newest first, and what the timeline marks.
+
+    ``ref`` and ``user`` are the filter (``None``: none); a filtered page read the versions
+    from ``top`` down to ``oldest_read`` (at most :data:`SEARCH_READS`) and may list fewer
+    than asked, none even, with older versions left to search from ``next_before``.
+    """
 
     entries: list[VersionInfo]
     latest: int
@@ -233,24 +239,91 @@ class HistoryPage:
     oldest_millis: int
     exports: list[pb.SnapshotExportDef]
     next_before: int | None
+    top: int
+    ref: ObjectRef | None = None
+    user: str | None = None
+    oldest_read: int | None = None
+    touched: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def filtered(self) -> bool:
+        return self.ref is not None or self.user is not None
 
 
-def history_page(catalog: Catalog, before: int | None, limit: int) -> HistoryPage:
-    """Up to ``limit`` versions below ``before``: one root read per version listed, plus the
-    oldest kept version's (the retention window's start).
+#: Versions one page of a filtered history (or an object's "last changed") reads at most.
+SEARCH_READS = 200
+#: The longest ``user`` a history is filtered by.
+MAX_USER = 200
+
+
+def object_of(snapshot: Snapshot, kind: str, ns: str | None, name: str | None) -> ObjectRef:
+    """The object ``?object=<kind>&ns=<namespace>[&name=<name>]`` names, its names checked.
 
     Raises:
-        InvalidArgumentError: ``before`` is not a positive number.
+        InvalidArgumentError: an unknown kind, or a name missing or given where none is.
+        InvalidNameError: a name the catalog's format cannot hold.
+    """
+    types = {"namespace": ObjectType.NAMESPACE, **_KINDS}
+    if kind not in types:
+        raise InvalidArgumentError(f"object must be namespace, table or view, got {kind!r}")
+    if not ns:
+        raise InvalidArgumentError("object needs ns=<namespace>")
+    if (types[kind] == ObjectType.NAMESPACE) != (not name):
+        raise InvalidArgumentError("a table or view needs name=<name>; a namespace takes none")
+    ref = ObjectRef(types[kind], ns, name or "")
+    snapshot.codec.key(ref)  # refuses a name the format cannot hold
+    return ref
+
+
+def history_page(catalog: Catalog, before: int | None, limit: int,
+                 ref: ObjectRef | None = None, user: str | None = None) -> HistoryPage:
+    """Up to ``limit`` versions below ``before``: one root read per version listed, plus the
+    oldest kept version's (the retention window's start). With ``ref`` or ``user``, the
+    versions that changed that object or were made by that user, among at most
+    :data:`SEARCH_READS` versions read (:func:`olympia.versions.search_history`).
+
+    Raises:
+        InvalidArgumentError: ``before`` is not a positive number, or ``user`` is too long.
     """
     if before is not None and before < 1:
         raise InvalidArgumentError(f"before must be a positive version number, got {before}")
-    entries = history(catalog, limit=limit, before=before)
+    if user is not None and len(user) > MAX_USER:
+        raise InvalidArgumentError(f"user must be at most {MAX_USER} characters")
     oldest = catalog.files.oldest_version()
     oldest_millis = catalog.files.read_root(oldest).created_at_millis
-    more = bool(entries) and entries[-1].version > oldest
     exports = sorted(catalog.catalog_def.exports.values(), key=lambda e: e.version)
-    return HistoryPage(entries, catalog.version, oldest, oldest_millis, exports,
-                       entries[-1].version if more else None)
+    latest = catalog.refresh()
+    top = latest if before is None else min(before - 1, latest)
+    if ref is None and user is None:
+        entries = history(catalog, limit=limit, before=before)
+        more = bool(entries) and entries[-1].version > oldest
+        return HistoryPage(entries, latest, oldest, oldest_millis, exports,
+                           entries[-1].version if more else None, top)
+    found = search_history(catalog, ref=ref, user=user, limit=limit, before=before,
+                           max_reads=SEARCH_READS)
+    return HistoryPage(found.versions, latest, oldest, oldest_millis, exports,
+                       found.next_before, top, ref, user, found.oldest_read,
+                       {} if ref is None else _touched(found.versions, ref))
+
+
+def _touched(entries: list[VersionInfo], ref: ObjectRef) -> dict[int, list[str]]:
+    """Version -> what it did to ``ref`` (named as at the newest of ``entries``), following
+    its renames down the page; a rollback says which."""
+    out: dict[int, list[str]] = {}
+    for entry in entries:
+        if entry.rollback is not None:
+            out[entry.version] = [f"rollback of {entry.rollback[0]} to {entry.rollback[1]} "
+                                  f"changed {ref}"]
+            continue
+        done, ref = object_actions(entry, ref)
+        out[entry.version] = [actions.describe(a) for a in done]
+    return out
+
+
+def last_change(catalog: Catalog, version: int, ref: ObjectRef) -> HistoryPage:
+    """The version at or below ``version`` that last changed ``ref``, among at most
+    :data:`SEARCH_READS` versions read (one root each)."""
+    return history_page(catalog, version + 1, 1, ref)
 
 
 def is_export(entry: VersionInfo) -> bool:
