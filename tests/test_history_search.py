@@ -97,3 +97,17 @@ def test_the_actions_that_wrote_an_object_and_its_name_before(tmp_path: Path) ->
     assert [(v, len(d), n) for v, d, n in seen] == [
         (9, 1, "r.u"), (8, 1, "s.u"), (7, 1, "s.t"), (6, 1, "s.t"), (5, 0, "s.t")]
     assert "rename" in seen[2][1][0] and "rename namespace s" in seen[1][1][0]
+
+
+def test_a_diff_counts_its_objects_by_namespace_and_kind_from_the_keys(
+        tmp_path: Path) -> None:
+    catalog = build(tmp_path / "cat")
+    counts = versions.diff(catalog, 5, 10).counts()
+    # 6-10: t altered, renamed to u, s renamed to r (moving u and other), other dropped
+    assert counts == {
+        ("r", "namespace"): {"created": 1, "changed": 0, "dropped": 0},
+        ("r", "table"): {"created": 1, "changed": 0, "dropped": 0},
+        ("s", "namespace"): {"created": 0, "changed": 0, "dropped": 1},
+        ("s", "table"): {"created": 0, "changed": 0, "dropped": 2}}
+    assert versions.diff(catalog, 8, 9).counts() == {
+        ("r", "table"): {"created": 0, "changed": 1, "dropped": 0}}

@@ -662,3 +662,69 @@ def test_a_filtered_history_reads_a_bounded_number_of_versions(
 def test_a_bad_history_filter_is_refused(catalog: Catalog, query: dict[str, str]) -> None:
     page = client_of(catalog).get("/history", params=query)
     assert page.status_code == 400 and "<script" not in page.text
+
+
+def big_version(root: Path) -> Catalog:
+    """Version 1: namespaces a, b, c; version 2: 120 tables in each, version 3 alters a's
+    first table, drops b's and renames c's."""
+    catalog = Catalog.create(str(root / "big"))
+    with catalog.transaction() as txn:
+        for ns in "abc":
+            txn.create_namespace(ns)
+    with catalog.transaction() as txn:
+        for ns in "abc":
+            for t in range(120):
+                txn.create_table((ns, f"t{t:03}"), columns=[Column("id", "bigint")])
+    with catalog.transaction() as txn:
+        txn.alter_table(("a", "t000"), add_columns=[Column("note", "string")])
+        txn.drop_table(("b", "t000"))
+        txn.rename_table(("c", "t000"), "t999")
+    return catalog
+
+
+def test_a_big_diff_shows_its_summary_then_pages_of_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from olympia.catalog.files import CatalogFiles
+
+    catalog = big_version(tmp_path)
+    read: list[str] = []
+    read_defs = CatalogFiles.read_defs
+
+    def counted(self: CatalogFiles, paths: list[str], cls: Any) -> Any:
+        read.extend(paths)
+        return read_defs(self, paths, cls)
+
+    monkeypatch.setattr(CatalogFiles, "read_defs", counted)
+    client = client_of(catalog)
+    page = client.get("/diff", params={"from": 1, "to": 2, "limit": 50})
+    text = text_of(page.text)
+    assert text.index("Summary") < text.index("Objects 1 to 50 of 360")
+    assert "tables 360 0 0" in text  # created, changed, dropped: from the keys alone
+    assert re.search(r"a table 120\s+b table 120\s+c table 120", text)
+    assert page.text.count('<section class="change create"') == 50
+    assert len(read) == 50  # the definitions of its page, not of the 360 objects
+    assert '<span class="line add">' in page.text
+    seen, url = [], "/diff?from=1&to=2&limit=50"
+    while url:
+        got = client.get(url)
+        seen += re.findall(r'aria-label="create table ([^"]+)"', got.text)
+        found = re.search(r'rel="next" href="([^"]+)"', got.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert seen == [f"{ns}.t{t:03}" for ns in "abc" for t in range(120)]
+    only_b = client.get("/diff", params={"from": 1, "to": 2, "ns": "b", "limit": 500})
+    assert only_b.text.count('<section class="change create"') == 120
+    assert "aria-label=\"create table a." not in only_b.text
+    small = client.get("/diff", params={"to": 3})
+    assert "tables 1 1 2" in text_of(small.text)  # the rename: a create and a drop
+    assert 'aria-label="rename table c.t999"' in small.text
+    assert "Objects 1 to 4 of 4" in text_of(small.text)
+    assert '<span class="line add"> + column note: varchar</span>' in \
+        re.sub(r" +", " ", small.text)
+
+
+@pytest.mark.parametrize("query", [
+    {"to": 2, "after": "table a"}, {"to": 2, "after": "tabel a t1"}, {"to": 2, "ns": "a b"},
+    {"to": 2, "after": "x" * 5000}, {"to": 2, "limit": 0}])
+def test_a_bad_diff_page_is_refused(tmp_path: Path, query: dict[str, Any]) -> None:
+    page = client_of(big_version(tmp_path)).get("/diff", params=query)
+    assert page.status_code == 400, page.text

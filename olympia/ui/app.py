@@ -26,8 +26,7 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
-from olympia.plan.render import SIGNS, change_lines
-from olympia.plan.versiondiff import version_diff
+from olympia.plan.render import SIGNS
 from olympia.ui import pages
 from olympia.ui.timeline import timeline
 from olympia.versions.dtxn import summarize_transactions
@@ -340,13 +339,15 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       transactions=summarize_transactions(ctx.catalog))
 
     @app.get("/diff", response_class=HTMLResponse)
-    def diff(request: Request, to: int, pin: Pin, from_: FromVersion = None) -> HTMLResponse:
+    def diff(request: Request, to: int, pin: Pin, from_: FromVersion = None,
+             ns: str | None = None, after: str | None = None,
+             limit: int | None = None) -> HTMLResponse:
         ctx = context(request, pin, pinnable=False)
         older = to - 1 if from_ is None else from_
-        result = version_diff(ctx.catalog, older, to)
-        changes = [(item, change_lines(item.change, False)) for item in result.changes]
-        return render(request, "diff.html", ctx=ctx, result=result, changes=changes,
-                      older=older, newer=to)
+        size = pages.DIFF_PAGE if limit is None else pages.page_size(limit)
+        page = pages.diff_page(ctx.catalog, older, to, _given(ns), _given(after), size)
+        return render(request, "diff.html", ctx=ctx, page=page, older=older, newer=to,
+                      limit=limit)
 
     return app
 

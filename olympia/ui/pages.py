@@ -21,9 +21,18 @@ from olympia.exceptions import (
     OlympiaError,
 )
 from olympia.plan.changes import column_text
+from olympia.plan.render import change_lines
+from olympia.plan.versiondiff import ObjectChange, version_diff
 from olympia.spec.iceberg import layout_of
 from olympia.tree import btree
-from olympia.versions.history import VersionInfo, history, object_actions, search_history
+from olympia.versions.history import (
+    Diff,
+    VersionInfo,
+    history,
+    object_actions,
+    search_history,
+)
+from olympia.versions.history import diff as object_diff
 from olympia.versions.timetravel import format_millis
 
 #: Objects listed on one page unless ``limit`` says otherwise, and the most it may say.
@@ -324,6 +333,94 @@ def last_change(catalog: Catalog, version: int, ref: ObjectRef) -> HistoryPage:
     """The version at or below ``version`` that last changed ``ref``, among at most
     :data:`SEARCH_READS` versions read (one root each)."""
     return history_page(catalog, version + 1, 1, ref)
+
+
+#: Changes listed on one page of a diff unless ``limit`` says otherwise.
+DIFF_PAGE = 100
+#: The (namespace, kind) rows a diff's summary lists; the rest are counted in its totals.
+SUMMARY_ROWS = 200
+_LINE_CLASS = {"+": "add", "-": "drop", "~": "change", "!": "drop"}
+
+
+@dataclass
+class DiffPage:
+    """A diff's summary (from the keys of both versions) and one page of its changes, each
+    with its lines as (class, text): ``add``, ``drop``, ``change`` or ``""``."""
+
+    coarse: Diff
+    totals: dict[str, dict[str, int]]
+    rows: list[tuple[str, str, dict[str, int]]]
+    hidden_rows: int
+    matched: int  # the objects (keys) that differ, in the namespace asked for
+    start: int  # how many of them come before this page
+    shown: int  # how many are on it (a rename's two names are one change)
+    changes: list[tuple[ObjectChange, list[tuple[str, str]]]]
+    namespace: str | None
+    next_after: str | None
+
+
+def _order(ref: ObjectRef) -> tuple[str, bool, str, int]:
+    """The order of a diff's objects: by namespace, the namespace first, then by name."""
+    return ref.namespace, ref.type != ObjectType.NAMESPACE, ref.name, ref.type
+
+
+def _cursor(snapshot: Snapshot, after: str) -> ObjectRef:
+    """The object a diff page's ``after`` names: ``<kind> <namespace>[ <name>]`` (names hold
+    no spaces).
+
+    Raises:
+        InvalidArgumentError: a malformed cursor.
+    """
+    kind, _, rest = after.partition(" ")
+    ns, _, name = rest.partition(" ")
+    try:
+        return object_of(snapshot, kind, ns, name or None)
+    except (InvalidArgumentError, ValueError) as exc:
+        raise InvalidArgumentError(f"after must be '<kind> <namespace>[ <name>]' as a diff "
+                                   f"page gives it, got {after[:200]!r}") from exc
+
+
+def diff_page(catalog: Catalog, older: int, newer: int, namespace: str | None,
+              after: str | None, limit: int) -> DiffPage:
+    """The summary of the diff from ``older`` to ``newer``, then up to ``limit`` of its
+    changes (of ``namespace`` only, when given) after the cursor ``after``. The summary and
+    the page's choice read only the two trees' differing nodes; definitions are read for the
+    page's objects only (:func:`olympia.plan.versiondiff.version_diff` with ``within``), so a
+    rename shows as one only when both of its names fall on the page.
+
+    Raises:
+        InvalidArgumentError: a malformed cursor.
+        InvalidNameError: a namespace the catalog's format cannot hold.
+        VersionNotFoundError: either version does not exist (or has expired).
+    """
+    snapshot = catalog.at_version(newer)
+    if namespace is not None:
+        snapshot.codec.namespace_part(namespace)  # refuses a name the format cannot hold
+    low = None if after is None else _order(_cursor(snapshot, after))
+    coarse = object_diff(catalog, older, newer)
+    counts = coarse.counts()
+    totals: dict[str, dict[str, int]] = {}
+    for (_, kind), row in counts.items():
+        total = totals.setdefault(kind, {"created": 0, "changed": 0, "dropped": 0})
+        for label, n in row.items():
+            total[label] += n
+    refs = sorted((r for r in (*coarse.added, *coarse.removed, *coarse.changed)
+                   if namespace is None or r.namespace == namespace), key=_order)
+    start = 0 if low is None else next((i for i, r in enumerate(refs) if _order(r) > low),
+                                       len(refs))
+    page = refs[start:start + limit]
+    chosen = set(page)
+    changes = [] if not page else version_diff(catalog, older, newer, chosen.__contains__).changes
+    last = page[-1] if start + limit < len(refs) else None
+    rows = [(ns, kind, row) for (ns, kind), row in counts.items()]
+    return DiffPage(
+        coarse, dict(sorted(totals.items())), rows[:SUMMARY_ROWS],
+        max(0, len(rows) - SUMMARY_ROWS), len(refs), start, len(page),
+        [(c, [(_LINE_CLASS.get(line.strip()[:1], ""), line)
+              for line in change_lines(c.change, False)[1:]]) for c in changes],
+        namespace,
+        None if last is None else " ".join(p for p in (last.type.label, last.namespace,
+                                                      last.name) if p))
 
 
 def is_export(entry: VersionInfo) -> bool:

@@ -282,6 +282,23 @@ class Diff:
     def empty(self) -> bool:
         return not (self.added or self.removed or self.changed or self.catalog_def_changed)
 
+    def counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """How many objects were created, changed and dropped, by (namespace, kind), read
+        from the keys alone (no definition); a rename counts as a drop and a create.
+
+        Returns:
+            ``{(namespace, "table"): {"created": n, "changed": n, "dropped": n}, ...}``,
+            sorted by namespace then kind.
+        """
+        out: dict[tuple[str, str], dict[str, int]] = {}
+        for label, refs in (("created", self.added), ("changed", self.changed),
+                            ("dropped", self.removed)):
+            for ref in refs:
+                row = out.setdefault((ref.namespace, ref.type.label),
+                                     {"created": 0, "changed": 0, "dropped": 0})
+                row[label] += 1
+        return dict(sorted(out.items()))
+
     def to_dict(self) -> dict[str, Any]:
         def refs(items: list[ObjectRef]) -> list[dict[str, str | None]]:
             return [{"type": r.type.label, "name": str(r), **name_fields(r)} for r in items]
