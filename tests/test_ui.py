@@ -728,3 +728,102 @@ def test_a_big_diff_shows_its_summary_then_pages_of_changes(
 def test_a_bad_diff_page_is_refused(tmp_path: Path, query: dict[str, Any]) -> None:
     page = client_of(big_version(tmp_path)).get("/diff", params=query)
     assert page.status_code == 400, page.text
+
+
+def many_tables(root: Path) -> str:
+    """ns000-ns009, each with tables t000-t199 and views v000-v009; ns005 also holds views
+    t000v-t004v (sorted among its tables)."""
+    uri = str(root / "many")
+    catalog = Catalog.create(uri)
+    with catalog.transaction() as txn:
+        for n in range(10):
+            txn.create_namespace(f"ns{n:03}")
+            for t in range(200):
+                txn.create_table((f"ns{n:03}", f"t{t:03}"), columns=[Column("c", "int")])
+            for v in range(10):
+                txn.create_view((f"ns{n:03}", f"v{v:03}"), sql="SELECT 1")
+        for t in range(5):
+            txn.create_view(("ns005", f"t{t:03}v"), sql="SELECT 2")
+    catalog.close()
+    return uri
+
+
+def cold_client(uri: str) -> tuple[TestClient, list[Catalog]]:
+    """A client opening the catalog afresh for every request (a cold cache: its storage
+    counts every read the page makes)."""
+    opened: list[Catalog] = []
+
+    def fresh(request: object) -> Catalog:
+        opened.append(Catalog.open(uri))
+        return opened[-1]
+
+    return TestClient(create_ui(fresh)), opened
+
+
+def test_a_namespace_filters_by_name_prefix_with_totals_and_both_ways_paging(
+        tmp_path: Path) -> None:
+    client, opened = cold_client(many_tables(tmp_path))
+    page = client.get("/namespace", params={"name": "ns005", "q": "t00", "limit": 4})
+    text = text_of(page.text)
+    # one sorted list: tables and views by name
+    assert re.findall(r'name=(t00\w+)">', page.text) == ["t000", "t000v", "t001", "t001v"]
+    assert "1 to 4 of 15 tables and views named t00…" in text
+    reads = opened[-1].storage.stats.reads
+    assert reads <= 25, reads  # the 15 keys' range, 4 definitions: not the 215 objects
+    url, seen = "/namespace?name=ns005&q=t00&limit=4", []
+    while url:
+        got = client.get(url)
+        seen.append(re.findall(r'name=(t00\w+)">', got.text))
+        found = re.search(r'rel="next" href="([^"]+)"', got.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert [len(s) for s in seen] == [4, 4, 4, 3]
+    back = re.search(r'rel="prev" href="([^"]+)"', got.text)
+    assert back is not None and "q=t00" in back.group(1)
+    assert re.findall(r'name=(t00\w+)">', client.get(back.group(1).replace("&amp;", "&")).text) \
+        == seen[2]
+    first = client.get(re.sub("&amp;", "&", re.search(
+        r'rel="prev" href="([^"]+)"', client.get("/namespace?name=ns005&q=t00&limit=4&"
+                                                 "after=table:t001").text).group(1)))
+    assert re.findall(r'name=(t00\w+)">', first.text) == seen[0]
+    everything = text_of(client.get("/namespace", params={"name": "ns001"}).text)
+    assert "1 to 50 of 210 tables and views" in everything
+    for c in opened:
+        c.close()
+
+
+def test_find_a_table_anywhere_by_the_start_of_its_name(tmp_path: Path) -> None:
+    uri = many_tables(tmp_path)
+    client, opened = cold_client(uri)
+    page = client.get("/find", params={"q": "t19", "limit": 15})
+    found = re.findall(r'href="/table\?ns=(ns\d+)&amp;name=(t\d+)"', page.text)
+    assert found == [("ns000", f"t{t}") for t in range(190, 200)] + \
+        [("ns001", f"t{t}") for t in range(190, 195)]
+    assert "start with what you type" in page.text
+    more = re.search(r'rel="next" href="([^"]+)"', page.text)
+    assert more is not None
+    rest = client.get(more.group(1).replace("&amp;", "&"))
+    assert re.findall(r'name=(t\d+)"', rest.text)[:2] == ["t195", "t196"]
+    # the namespaces' keys, a key range of each up to ns001's: no definition read
+    assert opened[0].storage.stats.reads <= 20, opened[0].storage.stats.reads
+    views = client.get("/find", params={"q": "t004"})
+    assert re.findall(r'href="/(\w+)\?ns=ns005&amp;name=(t004\w*)"', views.text) == [
+        ("table", "t004"), ("view", "t004v")]
+    assert len(re.findall(r'href="/table\?ns=ns\d+&amp;name=t004"', views.text)) == 10
+    catalog = Catalog.open(uri)
+    catalog.drop_table(("ns000", "t190"))
+    now = client.get("/find", params={"q": "t190"}).text
+    then = client.get("/find", params={"q": "t190", "version": 1}).text
+    assert "ns=ns000&amp;name=t190" not in now and "ns=ns000&amp;name=t190" in then
+    assert "version=1" in then  # the links keep the version
+    assert "No table or view named zz" in text_of(client.get("/find?q=zz").text)
+    catalog.close()
+    for c in opened:
+        c.close()
+
+
+@pytest.mark.parametrize("url", ["/find?q=a%20b", "/find?q=" + "x" * 1001,
+                                 "/find?q=t&after=bad", "/namespace?name=sales&q=%01",
+                                 "/namespace?name=sales&after=tabel:x"])
+def test_a_bad_find_is_refused(catalog: Catalog, url: str) -> None:
+    page = client_of(catalog).get(url)
+    assert page.status_code == 400 and "<script" not in page.text

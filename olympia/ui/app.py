@@ -269,16 +269,28 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
 
     @app.get("/namespace", response_class=HTMLResponse)
     def namespace(request: Request, name: str, pin: Pin, after: str | None = None,
-                  limit: int | None = None) -> HTMLResponse:
+                  limit: int | None = None, q: str | None = None) -> HTMLResponse:
         ctx = context(request, pin)
         try:
             found = ctx.snapshot.load_namespace(name)
         except NotFoundError as exc:
             return gone(request, ctx, exc, ObjectRef(ObjectType.NAMESPACE, name), "/namespace",
                         name=name)
-        listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit))
+        prefix = pages.check_prefix(q)
+        listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit),
+                                      prefix)
         return render(request, "namespace.html", ctx=ctx, listing=listing, ns=found,
-                      limit=limit, changed=last_change(ctx, ObjectType.NAMESPACE, name))
+                      limit=limit, prefix=prefix,
+                      changed=last_change(ctx, ObjectType.NAMESPACE, name))
+
+    @app.get("/find", response_class=HTMLResponse)
+    def find(request: Request, pin: Pin, q: str | None = None, after: str | None = None,
+             limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, pin)
+        prefix = pages.check_prefix(q)
+        found = None if prefix is None else pages.find(ctx.snapshot, prefix, _given(after),
+                                                       pages.page_size(limit))
+        return render(request, "find.html", ctx=ctx, found=found, prefix=prefix, limit=limit)
 
     @app.get("/table", response_class=HTMLResponse)
     def table(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import islice
 from typing import Any
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType
+from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import (
@@ -43,15 +43,22 @@ _KINDS = {"table": ObjectType.TABLE, "view": ObjectType.VIEW}
 
 @dataclass
 class Listing:
-    """One page of namespaces, or of a namespace's tables then views.
+    """One page of namespaces, or of a namespace's tables and views.
 
     Args:
         items: The objects of the page.
         next_after: The cursor of the next page (``None``: this is the last).
+        total: How many objects the listing holds (``None``: not counted).
+        start: How many come before this page (when counted).
+        prev_after: The cursor of the previous page (``""``: the first page; ``None``: this
+            is the first page).
     """
 
     items: list[Namespace | Table | View]
     next_after: str | None
+    total: int | None = None
+    start: int = 0
+    prev_after: str | None = None
 
 
 def page_size(limit: int | None) -> int:
@@ -107,10 +114,47 @@ def namespaces_page(snapshot: Snapshot, after: str | None, limit: int) -> Listin
     return Listing(items, items[-1].name if more and items else None)
 
 
+def check_prefix(prefix: str | None) -> str | None:
+    """A name prefix to find (``None``: none, or blank).
+
+    Raises:
+        InvalidNameError: it holds what no name may (a space, a control character) or is
+            longer than any name.
+    """
+    if prefix is None or not prefix.strip():
+        return None
+    validate_name(ObjectType.TABLE, prefix.strip(), MAX_PREFIX_BYTES)
+    return prefix.strip()
+
+
+#: The longest name prefix a find takes, in bytes (no name of the format is longer).
+MAX_PREFIX_BYTES = 1000
+
+
+def _named(snapshot: Snapshot, namespace: str, prefix: str | None,
+           ) -> list[tuple[ObjectRef, str]]:
+    """(ref, definition path) of the tables and views of ``namespace`` whose names start
+    with ``prefix``, in name order (a table before a view of the same name): one key range
+    of the tree per kind, reading the keys that match and no definition."""
+    found: list[tuple[ObjectRef, str]] = []
+    for kind in (ObjectType.TABLE, ObjectType.VIEW):
+        low = snapshot.codec.children_prefix(kind, namespace) + (prefix or "")
+        found += [(snapshot.codec.decode(key), path) for key, path in
+                  btree.scan(snapshot.nodes, snapshot.root.node, low, btree.prefix_end(low))]
+    return sorted(found, key=lambda f: (f[0].name, f[0].type))
+
+
+def _label(ref: ObjectRef) -> str:
+    return f"{'view' if ref.type == ObjectType.VIEW else 'table'}:{ref.name}"
+
+
 def contents_page(snapshot: Snapshot, namespace: str, after: str | None,
-                  limit: int) -> Listing:
-    """Up to ``limit`` of the tables then views of ``namespace`` after the cursor ``after``
-    (``table:<name>`` or ``view:<name>``, as :attr:`Listing.next_after` gives it).
+                  limit: int, prefix: str | None = None) -> Listing:
+    """Up to ``limit`` of the tables and views of ``namespace`` (those whose names start with
+    ``prefix``, when given), in one list by name, after the cursor ``after``
+    (``table:<name>`` or ``view:<name>``, as :attr:`Listing.next_after` gives it), with the
+    total and the previous page's cursor: the keys of the range are counted (no definition
+    read), then the page's definitions are read.
 
     Raises:
         NoSuchNamespaceError: no such namespace.
@@ -118,26 +162,61 @@ def contents_page(snapshot: Snapshot, namespace: str, after: str | None,
     """
     if not snapshot.namespace_exists(namespace):
         raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
-    kind, name = ObjectType.TABLE, None
+    found = _named(snapshot, namespace, prefix)
+    start = 0
     if after is not None:
         label, sep, name = after.partition(":")
         if not sep or label not in _KINDS or not name:
             raise InvalidArgumentError(f"after must be table:<name> or view:<name>, got "
-                                       f"{after!r}")
-        kind = _KINDS[label]
-    views = _entries(snapshot, ObjectType.VIEW, namespace,
-                     name if kind == ObjectType.VIEW else None)
-    rest = views if kind == ObjectType.VIEW else chain(
-        _entries(snapshot, ObjectType.TABLE, namespace, name), views)
-    found = list(islice(rest, limit + 1))
-    page = found[:limit]
-    items = [*_read(snapshot, [f for f in page if f[0].type == ObjectType.TABLE]),
-             *_read(snapshot, [f for f in page if f[0].type == ObjectType.VIEW])]
-    cursor = None
-    if len(found) > limit:
-        last = page[-1][0]
-        cursor = f"{'view' if last.type == ObjectType.VIEW else 'table'}:{last.name}"
-    return Listing(items, cursor)
+                                       f"{after[:200]!r}")
+        cursor = (name, _KINDS[label])
+        start = next((i for i, (r, _) in enumerate(found) if (r.name, r.type) > cursor),
+                     len(found))
+    page = found[start:start + limit]
+    items: dict[ObjectRef, Namespace | Table | View] = {}
+    for kind in (ObjectType.TABLE, ObjectType.VIEW):
+        chosen = [f for f in page if f[0].type == kind]
+        items.update(zip((r for r, _ in chosen), _read(snapshot, chosen), strict=True))
+    back = max(0, start - limit)
+    return Listing([items[r] for r, _ in page],
+                   _label(page[-1][0]) if start + limit < len(found) else None,
+                   len(found), start,
+                   None if start == 0 else "" if back == 0 else _label(found[back - 1][0]))
+
+
+@dataclass
+class Found:
+    """One page of a catalog-wide find: (ref) of the tables and views found, in namespace
+    then name order, the next page's cursor, and how many namespaces were looked in."""
+
+    refs: list[ObjectRef]
+    next_after: str | None
+    namespaces: int
+
+
+def find(snapshot: Snapshot, prefix: str, after: str | None, limit: int) -> Found:
+    """The tables and views whose names start with ``prefix``, in every namespace, after
+    the cursor ``after`` (``<kind> <namespace> <name>``): one key range of the tree per
+    namespace and kind, stopping after ``limit`` matches; no definition is read.
+
+    Raises:
+        InvalidArgumentError: a malformed cursor.
+    """
+    low = None if after is None else _order(_cursor(snapshot, after))
+    out: list[ObjectRef] = []
+    looked = 0
+    first = None if low is None else low[0]
+    for namespace in _entries(snapshot, ObjectType.NAMESPACE, None, None):
+        ns = namespace[0].namespace
+        if first is not None and ns < first:
+            continue
+        looked += 1
+        out += [r for r, _ in _named(snapshot, ns, prefix) if low is None or _order(r) > low]
+        if len(out) > limit:
+            break
+    last = out[limit - 1] if len(out) > limit else None
+    return Found(out[:limit], None if last is None else
+                 f"{last.type.label} {last.namespace} {last.name}", looked)
 
 
 @dataclass
