@@ -827,3 +827,52 @@ def test_find_a_table_anywhere_by_the_start_of_its_name(tmp_path: Path) -> None:
 def test_a_bad_find_is_refused(catalog: Catalog, url: str) -> None:
     page = client_of(catalog).get(url)
     assert page.status_code == 400 and "<script" not in page.text
+
+
+def test_a_table_page_reads_top_down_with_snapshots_linked_to_their_versions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+
+    catalog = Catalog.create(str(tmp_path / "c"),
+                             properties={"warehouse": f"file://{tmp_path}/wh"})
+    catalog.create_namespace("lake", {"owner": "data-eng"})  # 1
+    ice = OlympiaCatalog.over(catalog)
+    table = ice.create_table(("lake", "events"), pa.schema([("id", pa.int64())]))  # 2
+    table.append(pa.table({"id": [1, 2]}))  # 3
+    table.append(pa.table({"id": [3]}))  # 4
+    table = ice.load_table(("lake", "events"))
+    first, second = (s.snapshot_id for s in table.metadata.snapshots)
+    table.manage_snapshots().create_tag(first, "audit").commit()  # 5: no new current one
+    for v in range(3):
+        catalog.create_view(("lake", f"v{v}"), sql="SELECT id FROM lake.events",
+                            referenced_objects=[("lake", "events")])  # 6, 7, 8
+    catalog.create_view(("lake", "w"), sql="SELECT 1")  # 9
+    client = client_of(catalog)
+    page = client.get("/table", params={"ns": "lake", "name": "events"})
+    text = text_of(page.text)
+    overview = text[text.index("Table events"):text.index("Columns")]
+    assert "Owner data-eng (of namespace lake)" in overview
+    assert "Last changed in version 5" in overview and "Rows 3" in overview
+    assert "Files 2 data, 0 delete" in overview and "Partitioning unpartitioned" in overview
+    assert "Sort order unsorted" in overview and "not protected" in overview
+    assert "partition-spec" not in page.text  # its JSON is not repeated below
+    assert "branch main → " in text and f"tag audit → {first}" in text
+    rows = re.findall(r'<tr><th scope="row">(\d+)</th>.*?(version \d+|not among)',
+                      page.text, re.S)
+    assert rows == [(str(second), "version 4"), (str(first), "version 3")]
+    assert "made current by catalog version 4" in text
+    used = client.get(re.search(r'class="used-by" href="([^"]+)"', page.text).group(1)
+                      .replace("&amp;", "&"))
+    assert re.findall(r'name=(v\d)"', used.text) == ["v0", "v1", "v2"]
+    monkeypatch.setattr(pages, "USED_BY_READS", 2)
+    seen, url = [], "/used-by?ns=lake&name=events"
+    while url:
+        got = client.get(url)
+        seen.append(re.findall(r'name=(v\d)"', got.text))
+        found = re.search(r'rel="next" href="([^"]+)"', got.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert seen == [["v0", "v1"], ["v2"]]  # w read, not listed
+    old = text_of(client.get("/table", params={"ns": "lake", "name": "events",
+                                               "version": 3}).text)
+    assert "Rows 2" in old and "made current by catalog version 3" in old
+    assert client.get("/used-by", params={"ns": "lake", "name": "a b"}).status_code == 400

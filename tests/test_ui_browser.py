@@ -103,12 +103,15 @@ def test_the_example_catalog_in_the_browser(server: RestServer, browser: Any,
         page.screenshot(path=str(shots / "ui-namespace.png"), full_page=True)
 
         page.get_by_role("link", name="payments", exact=True).click()
+        overview = page.locator("dl.overview")
+        assert overview.locator("dd.rows").inner_text() == "3"
         iceberg = page.locator("section.iceberg")
-        assert iceberg.locator("dd.rows").inner_text() == "3"
-        assert "append" in iceberg.locator("table.snapshots").inner_text()
+        snapshots = iceberg.locator("table.snapshots").inner_text()
+        assert "append" in snapshots and "version 2" in snapshots  # the append's version
+        assert "branch main" in iceberg.locator("dd.refs").inner_text()
         # partitioning and sorting in the notation of the example's spec (sales.yaml)
-        assert "Partition spec\nmethod\n" in iceberg.inner_text()
-        assert "Sort order\npaid_at desc, payment_id" in iceberg.inner_text()
+        assert overview.locator("dd.partitioning").inner_text() == "method"
+        assert overview.locator("dd.sort").inner_text() == "paid_at desc, payment_id"
         page.screenshot(path=str(shots / "ui-table.png"), full_page=True)
 
         page.goto(server.url + "/ui/namespace?name=marketing")

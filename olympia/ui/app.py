@@ -300,10 +300,26 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         except NotFoundError as exc:
             return gone(request, ctx, exc, ObjectRef(ObjectType.TABLE, ns, name), "/table",
                         ns=ns, name=name)
+        iceberg = pages.iceberg_details(ctx.catalog, found, ctx.snapshot.version)
         return render(request, "table.html", ctx=ctx, table=found,
                       columns=pages.column_rows(found.columns),
-                      changed=last_change(ctx, ObjectType.TABLE, ns, name),
-                      iceberg=pages.iceberg_details(ctx.catalog, found))
+                      changed=last_change(ctx, ObjectType.TABLE, ns, name), iceberg=iceberg,
+                      owner=pages.owner_of(ctx.snapshot, found, iceberg),
+                      format_properties={k: v for k, v in found.format_properties.items()
+                                         if iceberg is None or k not in pages.SHOWN_IN_OVERVIEW},
+                      recent=pages.RECENT_SNAPSHOTS)
+
+    @app.get("/used-by", response_class=HTMLResponse)
+    def used_by(request: Request, ns: str, name: str, pin: Pin,
+                after: str | None = None) -> HTMLResponse:
+        ctx = context(request, pin)
+        ref = ObjectRef(ObjectType.TABLE, ns, name)
+        ctx.snapshot.codec.key(ref)  # refuses a name the format cannot hold
+        return render(request, "used_by.html", ctx=ctx, ref=ref,
+                      found=pages.used_by(ctx.snapshot, ref, _given(after),
+                                          pages.USED_BY_READS),
+                      reads=pages.USED_BY_READS,
+                      exists=ctx.snapshot.table_exists(ns, name))
 
     @app.get("/view", response_class=HTMLResponse)
     def view(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:

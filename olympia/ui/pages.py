@@ -3,13 +3,14 @@ the definitions it lists, never the catalog), an object's details, a page of his
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
+from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View
@@ -260,17 +261,24 @@ class IcebergDetails:
     partition_spec: str = ""
     sort_order: str = ""
     snapshots: list[dict[str, Any]] = field(default_factory=list)
+    refs: list[dict[str, Any]] = field(default_factory=list)
+    owner: str | None = None
 
 
 #: Actions listed per version on the history page (a version may record thousands).
 ACTIONS_SHOWN = 25
-#: Snapshots listed on an Iceberg table's page, newest first.
+#: Snapshots listed on an Iceberg table's page, newest first; as many of the table's latest
+#: catalog versions are looked at for the version that made each one current.
 RECENT_SNAPSHOTS = 10
+#: Format properties the overview shows in words (their JSON is not repeated).
+SHOWN_IN_OVERVIEW = frozenset({"partition-spec", "sort-order"})
 
 
-def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
-    """The Iceberg metadata of ``table`` through pyiceberg (``None``: not an Iceberg table
-    with a metadata file, or pyiceberg is not installed)."""
+def iceberg_details(catalog: Catalog, table: Table, version: int) -> IcebergDetails | None:
+    """The Iceberg metadata of ``table`` (as of catalog ``version``) through pyiceberg, each
+    recent snapshot with the catalog version that made it current when that is among the
+    table's last :data:`RECENT_SNAPSHOTS` versions (``None``: not an Iceberg table with a
+    metadata file, or pyiceberg is not installed)."""
     try:
         from pyiceberg.io import load_file_io
 
@@ -292,6 +300,17 @@ def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
     except InvalidArgumentError as exc:
         return IcebergDetails(error=str(exc))
 
+    def current_of(location: str) -> int | None:
+        if location == table.location:
+            return metadata.current_snapshot_id
+        try:
+            return read_table_metadata(io, location, name).current_snapshot_id
+        except (OlympiaError, OSError, ValueError):  # gone (expired): that link is left out
+            return None
+
+    made = _snapshot_versions(catalog, ObjectRef(ObjectType.TABLE, table.namespace,
+                                                 table.name), version, current_of)
+
     def snap(s: Any) -> dict[str, Any]:
         summary = dict(s.summary.additional_properties) if s.summary else {}
         return {"id": s.snapshot_id, "parent": s.parent_snapshot_id,
@@ -300,16 +319,103 @@ def iceberg_details(catalog: Catalog, table: Table) -> IcebergDetails | None:
                 "records": summary.get("total-records"),
                 "data_files": summary.get("total-data-files"),
                 "delete_files": summary.get("total-delete-files"),
+                "version": made.get(s.snapshot_id),
                 "summary": dict(sorted(summary.items()))}
 
     recent = sorted(metadata.snapshots, key=lambda s: s.timestamp_ms,
                     reverse=True)[:RECENT_SNAPSHOTS]
+    refs = [{"name": ref_name, "kind": str(ref.snapshot_ref_type.value),
+             "snapshot": ref.snapshot_id} for ref_name, ref in sorted(metadata.refs.items())]
     return IcebergDetails(
         format_version=metadata.format_version,
         current_snapshot=None if current is None else snap(current),
         partition_spec=", ".join(layout.partition_texts()) or "unpartitioned",
         sort_order=", ".join(layout.sort_texts()) or "unsorted",
-        snapshots=[snap(s) for s in recent])
+        snapshots=[snap(s) for s in recent], refs=refs,
+        owner=metadata.properties.get("owner"))
+
+
+#: View definitions one page of "used by" reads at most.
+USED_BY_READS = 200
+
+
+@dataclass
+class UsedBy:
+    """One stretch of the catalog's views (in namespace and name order) searched for those
+    that reference a table: those found, how many were read, where the next stretch starts
+    (``<namespace> <name>`` of the last one read; ``None``: no view is left)."""
+
+    views: list[View]
+    read: int
+    next_after: str | None
+
+
+def used_by(snapshot: Snapshot, table: ObjectRef, after: str | None,
+            reads: int) -> UsedBy:
+    """The views that reference ``table`` among the next ``reads`` views after ``after``:
+    a key range of the tree and those views' definitions (no index of references is kept:
+    a view names what it reads, nothing names its readers).
+
+    Raises:
+        InvalidArgumentError: a malformed cursor.
+    """
+    low = PREFIX[ObjectType.VIEW]
+    if after is not None:
+        low = snapshot.codec.key(_cursor(snapshot, f"view {after}")) + "\0"
+    found = list(islice(((snapshot.codec.decode(k), p) for k, p in btree.scan(
+        snapshot.nodes, snapshot.root.node, low, btree.prefix_end(PREFIX[ObjectType.VIEW]))),
+        reads + 1))
+    page = found[:reads]
+    views = [v for v in _read(snapshot, page) if isinstance(v, View)
+             and (table.namespace, table.name) in v.referenced_objects]
+    last = page[-1][0] if len(found) > reads else None
+    return UsedBy(views, len(page), None if last is None else f"{last.namespace} {last.name}")
+
+
+@dataclass
+class Owner:
+    """Who owns a table, and where that was read (``""``: the table's own properties)."""
+
+    name: str | None
+    source: str = ""
+
+
+def owner_of(snapshot: Snapshot, table: Table, iceberg: IcebergDetails | None) -> Owner:
+    """The ``owner`` property of the table, else of its Iceberg metadata, else of its
+    namespace (one definition read)."""
+    if table.properties.get("owner"):
+        return Owner(table.properties["owner"])
+    if iceberg is not None and iceberg.owner:
+        return Owner(iceberg.owner, "Iceberg table property")
+    found = snapshot.load_namespace(table.namespace).properties.get("owner")
+    return Owner(found, f"of namespace {table.namespace}" if found else "")
+
+
+def _snapshot_versions(catalog: Catalog, ref: ObjectRef, version: int,
+                       current_of: Callable[[str], int | None]) -> dict[int, int]:
+    """Snapshot id -> the catalog version that made it the table's current snapshot, among
+    the last :data:`RECENT_SNAPSHOTS` versions that changed the table at or below
+    ``version`` (following its renames): one definition and, where its metadata file changed,
+    one metadata file read per version."""
+    page = search_history(catalog, ref=ref, limit=RECENT_SNAPSHOTS, before=version + 1,
+                          max_reads=SEARCH_READS)
+    seen: list[tuple[int, int | None, bool]] = []  # (version, its current snapshot, created)
+    name = ref
+    for entry in page.versions:  # newest first
+        try:
+            location = catalog.at_version(entry.version).load_table(name.namespace,
+                                                                    name.name).location
+        except NotFoundError:  # dropped by this version: it made no snapshot current
+            location = ""
+        done, name = object_actions(entry, name)
+        seen.append((entry.version, current_of(location) if location else None,
+                     any(a.type == A.TABLE_CREATE for a in done)))
+    made: dict[int, int] = {}
+    for (number, snapshot, created), older in zip(seen, [*seen[1:], None], strict=True):
+        # it made that snapshot current if the version before it had another (or none)
+        if snapshot is not None and (created if older is None else older[1] != snapshot):
+            made.setdefault(snapshot, number)
+    return made
 
 
 @dataclass
