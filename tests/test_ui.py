@@ -633,6 +633,7 @@ def test_the_timeline_links_each_day_to_its_newest_version(catalog: Catalog) -> 
 def test_a_filtered_history_reads_a_bounded_number_of_versions(
         catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pages, "SEARCH_READS", 2)
+    monkeypatch.setattr(pages, "LAST_CHANGE_READS", 2)
     read: list[int] = []
     at_version = catalog.at_version
 

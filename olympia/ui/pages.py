@@ -395,10 +395,10 @@ def _snapshot_versions(catalog: Catalog, ref: ObjectRef, version: int,
                        current_of: Callable[[str], int | None]) -> dict[int, int]:
     """Snapshot id -> the catalog version that made it the table's current snapshot, among
     the last :data:`RECENT_SNAPSHOTS` versions that changed the table at or below
-    ``version`` (following its renames): one definition and, where its metadata file changed,
-    one metadata file read per version."""
+    ``version`` (following its renames) among the :data:`LAST_CHANGE_READS` versions read:
+    one definition and one metadata file read per version found."""
     page = search_history(catalog, ref=ref, limit=RECENT_SNAPSHOTS, before=version + 1,
-                          max_reads=SEARCH_READS)
+                          max_reads=LAST_CHANGE_READS)
     seen: list[tuple[int, int | None, bool]] = []  # (version, its current snapshot, created)
     name = ref
     for entry in page.versions:  # newest first
@@ -470,11 +470,12 @@ def object_of(snapshot: Snapshot, kind: str, ns: str | None, name: str | None) -
 
 
 def history_page(catalog: Catalog, before: int | None, limit: int,
-                 ref: ObjectRef | None = None, user: str | None = None) -> HistoryPage:
+                 ref: ObjectRef | None = None, user: str | None = None,
+                 reads: int | None = None) -> HistoryPage:
     """Up to ``limit`` versions below ``before``: one root read per version listed, plus the
     oldest kept version's (the retention window's start). With ``ref`` or ``user``, the
-    versions that changed that object or were made by that user, among at most
-    :data:`SEARCH_READS` versions read (:func:`olympia.versions.search_history`).
+    versions that changed that object or were made by that user, among at most ``reads``
+    versions read (default :data:`SEARCH_READS`; :func:`olympia.versions.search_history`).
 
     Raises:
         InvalidArgumentError: ``before`` is not a positive number, or ``user`` is too long.
@@ -494,7 +495,7 @@ def history_page(catalog: Catalog, before: int | None, limit: int,
         return HistoryPage(entries, latest, oldest, oldest_millis, exports,
                            entries[-1].version if more else None, top)
     found = search_history(catalog, ref=ref, user=user, limit=limit, before=before,
-                           max_reads=SEARCH_READS)
+                           max_reads=SEARCH_READS if reads is None else reads)
     return HistoryPage(found.versions, latest, oldest, oldest_millis, exports,
                        found.next_before, top, ref, user, found.oldest_read,
                        {} if ref is None else _touched(found.versions, ref))
@@ -514,10 +515,14 @@ def _touched(entries: list[VersionInfo], ref: ObjectRef) -> dict[int, list[str]]
     return out
 
 
+#: Versions an object's page reads at most for its last change (its History reads more).
+LAST_CHANGE_READS = 50
+
+
 def last_change(catalog: Catalog, version: int, ref: ObjectRef) -> HistoryPage:
     """The version at or below ``version`` that last changed ``ref``, among at most
-    :data:`SEARCH_READS` versions read (one root each)."""
-    return history_page(catalog, version + 1, 1, ref)
+    :data:`LAST_CHANGE_READS` versions read (one root each)."""
+    return history_page(catalog, version + 1, 1, ref, reads=LAST_CHANGE_READS)
 
 
 #: Changes listed on one page of a diff unless ``limit`` says otherwise.
