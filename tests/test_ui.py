@@ -110,7 +110,11 @@ def test_every_name_and_comment_is_escaped(tmp_path: Path) -> None:
     for url, params in [("/", {}), ("/namespace", {"name": "n<b>"}),
                         ("/table", {"ns": "n<b>", "name": "t"}),
                         ("/view", {"ns": "n<b>", "name": "v"}), ("/history", {}),
-                        ("/diff", {"from": 0, "to": 3})]:
+                        ("/diff", {"from": 0, "to": 3}), ("/find", {"q": "<"}),
+                        ("/namespace", {"name": "n<b>", "q": "<"}),
+                        ("/history", {"object": "namespace", "ns": "n<b>", "user": "<i>"}),
+                        ("/diff", {"from": 0, "to": 3, "ns": "n<b>"}),
+                        ("/used-by", {"ns": "n<b>", "name": "<i>"})]:
         page = client.get(url, params=params)
         assert page.status_code == 200, url
         assert "<script>" not in page.text and "<b>" not in page.text and "<i>" not in page.text
