@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
@@ -881,3 +882,37 @@ def test_a_table_page_reads_top_down_with_snapshots_linked_to_their_versions(
                                                "version": 3}).text)
     assert "Rows 2" in old and "made current by catalog version 3" in old
     assert client.get("/used-by", params={"ns": "lake", "name": "a b"}).status_code == 400
+
+
+@settings(max_examples=15, deadline=None)
+@given(tables=st.sets(st.text("ab", min_size=1, max_size=4), max_size=12),
+       views=st.sets(st.text("ab", min_size=1, max_size=4), max_size=6),
+       prefix=st.text("ab", max_size=2), limit=st.integers(1, 5))
+def test_a_namespace_pages_its_prefix_both_ways(tmp_path_factory: pytest.TempPathFactory,
+                                                tables: set[str], views: set[str],
+                                                prefix: str, limit: int) -> None:
+    views = views - tables  # a table and a view never share a name
+    catalog = Catalog.create(str(tmp_path_factory.mktemp("c") / "c"))
+    with catalog.transaction() as txn:
+        txn.create_namespace("n")
+        for t in tables:
+            txn.create_table(("n", t), columns=[Column("c", "int")])
+        for v in views:
+            txn.create_view(("n", v), sql="SELECT 1")
+    client = client_of(catalog)
+    want = sorted(n for n in tables | views if n.startswith(prefix))
+    pages_seen, url = [], f"/namespace?name=n&q={prefix}&limit={limit}"
+    while url:
+        page = client.get(url)
+        pages_seen.append((url, re.findall(r'name=(\w+)">\1</a>', page.text)))
+        assert f" {len(want)} table" in text_of(page.text)  # the total, from the keys
+        found = re.search(r'rel="next" href="([^"]+)"', page.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert [n for _, names in pages_seen for n in names] == want
+    for (_, names), (later, _) in pairwise(pages_seen):
+        back = re.search(r'rel="prev" href="([^"]+)"', client.get(later).text)
+        assert back is not None
+        assert re.findall(r'name=(\w+)">\1</a>',
+                          client.get(back.group(1).replace("&amp;", "&")).text) == names
+    assert 'rel="prev"' not in client.get(pages_seen[0][0]).text
+    catalog.close()
