@@ -83,3 +83,31 @@ def test_a_page_reads_a_bounded_number_of_versions(tmp_path: Path) -> None:
     assert sorted(set(reads)) == [10, 11, 12]  # a rollback's previous version is read too
     with pytest.raises(InvalidArgumentError):
         versions.search_history(catalog, limit=0)
+
+
+def test_the_actions_that_wrote_an_object_and_its_name_before(tmp_path: Path) -> None:
+    from olympia.catalog import actions
+    from olympia.versions.history import object_actions
+
+    catalog = build(tmp_path / "cat")
+    name, seen = U, []
+    for version in (9, 8, 7, 6, 5):
+        done, name = object_actions(versions.history(catalog, 1, version + 1)[0], name)
+        seen.append((version, [actions.describe(a) for a in done], str(name)))
+    assert [(v, len(d), n) for v, d, n in seen] == [
+        (9, 1, "r.u"), (8, 1, "s.u"), (7, 1, "s.t"), (6, 1, "s.t"), (5, 0, "s.t")]
+    assert "rename" in seen[2][1][0] and "rename namespace s" in seen[1][1][0]
+
+
+def test_a_diff_counts_its_objects_by_namespace_and_kind_from_the_keys(
+        tmp_path: Path) -> None:
+    catalog = build(tmp_path / "cat")
+    counts = versions.diff(catalog, 5, 10).counts()
+    # 6-10: t altered, renamed to u, s renamed to r (moving u and other), other dropped
+    assert counts == {
+        ("r", "namespace"): {"created": 1, "changed": 0, "dropped": 0},
+        ("r", "table"): {"created": 1, "changed": 0, "dropped": 0},
+        ("s", "namespace"): {"created": 0, "changed": 0, "dropped": 1},
+        ("s", "table"): {"created": 0, "changed": 0, "dropped": 2}}
+    assert versions.diff(catalog, 8, 9).counts() == {
+        ("r", "table"): {"created": 0, "changed": 1, "dropped": 0}}

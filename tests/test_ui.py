@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
@@ -110,7 +111,11 @@ def test_every_name_and_comment_is_escaped(tmp_path: Path) -> None:
     for url, params in [("/", {}), ("/namespace", {"name": "n<b>"}),
                         ("/table", {"ns": "n<b>", "name": "t"}),
                         ("/view", {"ns": "n<b>", "name": "v"}), ("/history", {}),
-                        ("/diff", {"from": 0, "to": 3})]:
+                        ("/diff", {"from": 0, "to": 3}), ("/find", {"q": "<"}),
+                        ("/namespace", {"name": "n<b>", "q": "<"}),
+                        ("/history", {"object": "namespace", "ns": "n<b>", "user": "<i>"}),
+                        ("/diff", {"from": 0, "to": 3, "ns": "n<b>"}),
+                        ("/used-by", {"ns": "n<b>", "name": "<i>"})]:
         page = client.get(url, params=params)
         assert page.status_code == 200, url
         assert "<script>" not in page.text and "<b>" not in page.text and "<i>" not in page.text
@@ -345,8 +350,9 @@ def test_a_page_reads_its_own_definitions_not_the_catalogs(tmp_path: Path) -> No
         page = client.get(url)
         assert page.status_code == 200 and page.text.count('scope="row"><a') == 10
         reads = opened[-1].storage.stats.reads
-        # the page's 10 definitions, a few tree nodes and hints: not the 420 objects
-        assert reads <= 30, (url, reads)
+        # the page's 10 definitions, a few tree nodes and hints, the roots its last change
+        # reads (here two: the version that made it, the oldest): not the 420 objects
+        assert reads <= 34, (url, reads)
     for c in opened:
         c.close()
 
@@ -360,7 +366,7 @@ def test_links_stay_under_the_mount_point(catalog: Catalog) -> None:
         page = client.get(url)
         assert page.status_code == 200
         links = re.findall(r'(?:href|action)="([^"]*)"', page.text)
-        assert links and all(link.startswith("/olympia/conn1/") or link == "#main"
+        assert links and all(link.startswith(("/olympia/conn1/", "#main", "#v"))
                              for link in links), links
     assert client.get("/olympia/conn1/static/ui.css").status_code == 200
 
@@ -573,3 +579,340 @@ def test_a_big_version_lists_its_first_actions_and_counts_the_rest(tmp_path: Pat
 def test_the_history_as_it_was_at_a_version(catalog: Catalog) -> None:
     page = client_of(catalog).get("/history?version=3")
     assert re.findall(r'<li id="v(\d+)"', page.text) == ["3", "2", "1", "0"]
+
+
+def versions_listed(html: str) -> list[int]:
+    return [int(v) for v in re.findall(r'<li id="v(\d+)"', html)]
+
+
+def test_an_objects_page_says_who_changed_it_last_and_links_its_history(
+        catalog: Catalog) -> None:
+    client = client_of(catalog)
+    view = text_of(client.get("/view", params={"ns": "sales", "name": "big_orders"}).text)
+    assert "Last changed in version 6 by (no user recorded)" in view  # the rollback
+    old = client.get("/view", params={"ns": "sales", "name": "big_orders", "version": 3})
+    assert "Last changed in version 3 by ci-bot" in text_of(old.text)
+    assert 'href="/history?object=view&amp;ns=sales&amp;name=big_orders&amp;version=3"' \
+        in old.text
+    table = client.get("/table", params={"ns": "sales", "name": "orders_v2"})
+    link = re.search(r'class="history" href="([^"]+)"', table.text)
+    assert link is not None
+    history = client.get(link.group(1).replace("&amp;", "&"))
+    # its rename and column in 4, its creation (as sales.orders) in 2: nothing else
+    assert versions_listed(history.text) == [4, 2]
+    text = text_of(history.text)
+    assert "History of table sales.orders_v2" in text
+    assert "rename table sales.orders -&gt; orders_v2" in text
+    assert "create table sales.orders" in text and "create view" not in text
+    assert 'href="/diff?to=4"' in history.text
+
+
+def test_history_by_user_and_object_and_its_paging(catalog: Catalog) -> None:
+    client = client_of(catalog)
+    mine = client.get("/history", params={"user": "ci-bot"})
+    assert versions_listed(mine.text) == [3]
+    assert "History by ci-bot" in text_of(mine.text)
+    both = client.get("/history", params={"user": "ci-bot", "object": "table", "ns": "sales",
+                                          "name": "orders_v2"})
+    assert versions_listed(both.text) == [] and "No kept version matches" in both.text
+    page = client.get("/history", params={"object": "view", "ns": "sales",
+                                          "name": "big_orders", "limit": 2})
+    assert versions_listed(page.text) == [6, 5]
+    older = re.search(r'rel="next" href="([^"]+)"', page.text)
+    assert older is not None and "object=view" in older.group(1)
+    rest = client.get(older.group(1).replace("&amp;", "&"))
+    assert versions_listed(rest.text) == [3] and 'rel="next"' not in rest.text
+    assert 'href="/history?object=view&amp;ns=sales&amp;name=big_orders&amp;limit=2"' \
+        in rest.text  # Latest keeps the filter
+    middle = client.get("/history?before=4&limit=2")
+    assert 'rel="prev" href="/history?limit=2&amp;before=6"' in middle.text  # newer: 5, 4
+    assert 'href="/history?limit=2">Latest' in middle.text
+
+
+def test_the_timeline_links_each_day_to_its_newest_version(catalog: Catalog) -> None:
+    page = client_of(catalog).get("/history")
+    assert '<a href="#v6"><rect class="bar"' in page.text
+    assert '<a href="#v6"><g class="mark rollback">' in page.text
+
+
+def test_a_filtered_history_reads_a_bounded_number_of_versions(
+        catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pages, "SEARCH_READS", 2)
+    monkeypatch.setattr(pages, "LAST_CHANGE_READS", 2)
+    read: list[int] = []
+    at_version = catalog.at_version
+
+    def counted(version: int) -> Any:
+        read.append(version)
+        return at_version(version)
+
+    monkeypatch.setattr(catalog, "at_version", counted)
+    client = client_of(catalog)
+    page = client.get("/history", params={"user": "ci-bot"})
+    assert versions_listed(page.text) == [] and sorted(read) == [5, 6]
+    assert "None of the versions read matches" in page.text
+    older = re.search(r'rel="next" href="([^"]+)">Search older versions', page.text)
+    assert older is not None and "before=5" in older.group(1)
+    read.clear()
+    assert versions_listed(client.get(older.group(1).replace("&amp;", "&")).text) == [3]
+    assert sorted(read) == [3, 4]
+    read.clear()
+    ns = text_of(client.get("/namespace", params={"name": "sales"}).text)
+    assert "not in the 2 versions read" in ns and len(read) <= 4  # the page's, and 2 roots
+
+
+@pytest.mark.parametrize("query", [
+    {"object": "tabel", "ns": "sales", "name": "x"}, {"object": "table", "ns": "sales"},
+    {"object": "namespace", "ns": "sales", "name": "x"}, {"object": "table", "name": "x"},
+    {"object": "table", "ns": "a b", "name": "x"}, {"user": "u" * 201}])
+def test_a_bad_history_filter_is_refused(catalog: Catalog, query: dict[str, str]) -> None:
+    page = client_of(catalog).get("/history", params=query)
+    assert page.status_code == 400 and "<script" not in page.text
+
+
+def big_version(root: Path) -> Catalog:
+    """Version 1: namespaces a, b, c; version 2: 120 tables in each, version 3 alters a's
+    first table, drops b's and renames c's."""
+    catalog = Catalog.create(str(root / "big"))
+    with catalog.transaction() as txn:
+        for ns in "abc":
+            txn.create_namespace(ns)
+    with catalog.transaction() as txn:
+        for ns in "abc":
+            for t in range(120):
+                txn.create_table((ns, f"t{t:03}"), columns=[Column("id", "bigint")])
+    with catalog.transaction() as txn:
+        txn.alter_table(("a", "t000"), add_columns=[Column("note", "string")])
+        txn.drop_table(("b", "t000"))
+        txn.rename_table(("c", "t000"), "t999")
+    return catalog
+
+
+def test_a_big_diff_shows_its_summary_then_pages_of_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from olympia.catalog.files import CatalogFiles
+
+    catalog = big_version(tmp_path)
+    read: list[str] = []
+    read_defs = CatalogFiles.read_defs
+
+    def counted(self: CatalogFiles, paths: list[str], cls: Any) -> Any:
+        read.extend(paths)
+        return read_defs(self, paths, cls)
+
+    monkeypatch.setattr(CatalogFiles, "read_defs", counted)
+    client = client_of(catalog)
+    page = client.get("/diff", params={"from": 1, "to": 2, "limit": 50})
+    text = text_of(page.text)
+    assert text.index("Summary") < text.index("Objects 1 to 50 of 360")
+    assert "tables 360 0 0" in text  # created, changed, dropped: from the keys alone
+    assert re.search(r"a table 120\s+b table 120\s+c table 120", text)
+    assert page.text.count('<section class="change create"') == 50
+    assert len(read) == 50  # the definitions of its page, not of the 360 objects
+    assert '<span class="line add">' in page.text
+    seen, url = [], "/diff?from=1&to=2&limit=50"
+    while url:
+        got = client.get(url)
+        seen += re.findall(r'aria-label="create table ([^"]+)"', got.text)
+        found = re.search(r'rel="next" href="([^"]+)"', got.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert seen == [f"{ns}.t{t:03}" for ns in "abc" for t in range(120)]
+    only_b = client.get("/diff", params={"from": 1, "to": 2, "ns": "b", "limit": 500})
+    assert only_b.text.count('<section class="change create"') == 120
+    assert "aria-label=\"create table a." not in only_b.text
+    small = client.get("/diff", params={"to": 3})
+    assert "tables 1 1 2" in text_of(small.text)  # the rename: a create and a drop
+    assert 'aria-label="rename table c.t999"' in small.text
+    assert "Objects 1 to 4 of 4" in text_of(small.text)
+    assert '<span class="line add"> + column note: varchar</span>' in \
+        re.sub(r" +", " ", small.text)
+
+
+@pytest.mark.parametrize("query", [
+    {"to": 2, "after": "table a"}, {"to": 2, "after": "tabel a t1"}, {"to": 2, "ns": "a b"},
+    {"to": 2, "after": "x" * 5000}, {"to": 2, "limit": 0}])
+def test_a_bad_diff_page_is_refused(tmp_path: Path, query: dict[str, Any]) -> None:
+    page = client_of(big_version(tmp_path)).get("/diff", params=query)
+    assert page.status_code == 400, page.text
+
+
+def many_tables(root: Path) -> str:
+    """ns000-ns009, each with tables t000-t199 and views v000-v009; ns005 also holds views
+    t000v-t004v (sorted among its tables)."""
+    uri = str(root / "many")
+    catalog = Catalog.create(uri)
+    with catalog.transaction() as txn:
+        for n in range(10):
+            txn.create_namespace(f"ns{n:03}")
+            for t in range(200):
+                txn.create_table((f"ns{n:03}", f"t{t:03}"), columns=[Column("c", "int")])
+            for v in range(10):
+                txn.create_view((f"ns{n:03}", f"v{v:03}"), sql="SELECT 1")
+        for t in range(5):
+            txn.create_view(("ns005", f"t{t:03}v"), sql="SELECT 2")
+    catalog.close()
+    return uri
+
+
+def cold_client(uri: str) -> tuple[TestClient, list[Catalog]]:
+    """A client opening the catalog afresh for every request (a cold cache: its storage
+    counts every read the page makes)."""
+    opened: list[Catalog] = []
+
+    def fresh(request: object) -> Catalog:
+        opened.append(Catalog.open(uri))
+        return opened[-1]
+
+    return TestClient(create_ui(fresh)), opened
+
+
+def test_a_namespace_filters_by_name_prefix_with_totals_and_both_ways_paging(
+        tmp_path: Path) -> None:
+    client, opened = cold_client(many_tables(tmp_path))
+    page = client.get("/namespace", params={"name": "ns005", "q": "t00", "limit": 4})
+    text = text_of(page.text)
+    # one sorted list: tables and views by name
+    assert re.findall(r'name=(t00\w+)">', page.text) == ["t000", "t000v", "t001", "t001v"]
+    assert "1 to 4 of 15 tables and views named t00…" in text
+    reads = opened[-1].storage.stats.reads
+    assert reads <= 25, reads  # the 15 keys' range, 4 definitions: not the 215 objects
+    url, seen = "/namespace?name=ns005&q=t00&limit=4", []
+    while url:
+        got = client.get(url)
+        seen.append(re.findall(r'name=(t00\w+)">', got.text))
+        found = re.search(r'rel="next" href="([^"]+)"', got.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert [len(s) for s in seen] == [4, 4, 4, 3]
+    back = re.search(r'rel="prev" href="([^"]+)"', got.text)
+    assert back is not None and "q=t00" in back.group(1)
+    assert re.findall(r'name=(t00\w+)">', client.get(back.group(1).replace("&amp;", "&")).text) \
+        == seen[2]
+    first = client.get(re.sub("&amp;", "&", re.search(
+        r'rel="prev" href="([^"]+)"', client.get("/namespace?name=ns005&q=t00&limit=4&"
+                                                 "after=table:t001").text).group(1)))
+    assert re.findall(r'name=(t00\w+)">', first.text) == seen[0]
+    everything = text_of(client.get("/namespace", params={"name": "ns001"}).text)
+    assert "1 to 50 of 210 tables and views" in everything
+    for c in opened:
+        c.close()
+
+
+def test_find_a_table_anywhere_by_the_start_of_its_name(tmp_path: Path) -> None:
+    uri = many_tables(tmp_path)
+    client, opened = cold_client(uri)
+    page = client.get("/find", params={"q": "t19", "limit": 15})
+    found = re.findall(r'href="/table\?ns=(ns\d+)&amp;name=(t\d+)"', page.text)
+    assert found == [("ns000", f"t{t}") for t in range(190, 200)] + \
+        [("ns001", f"t{t}") for t in range(190, 195)]
+    assert "start with what you type" in page.text
+    more = re.search(r'rel="next" href="([^"]+)"', page.text)
+    assert more is not None
+    rest = client.get(more.group(1).replace("&amp;", "&"))
+    assert re.findall(r'name=(t\d+)"', rest.text)[:2] == ["t195", "t196"]
+    # the namespaces' keys, a key range of each up to ns001's: no definition read
+    assert opened[0].storage.stats.reads <= 20, opened[0].storage.stats.reads
+    views = client.get("/find", params={"q": "t004"})
+    assert re.findall(r'href="/(\w+)\?ns=ns005&amp;name=(t004\w*)"', views.text) == [
+        ("table", "t004"), ("view", "t004v")]
+    assert len(re.findall(r'href="/table\?ns=ns\d+&amp;name=t004"', views.text)) == 10
+    catalog = Catalog.open(uri)
+    catalog.drop_table(("ns000", "t190"))
+    now = client.get("/find", params={"q": "t190"}).text
+    then = client.get("/find", params={"q": "t190", "version": 1}).text
+    assert "ns=ns000&amp;name=t190" not in now and "ns=ns000&amp;name=t190" in then
+    assert "version=1" in then  # the links keep the version
+    assert "No table or view named zz" in text_of(client.get("/find?q=zz").text)
+    catalog.close()
+    for c in opened:
+        c.close()
+
+
+@pytest.mark.parametrize("url", ["/find?q=a%20b", "/find?q=" + "x" * 1001,
+                                 "/find?q=t&after=bad", "/namespace?name=sales&q=%01",
+                                 "/namespace?name=sales&after=tabel:x"])
+def test_a_bad_find_is_refused(catalog: Catalog, url: str) -> None:
+    page = client_of(catalog).get(url)
+    assert page.status_code == 400 and "<script" not in page.text
+
+
+def test_a_table_page_reads_top_down_with_snapshots_linked_to_their_versions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+
+    catalog = Catalog.create(str(tmp_path / "c"),
+                             properties={"warehouse": f"file://{tmp_path}/wh"})
+    catalog.create_namespace("lake", {"owner": "data-eng"})  # 1
+    ice = OlympiaCatalog.over(catalog)
+    table = ice.create_table(("lake", "events"), pa.schema([("id", pa.int64())]))  # 2
+    table.append(pa.table({"id": [1, 2]}))  # 3
+    table.append(pa.table({"id": [3]}))  # 4
+    table = ice.load_table(("lake", "events"))
+    first, second = (s.snapshot_id for s in table.metadata.snapshots)
+    table.manage_snapshots().create_tag(first, "audit").commit()  # 5: no new current one
+    for v in range(3):
+        catalog.create_view(("lake", f"v{v}"), sql="SELECT id FROM lake.events",
+                            referenced_objects=[("lake", "events")])  # 6, 7, 8
+    catalog.create_view(("lake", "w"), sql="SELECT 1")  # 9
+    client = client_of(catalog)
+    page = client.get("/table", params={"ns": "lake", "name": "events"})
+    text = text_of(page.text)
+    overview = text[text.index("Table events"):text.index("Columns")]
+    assert "Owner data-eng (of namespace lake)" in overview
+    assert "Last changed in version 5" in overview and "Rows 3" in overview
+    assert "Files 2 data, 0 delete" in overview and "Partitioning unpartitioned" in overview
+    assert "Sort order unsorted" in overview and "not protected" in overview
+    assert "partition-spec" not in page.text  # its JSON is not repeated below
+    assert "branch main → " in text and f"tag audit → {first}" in text
+    rows = re.findall(r'<tr><th scope="row">(\d+)</th>.*?(version \d+|not among)',
+                      page.text, re.S)
+    assert rows == [(str(second), "version 4"), (str(first), "version 3")]
+    assert "made current by catalog version 4" in text
+    used = client.get(re.search(r'class="used-by" href="([^"]+)"', page.text).group(1)
+                      .replace("&amp;", "&"))
+    assert re.findall(r'name=(v\d)"', used.text) == ["v0", "v1", "v2"]
+    monkeypatch.setattr(pages, "USED_BY_READS", 2)
+    seen, url = [], "/used-by?ns=lake&name=events"
+    while url:
+        got = client.get(url)
+        seen.append(re.findall(r'name=(v\d)"', got.text))
+        found = re.search(r'rel="next" href="([^"]+)"', got.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert seen == [["v0", "v1"], ["v2"]]  # w read, not listed
+    old = text_of(client.get("/table", params={"ns": "lake", "name": "events",
+                                               "version": 3}).text)
+    assert "Rows 2" in old and "made current by catalog version 3" in old
+    assert client.get("/used-by", params={"ns": "lake", "name": "a b"}).status_code == 400
+
+
+@settings(max_examples=15, deadline=None)
+@given(tables=st.sets(st.text("ab", min_size=1, max_size=4), max_size=12),
+       views=st.sets(st.text("ab", min_size=1, max_size=4), max_size=6),
+       prefix=st.text("ab", max_size=2), limit=st.integers(1, 5))
+def test_a_namespace_pages_its_prefix_both_ways(tmp_path_factory: pytest.TempPathFactory,
+                                                tables: set[str], views: set[str],
+                                                prefix: str, limit: int) -> None:
+    views = views - tables  # a table and a view never share a name
+    catalog = Catalog.create(str(tmp_path_factory.mktemp("c") / "c"))
+    with catalog.transaction() as txn:
+        txn.create_namespace("n")
+        for t in tables:
+            txn.create_table(("n", t), columns=[Column("c", "int")])
+        for v in views:
+            txn.create_view(("n", v), sql="SELECT 1")
+    client = client_of(catalog)
+    want = sorted(n for n in tables | views if n.startswith(prefix))
+    pages_seen, url = [], f"/namespace?name=n&q={prefix}&limit={limit}"
+    while url:
+        page = client.get(url)
+        pages_seen.append((url, re.findall(r'name=(\w+)">\1</a>', page.text)))
+        assert f" {len(want)} table" in text_of(page.text)  # the total, from the keys
+        found = re.search(r'rel="next" href="([^"]+)"', page.text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    assert [n for _, names in pages_seen for n in names] == want
+    for (_, names), (later, _) in pairwise(pages_seen):
+        back = re.search(r'rel="prev" href="([^"]+)"', client.get(later).text)
+        assert back is not None
+        assert re.findall(r'name=(\w+)">\1</a>',
+                          client.get(back.group(1).replace("&amp;", "&")).text) == names
+    assert 'rel="prev"' not in client.get(pages_seen[0][0]).text
+    catalog.close()

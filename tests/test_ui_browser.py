@@ -103,12 +103,15 @@ def test_the_example_catalog_in_the_browser(server: RestServer, browser: Any,
         page.screenshot(path=str(shots / "ui-namespace.png"), full_page=True)
 
         page.get_by_role("link", name="payments", exact=True).click()
+        overview = page.locator("dl.overview")
+        assert overview.locator("dd.rows").inner_text() == "3"
         iceberg = page.locator("section.iceberg")
-        assert iceberg.locator("dd.rows").inner_text() == "3"
-        assert "append" in iceberg.locator("table.snapshots").inner_text()
+        snapshots = iceberg.locator("table.snapshots").inner_text()
+        assert "append" in snapshots and "version 2" in snapshots  # the append's version
+        assert "branch main" in iceberg.locator("dd.refs").inner_text()
         # partitioning and sorting in the notation of the example's spec (sales.yaml)
-        assert "Partition spec\nmethod\n" in iceberg.inner_text()
-        assert "Sort order\npaid_at desc, payment_id" in iceberg.inner_text()
+        assert overview.locator("dd.partitioning").inner_text() == "method"
+        assert overview.locator("dd.sort").inner_text() == "paid_at desc, payment_id"
         page.screenshot(path=str(shots / "ui-table.png"), full_page=True)
 
         page.goto(server.url + "/ui/namespace?name=marketing")
@@ -346,3 +349,91 @@ def test_the_security_policy_holds_in_the_browser(server: RestServer, browser: A
         assert "Olympia catalog" not in framed.content()  # no page of the UI
     finally:
         page.close()
+
+
+def test_the_history_of_a_table_names_who_applied_it(server: RestServer,
+                                                     browser: Any) -> None:
+    store = Catalog.open(server.catalog_uri)
+    try:
+        applied = versions.history(store, 1, 2)[0]  # version 1: `olympia apply`
+    finally:
+        store.close()
+    user = applied.info["user"]
+    assert user and applied.info.get("tool", "").startswith("olympia")
+    page = browser.new_page()
+    try:
+        page.goto(server.url + "/ui/table?ns=marketing&name=touches")
+        changed = page.locator("dd.changed")
+        assert f"version 1 by {user}" in changed.inner_text()
+        changed.get_by_role("link", name="History").click()
+        assert page.locator("h1").inner_text() == "History of table marketing.touches"
+        entry = page.locator("li.version")
+        assert entry.count() == 1 and "Version 1" in entry.inner_text()
+        assert f"user\n{user}" in entry.locator("dl.annotations").inner_text()
+        assert "create table marketing.touches" in entry.locator("ul.actions").inner_text()
+        page.get_by_label("Made by user").fill(user)
+        page.get_by_label("Made by user").press("Enter")
+        page.wait_for_url("**user=**")
+        assert page.locator("li.version").count() == 1  # its history, made by that user
+        page.locator("svg#timeline a").first.click()  # the timeline leads to its version
+        assert page.url.endswith("#v1")
+    finally:
+        page.close()
+
+
+def big_catalog(root: Path) -> RestServer:
+    """5,000 tables in 10 namespaces: 2,000 made in version 2, 3,000 in version 3 (a version
+    of 3,000 actions), named t0000-t0499 in each namespace."""
+    server = RestServer.on_new_catalog(root)
+    store = Catalog.open(server.catalog_uri)
+    try:
+        with store.transaction() as txn:
+            for n in range(10):
+                txn.create_namespace(f"ns{n}")
+        for made in (range(0, 200), range(200, 500)):
+            with store.transaction() as txn:
+                for n in range(10):
+                    for t in made:
+                        txn.create_table((f"ns{n}", f"t{t:04}"),
+                                         columns=[{"name": "id", "type": "bigint"}])
+        assert store.version == 3
+    finally:
+        store.close()
+    return server
+
+
+def test_find_among_5000_tables_and_a_3000_action_diff(tmp_path: Path, browser: Any) -> None:
+    with big_catalog(tmp_path) as server:
+        page = browser.new_page()
+        try:
+            page.goto(server.url + "/ui/")
+            box = page.get_by_role("searchbox",
+                                   name="Find a table or view by the start of its name")
+            box.fill("t042")
+            box.press("Enter")
+            page.wait_for_url("**/ui/find?q=t042**")
+            found = page.locator("table.found th[scope=row]").all_inner_texts()
+            assert found == ["t0420", "t0421", "t0422", "t0423", "t0424", "t0425", "t0426",
+                             "t0427", "t0428", "t0429"] * 5  # a page of 50: ns0 to ns4
+            page.get_by_role("link", name="t0427").nth(3).click()
+            assert page.locator("h1").inner_text() == "Table t0427"
+            assert "ns3" in page.locator("p.crumbs").inner_text()
+
+            page.get_by_role("link", name="ns3").click()  # its namespace, filtered
+            mine = page.get_by_label("Names starting with", exact=True)
+            mine.fill("t049")
+            mine.press("Enter")
+            assert "1 to 10 of 10 tables and views named t049…" in \
+                page.locator("p.counted").inner_text()
+
+            page.goto(server.url + "/ui/history")
+            page.locator("#v3 a.diff-link").click()
+            main = page.locator("main").inner_text()
+            assert main.index("Summary") < main.index("+ table ns0.t0200")
+            assert "tables\t3000\t0\t0" in page.locator("table.counts").first.inner_text()
+            assert page.locator("section.change").count() == 100  # the first page
+            page.locator("table.counts").nth(1).get_by_role("link", name="ns7").click()
+            assert "Objects 1 to 100 of 300" in page.locator("main").inner_text()
+            assert "ns7.t0200" in page.locator("section.change").first.inner_text()
+        finally:
+            page.close()

@@ -26,8 +26,7 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
-from olympia.plan.render import SIGNS, change_lines
-from olympia.plan.versiondiff import version_diff
+from olympia.plan.render import SIGNS
 from olympia.ui import pages
 from olympia.ui.timeline import timeline
 from olympia.versions.dtxn import summarize_transactions
@@ -38,6 +37,7 @@ log = logging.getLogger(__name__)
 #: Query parameters that pick a version or a page: not kept by the version form.
 _PINNING = frozenset({"version", "as_of", "export", "after", "before"})
 FromVersion = Annotated[int | None, Query(alias="from")]
+ObjectKind = Annotated[str | None, Query(alias="object")]
 #: The headers every UI answer carries. Pages load only the UI's own style sheet (and style
 #: attributes, which indent nested columns), run no script, send forms only to their own
 #: origin, and may be framed by pages of their own origin only (Airflow frames its plugins'
@@ -256,18 +256,41 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       ctx.link(path, **query, version=last.version),
                       look_back=pages.LOOK_BACK)
 
+    def last_change(ctx: _Context, kind: ObjectType, *name: str) -> dict[str, Any]:
+        """What an object's page says of its last change: the version that made it (with
+        its ``user``), or where to search older versions, and the object's history."""
+        ref = ObjectRef(kind, *name)
+        page = pages.last_change(ctx.catalog, ctx.snapshot.version, ref)
+        query = {"object": kind.label, "ns": ref.namespace, "name": ref.name or None}
+        return {"page": page, "entry": page.entries[0] if page.entries else None,
+                "history": ctx.link("/history", **query),
+                "older": None if page.next_before is None else
+                ctx.link("/history", **query, before=page.next_before)}
+
     @app.get("/namespace", response_class=HTMLResponse)
     def namespace(request: Request, name: str, pin: Pin, after: str | None = None,
-                  limit: int | None = None) -> HTMLResponse:
+                  limit: int | None = None, q: str | None = None) -> HTMLResponse:
         ctx = context(request, pin)
         try:
             found = ctx.snapshot.load_namespace(name)
         except NotFoundError as exc:
             return gone(request, ctx, exc, ObjectRef(ObjectType.NAMESPACE, name), "/namespace",
                         name=name)
-        listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit))
+        prefix = pages.check_prefix(q)
+        listing = pages.contents_page(ctx.snapshot, name, after, pages.page_size(limit),
+                                      prefix)
         return render(request, "namespace.html", ctx=ctx, listing=listing, ns=found,
-                      limit=limit)
+                      limit=limit, prefix=prefix,
+                      changed=last_change(ctx, ObjectType.NAMESPACE, name))
+
+    @app.get("/find", response_class=HTMLResponse)
+    def find(request: Request, pin: Pin, q: str | None = None, after: str | None = None,
+             limit: int | None = None) -> HTMLResponse:
+        ctx = context(request, pin)
+        prefix = pages.check_prefix(q)
+        found = None if prefix is None else pages.find(ctx.snapshot, prefix, _given(after),
+                                                       pages.page_size(limit))
+        return render(request, "find.html", ctx=ctx, found=found, prefix=prefix, limit=limit)
 
     @app.get("/table", response_class=HTMLResponse)
     def table(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:
@@ -277,9 +300,26 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         except NotFoundError as exc:
             return gone(request, ctx, exc, ObjectRef(ObjectType.TABLE, ns, name), "/table",
                         ns=ns, name=name)
+        iceberg = pages.iceberg_details(ctx.catalog, found, ctx.snapshot.version)
         return render(request, "table.html", ctx=ctx, table=found,
                       columns=pages.column_rows(found.columns),
-                      iceberg=pages.iceberg_details(ctx.catalog, found))
+                      changed=last_change(ctx, ObjectType.TABLE, ns, name), iceberg=iceberg,
+                      owner=pages.owner_of(ctx.snapshot, found, iceberg),
+                      format_properties={k: v for k, v in found.format_properties.items()
+                                         if iceberg is None or k not in pages.SHOWN_IN_OVERVIEW},
+                      recent=pages.RECENT_SNAPSHOTS)
+
+    @app.get("/used-by", response_class=HTMLResponse)
+    def used_by(request: Request, ns: str, name: str, pin: Pin,
+                after: str | None = None) -> HTMLResponse:
+        ctx = context(request, pin)
+        ref = ObjectRef(ObjectType.TABLE, ns, name)
+        ctx.snapshot.codec.key(ref)  # refuses a name the format cannot hold
+        return render(request, "used_by.html", ctx=ctx, ref=ref,
+                      found=pages.used_by(ctx.snapshot, ref, _given(after),
+                                          pages.USED_BY_READS),
+                      reads=pages.USED_BY_READS,
+                      exists=ctx.snapshot.table_exists(ns, name))
 
     @app.get("/view", response_class=HTMLResponse)
     def view(request: Request, ns: str, name: str, pin: Pin) -> HTMLResponse:
@@ -292,19 +332,33 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
         references = [(a, b, ctx.snapshot.table_exists(a, b), ctx.snapshot.view_exists(a, b))
                       for a, b in found.referenced_objects]
         return render(request, "view.html", ctx=ctx, view=found,
-                      columns=pages.column_rows(found.columns), references=references)
+                      columns=pages.column_rows(found.columns), references=references,
+                      changed=last_change(ctx, ObjectType.VIEW, ns, name))
 
     @app.get("/history", response_class=HTMLResponse)
     def history(request: Request, pin: Pin, before: int | None = None,
-                limit: int | None = None) -> HTMLResponse:
+                limit: int | None = None, kind: ObjectKind = None,
+                ns: str | None = None, name: str | None = None,
+                user: str | None = None) -> HTMLResponse:
         ctx = context(request, pin)
         if before is None and ctx.pinned:  # the history as it was: that version and older
             before = ctx.snapshot.version + 1
-        page = pages.history_page(ctx.catalog, before, pages.page_size(limit))
+        ref = None if not _given(kind) else pages.object_of(
+            ctx.snapshot, str(kind).strip(), ns, name)
+        page = pages.history_page(ctx.catalog, before, pages.page_size(limit), ref,
+                                  _given(user))
+        query = {"object": kind if ref else None, "ns": ns if ref else None,
+                 "name": name if ref else None, "user": page.user, "limit": limit}
+        newer = None  # a filtered page has no cheap newer page: it links the latest
+        if not page.filtered and page.top < page.latest:
+            up = page.top + pages.page_size(limit) + 1
+            newer = ctx.link("/history", **query, before=up if up <= page.latest else None,
+                             version=None)
         return render(request, "history.html", ctx=ctx, page=page, chart=timeline(page),
                       entries=[(e, e.to_dict()) for e in page.entries],
-                      is_export=pages.is_export, limit=limit,
-                      max_actions=pages.ACTIONS_SHOWN)
+                      is_export=pages.is_export, limit=limit, query=query, newer=newer,
+                      latest=ctx.link("/history", **query, version=None),
+                      max_actions=pages.ACTIONS_SHOWN, reads=pages.SEARCH_READS)
 
     @app.get("/transactions", response_class=HTMLResponse)
     def transactions(request: Request, pin: Pin) -> HTMLResponse:
@@ -313,13 +367,15 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       transactions=summarize_transactions(ctx.catalog))
 
     @app.get("/diff", response_class=HTMLResponse)
-    def diff(request: Request, to: int, pin: Pin, from_: FromVersion = None) -> HTMLResponse:
+    def diff(request: Request, to: int, pin: Pin, from_: FromVersion = None,
+             ns: str | None = None, after: str | None = None,
+             limit: int | None = None) -> HTMLResponse:
         ctx = context(request, pin, pinnable=False)
         older = to - 1 if from_ is None else from_
-        result = version_diff(ctx.catalog, older, to)
-        changes = [(item, change_lines(item.change, False)) for item in result.changes]
-        return render(request, "diff.html", ctx=ctx, result=result, changes=changes,
-                      older=older, newer=to)
+        size = pages.DIFF_PAGE if limit is None else pages.page_size(limit)
+        page = pages.diff_page(ctx.catalog, older, to, _given(ns), _given(after), size)
+        return render(request, "diff.html", ctx=ctx, page=page, older=older, newer=to,
+                      limit=limit)
 
     return app
 

@@ -1,6 +1,6 @@
 """The history page's timeline: commits per day as bars, rollbacks and exported versions
 marked, the retention window (the versions expiry keeps) shaded; drawn as inline SVG by the
-template."""
+template, each bar and mark a link to its newest version on the page."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ class Bar:
     height: float
     day: str
     count: int
+    version: int  # the day's newest version on the page (the bar links to it)
 
 
 #: The kinds of marks, each on a row of its own (the y of its dot), so that a day with both
@@ -39,6 +40,7 @@ class Mark:
     x: float
     y: int
     kind: str
+    version: int  # the newest version marked (the mark links to it)
     what: list[str] = field(default_factory=list)
 
 
@@ -67,6 +69,10 @@ def timeline(page: HistoryPage) -> Timeline:
     if not page.entries:
         return Timeline()
     days = Counter(_day(e.created_at_millis) for e in page.entries)
+    newest: dict[date, int] = {}
+    for entry in page.entries:
+        day = _day(entry.created_at_millis)
+        newest[day] = max(newest.get(day, entry.version), entry.version)
     first, last = min(days), max(days)
     slots = (last - first).days + 1
     slot = (WIDTH - 2 * MARGIN) / slots
@@ -81,23 +87,25 @@ def timeline(page: HistoryPage) -> Timeline:
         height = usable * count / most
         bars.append(Bar(round(x_of(day) + slot * 0.1, 2), round(HEIGHT - MARGIN - height, 2),
                         round(max(slot * 0.8, 1.0), 2), round(height, 2), day.isoformat(),
-                        count))
+                        count, newest[day]))
     exported: dict[int, list[str]] = {}
     for export in page.exports:
         exported.setdefault(export.version, []).append(export.name)
     marks: dict[tuple[str, float], Mark] = {}
 
-    def mark(kind: str, centre: float, what: str) -> None:
-        marks.setdefault((kind, centre), Mark(centre, MARK_ROWS[kind], kind)).what.append(what)
+    def mark(kind: str, centre: float, version: int, what: str) -> None:
+        found = marks.setdefault((kind, centre), Mark(centre, MARK_ROWS[kind], kind, version))
+        found.version = max(found.version, version)
+        found.what.append(what)
 
     for entry in sorted(page.entries, key=lambda e: e.version):
         centre = round(x_of(_day(entry.created_at_millis)) + slot / 2, 2)
         if entry.is_rollback:
-            mark("rollback", centre, f"version {entry.version}: rollback of "
+            mark("rollback", centre, entry.version, f"version {entry.version}: rollback of "
                  f"{entry.rollback[0]} to {entry.rollback[1]}" if entry.rollback
                  else f"version {entry.version}: rollback")
         if entry.version in exported:
-            mark("export", centre, f"version {entry.version}: exported as "
+            mark("export", centre, entry.version, f"version {entry.version}: exported as "
                  + ", ".join(sorted(exported[entry.version])))
     kept = _day(page.oldest_millis)
     kept_x = x_of(max(kept, first)) if kept <= last else None

@@ -221,15 +221,42 @@ def _changed(catalog: Catalog, info: VersionInfo, name: ObjectRef,
     if info.rollback is not None:
         now, then = catalog.at_version(info.version), catalog.at_version(info.version - 1)
         return now.definition_path(name) != then.definition_path(name), False, name
+    touched, born, name = _touching(info.changes(), name)
+    return bool(touched), born, name
+
+
+def object_actions(info: VersionInfo, name: ObjectRef) -> tuple[list[apb.ActionDef], ObjectRef]:
+    """The actions of ``info``'s version that wrote the object named ``name`` after it, in
+    the order recorded, and the object's name before the version (a rollback's actions name
+    no object: it gives none). A move by a namespace rename is given as that rename.
+
+    Args:
+        info: The version.
+        name: The object, as named after the version.
+
+    Returns:
+        The actions, and the name before.
+    """
     changes = info.changes()
+    touched, _, before = _touching(changes, name)
+    by = {part: rename for rename, pairs in namespace_moves(changes)
+          for pair in pairs for part in pair}
+    return [changes[i] for i in sorted({by.get(i, i) for i in touched})], before
+
+
+def _touching(changes: list[apb.ActionDef], name: ObjectRef,
+              ) -> tuple[list[int], bool, ObjectRef]:
+    """Indexes (latest first) of the ``changes`` that wrote the object named ``name`` after
+    them, whether one created it, and its name before them."""
     moved_from = {create: drop for _, pairs in namespace_moves(changes)
                   for drop, create in pairs}
-    changed = born = False
+    touched: list[int] = []
+    born = False
     for i in range(len(changes) - 1, -1, -1):  # latest first: undo the version's renames
         action = changes[i]
         if name not in actions.written(action):
             continue
-        changed = True
+        touched.append(i)
         if actions.renamed_ref(action) == name:
             name = actions.ref_of(action) or name
         elif action.type in _CREATES and i in moved_from:
@@ -237,7 +264,7 @@ def _changed(catalog: Catalog, info: VersionInfo, name: ObjectRef,
         elif action.type in _CREATES:
             born = True
             break
-    return changed, born, name
+    return touched, born, name
 
 
 @dataclass
@@ -254,6 +281,23 @@ class Diff:
     @property
     def empty(self) -> bool:
         return not (self.added or self.removed or self.changed or self.catalog_def_changed)
+
+    def counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """How many objects were created, changed and dropped, by (namespace, kind), read
+        from the keys alone (no definition); a rename counts as a drop and a create.
+
+        Returns:
+            ``{(namespace, "table"): {"created": n, "changed": n, "dropped": n}, ...}``,
+            sorted by namespace then kind.
+        """
+        out: dict[tuple[str, str], dict[str, int]] = {}
+        for label, refs in (("created", self.added), ("changed", self.changed),
+                            ("dropped", self.removed)):
+            for ref in refs:
+                row = out.setdefault((ref.namespace, ref.type.label),
+                                     {"created": 0, "changed": 0, "dropped": 0})
+                row[label] += 1
+        return dict(sorted(out.items()))
 
     def to_dict(self) -> dict[str, Any]:
         def refs(items: list[ObjectRef]) -> list[dict[str, str | None]]:
