@@ -1,0 +1,150 @@
+"""What a load and a commit read again (issue 46): counted, never timed.
+
+A metadata file is read (and parsed) once per process: the definition records the SHA-256
+of its bytes, so a process that wrote or read those bytes answers from memory, and a
+process that did not reads them and checks them against it. The latest version is found
+again, when nothing changed, by asking whether the known root is the same file and the next
+one is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
+from pyiceberg.types import LongType
+
+from olympia.iceberg import OlympiaCatalog
+from olympia.iceberg import session as iceberg_session
+from olympia.iceberg.metadata import DIGEST_PROPERTY, IcebergMetadataError, parse_table_metadata
+
+
+class MetadataReads:
+    """Counts the metadata files an OlympiaCatalog reads and parses while installed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = self.parses = 0
+        read, parse = iceberg_session.read_metadata_file, iceberg_session.parse_table_metadata
+
+        def reading(*args: Any) -> bytes:
+            self.reads += 1
+            return read(*args)
+
+        def parsing(*args: Any) -> Any:
+            self.parses += 1
+            return parse(*args)
+
+        monkeypatch.setattr(iceberg_session, "read_metadata_file", reading)
+        monkeypatch.setattr(iceberg_session, "parse_table_metadata", parsing)
+
+    def reset(self) -> None:
+        self.reads = self.parses = 0
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> MetadataReads:
+    return MetadataReads(monkeypatch)
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def properties(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    if request.param == "local":
+        return local_properties(tmp_path)
+    return s3_properties(request.getfixturevalue("s3_server"), tmp_path.name)
+
+
+def _requests(catalog: OlympiaCatalog) -> tuple[int, int]:
+    """(reads, existence questions) the catalog's storage has made so far."""
+    stats = catalog.olympia.storage.stats
+    return stats.reads, stats.exists
+
+
+def test_a_load_after_a_load_reads_no_metadata_file(properties: dict[str, str],
+                                                     counted: MetadataReads) -> None:
+    writer = open_catalog(properties)
+    writer.create_namespace("ns")
+    writer.create_table("ns.t", SCHEMA).append(rows(0))
+    reader = open_catalog({**properties, "skip_instance_cache": "true"}, "reader")
+    counted.reset()
+    first = reader.load_table("ns.t")
+    assert (counted.reads, counted.parses) == (1, 1)
+    counted.reset()
+    before = _requests(reader)
+    again = reader.load_table("ns.t")
+    after = _requests(reader)
+    assert (counted.reads, counted.parses) == (0, 0)
+    assert again.metadata is first.metadata
+    local = properties["uri"].startswith("/")
+    # nothing changed: one conditional read of the known root (a stat; on S3 a GET with
+    # If-None-Match, answered 304) and one probe of the next (free on local disk)
+    assert (after[0] - before[0], after[1] - before[1]) == ((1, 0) if local else (1, 1))
+
+
+def test_an_append_after_an_append_rereads_nothing(properties: dict[str, str],
+                                                   counted: MetadataReads) -> None:
+    catalog = open_catalog(properties)
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA)
+    table.append(rows(0))
+    counted.reset()
+    table.append(rows(3))
+    table.append(rows(6))
+    assert (counted.reads, counted.parses) == (0, 0)
+    assert len(catalog.load_table("ns.t").scan().to_arrow()) == 9
+    assert (counted.reads, counted.parses) == (0, 0)
+
+
+def test_what_is_kept_is_what_the_file_holds(tmp_path: Path) -> None:
+    """The parsed form a commit keeps equals the parse of the bytes it wrote, and the
+    definition records their digest."""
+    catalog = open_catalog(local_properties(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA, properties={"a": "b"})
+    table.append(rows(0))
+    with table.update_schema() as update:
+        update.add_column("extra", LongType())
+    with table.transaction() as txn:
+        txn.set_properties(c="d")
+    for _ in range(2):
+        table = catalog.load_table("ns.t")
+        data = Path(table.metadata_location.removeprefix("file://")).read_bytes()
+        assert parse_table_metadata(data, table.metadata_location, "ns.t") == table.metadata
+        definition = catalog.olympia.load_table("ns", "t")
+        assert definition.format_properties[DIGEST_PROPERTY] == hashlib.sha256(data).hexdigest()
+        table.append(rows(3))
+
+
+def test_a_commit_by_another_process_is_seen(properties: dict[str, str],
+                                             counted: MetadataReads) -> None:
+    """A load after another writer's commit answers the new version, never an older one
+    than it answered before."""
+    server = open_catalog(properties, "server")
+    server.create_namespace("ns")
+    server.create_table("ns.t", SCHEMA).append(rows(0))
+    assert len(server.load_table("ns.t").metadata.snapshots) == 1
+    acknowledged = server.version
+    other = open_catalog({**properties, "skip_instance_cache": "true"}, "other")
+    other.load_table("ns.t").append(rows(3))
+    counted.reset()
+    seen = server.load_table("ns.t")
+    assert len(seen.metadata.snapshots) == 2 and server.version == acknowledged + 1
+    assert (counted.reads, counted.parses) == (1, 1)
+    assert len(server.load_table("ns.t").metadata.snapshots) == 2
+
+
+def test_a_replaced_metadata_file_is_refused_by_a_reader_that_never_read_it(
+        tmp_path: Path) -> None:
+    properties = local_properties(tmp_path)
+    writer = open_catalog(properties)
+    writer.create_namespace("ns")
+    first = writer.create_table("ns.t", SCHEMA)
+    original = Path(first.metadata_location.removeprefix("file://")).read_bytes()
+    first.append(rows(0))
+    current = Path(writer.load_table("ns.t").metadata_location.removeprefix("file://"))
+    current.write_bytes(original)  # valid metadata, but not the committed bytes
+    assert len(writer.load_table("ns.t").metadata.snapshots) == 1  # the committed content
+    with pytest.raises(IcebergMetadataError, match="do not have the SHA-256"):
+        open_catalog(properties, "reader").load_table("ns.t")
