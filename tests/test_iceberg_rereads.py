@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
+from pyiceberg.table.update import update_table_metadata
 from pyiceberg.types import LongType
 
 from olympia.iceberg import OlympiaCatalog
@@ -148,3 +149,30 @@ def test_a_replaced_metadata_file_is_refused_by_a_reader_that_never_read_it(
     assert len(writer.load_table("ns.t").metadata.snapshots) == 1  # the committed content
     with pytest.raises(IcebergMetadataError, match="do not have the SHA-256"):
         open_catalog(properties, "reader").load_table("ns.t")
+
+
+def test_an_append_shares_what_it_did_not_change(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metadata an append stages is pyiceberg's (the same model as its
+    ``update_table_metadata`` gives) but shares the earlier snapshots with the current
+    metadata instead of deep-copying them."""
+    catalog = open_catalog(local_properties(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA)
+    table.append(rows(0))
+    staged: list[tuple[Any, Any, Any]] = []
+    stage = OlympiaCatalog._update_and_stage_table
+
+    def recording(self: OlympiaCatalog, current: Any, *args: Any) -> Any:
+        result = stage(self, current, *args)
+        staged.append((current, args[2], result))
+        return result
+
+    monkeypatch.setattr(OlympiaCatalog, "_update_and_stage_table", recording)
+    table.append(rows(3))
+    (current, updates, result), = staged
+    expected = update_table_metadata(current.metadata, updates,
+                                     metadata_location=current.metadata_location)
+    assert result.metadata == expected
+    assert result.metadata.snapshots[0] is current.metadata.snapshots[0]
+    assert len(catalog.load_table("ns.t").scan().to_arrow()) == 6

@@ -32,11 +32,20 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import StagedTable
+from pyiceberg.table import StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import (
+    TableRequirement,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
+from pyiceberg.utils.datetime import datetime_to_millis
 
 from olympia import exceptions as oe
 from olympia.catalog.catalog import Catalog as OlympiaStore
@@ -684,6 +693,45 @@ class CatalogSession(MetastoreCatalog):
                                        digest.hex() if digest is not None else ""),
                       create=previous is None)
         txn.annotate(**{f"iceberg.{ns}.{name}": describe(before, metadata)})
+
+    def _update_and_stage_table(self, current_table: Table | None,
+                                table_identifier: Identifier,
+                                requirements: tuple[TableRequirement, ...],
+                                updates: tuple[TableUpdate, ...]) -> StagedTable:
+        """pyiceberg's staging of a commit, except that the new metadata of an existing
+        table shares what the updates left unchanged with the current metadata instead of
+        being a deep copy of it all (pydantic's deep copy of a table with many snapshots
+        costs more than the rest of a commit; the models are frozen, and pyiceberg's
+        updates build new lists and maps). A create is pyiceberg's own, validated whole.
+
+        Raises:
+            CommitFailedException: a requirement does not hold.
+            ValidationError: the updates leave an incompatible partition spec or sort order.
+        """
+        if current_table is None:
+            return super()._update_and_stage_table(current_table, table_identifier,
+                                                   requirements, updates)
+        base = current_table.metadata
+        for requirement in requirements:
+            requirement.validate(base)
+        context = _TableMetadataUpdateContext()
+        metadata = base
+        for update in updates:
+            metadata = _apply_table_update(update, metadata, context)
+        if context.has_changes():
+            metadata = _update_table_metadata_log(metadata, current_table.metadata_location,
+                                                  base.last_updated_ms)
+            if metadata.last_updated_ms == base.last_updated_ms:
+                metadata = metadata.model_copy(
+                    update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+        metadata.spec().check_compatible(metadata.schema())
+        metadata.sort_order().check_compatible(metadata.schema())
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties
+                                          ).new_table_metadata_file_location(version)
+        return StagedTable(identifier=table_identifier, metadata=metadata,
+                           metadata_location=location,
+                           io=self._load_file_io(metadata.properties, location), catalog=self)
 
     def _delete_old_metadata(self, io: FileIO, base: TableMetadata,  # type: ignore[override]
                              metadata: TableMetadata) -> None:
