@@ -10,17 +10,21 @@ one is missing.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
+from pyiceberg.table import Table
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.types import LongType
 
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg import session as iceberg_session
 from olympia.iceberg.metadata import DIGEST_PROPERTY, IcebergMetadataError, parse_table_metadata
+from olympia.server import CatalogService
+from olympia.server.models import CommitTableBody
 
 
 class MetadataReads:
@@ -176,3 +180,38 @@ def test_an_append_shares_what_it_did_not_change(tmp_path: Path,
     assert result.metadata == expected
     assert result.metadata.snapshots[0] is current.metadata.snapshots[0]
     assert len(catalog.load_table("ns.t").scan().to_arrow()) == 6
+
+
+class _ThroughService:
+    """What a pyiceberg table commits through: the REST server's operations, in process
+    (the commit path ``olympia serve`` runs, without the HTTP round trip)."""
+
+    def __init__(self, service: CatalogService) -> None:
+        self.service = service
+
+    def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
+        ns, name = table.name()
+        return self.service.commit_table(ns, name, CommitTableBody(requirements=requirements,
+                                                                   updates=updates))
+
+    def _delete_old_metadata(self, *args: Any) -> None:
+        self.service.catalog._delete_old_metadata(*args)
+
+
+def test_the_server_rereads_nothing_it_wrote(properties: dict[str, str],
+                                             counted: MetadataReads) -> None:
+    """Appends after an append, and loads after them, through one server's operations:
+    no metadata file is read or parsed again."""
+    service = CatalogService(open_catalog(properties, "server"), {})
+    service.catalog.create_namespace("ns")
+    created = service.catalog.create_table("ns.t", SCHEMA)
+    table = Table(("ns", "t"), created.metadata, created.metadata_location, created.io,
+                  _ThroughService(service))  # type: ignore[arg-type]
+    table.append(rows(0))
+    counted.reset()
+    for start in (3, 6):
+        table.append(rows(start))
+        body = json.loads(service.load_table("ns", "t", "all"))
+        assert body["metadata-location"] == table.metadata_location
+        assert len(body["metadata"]["snapshots"]) == start // 3 + 1
+    assert (counted.reads, counted.parses) == (0, 0)
