@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,28 @@ def test_the_server_rereads_nothing_it_wrote(properties: dict[str, str],
         assert body["metadata-location"] == table.metadata_location
         assert len(body["metadata"]["snapshots"]) == start // 3 + 1
     assert (counted.reads, counted.parses) == (0, 0)
+
+
+def test_a_restored_root_of_the_known_version_is_read_again(tmp_path: Path) -> None:
+    """Ruling 15: a version number is no identity. The catalog is restored from a copy
+    and another writer commits the same version number again: a reader that knew that
+    number finds its root changed (the conditional read) and answers the store's."""
+    properties = local_properties(tmp_path)
+    catalog_dir = Path(properties["uri"])
+    writer = open_catalog(properties, "writer")
+    writer.create_namespace("ns")
+    writer.create_table("ns.t", SCHEMA)
+    backup = tmp_path / "backup"
+    shutil.copytree(catalog_dir, backup)
+    writer.load_table("ns.t").append(rows(0))
+    reader = open_catalog(properties, "reader")
+    for _ in range(2):  # the second load takes the hot path
+        assert reader.load_table("ns.t").scan().to_arrow()["id"].to_pylist() == [0, 1, 2]
+    known = reader.version
+    shutil.rmtree(catalog_dir)
+    shutil.copytree(backup, catalog_dir)
+    other = open_catalog(properties, "other")
+    other.load_table("ns.t").append(rows(100))
+    assert other.version == known
+    assert sorted(reader.load_table("ns.t").scan().to_arrow()["id"].to_pylist()) == [
+        100, 101, 102]
