@@ -16,16 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Location
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
 from pyiceberg.table import Table
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.types import LongType
 
+from olympia.exceptions import FileNotFound
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg import session as iceberg_session
 from olympia.iceberg.metadata import DIGEST_PROPERTY, IcebergMetadataError, parse_table_metadata
 from olympia.server import CatalogService
 from olympia.server.models import CommitTableBody
+from olympia.storage import Storage
 
 
 class MetadataReads:
@@ -241,3 +244,21 @@ def test_a_restored_root_of_the_known_version_is_read_again(tmp_path: Path) -> N
     assert other.version == known
     assert sorted(reader.load_table("ns.t").scan().to_arrow()["id"].to_pylist()) == [
         100, 101, 102]
+
+
+def test_a_conditional_read_sends_nothing_only_while_the_file_is_unchanged(
+        location: Location) -> None:
+    storage = Storage(location.uri, location.storage_options)
+    storage.write("f", b"first")
+    data, tag = storage.read_if_changed("f", "")
+    assert data == b"first" and tag
+    before = storage.stats.bytes_read
+    assert storage.read_if_changed("f", tag) == (None, tag)
+    assert storage.stats.bytes_read == before
+    storage.write("f", b"other")  # same size, another file
+    data, again = storage.read_if_changed("f", tag)
+    assert data == b"other" and again != tag
+    storage.delete("f")
+    with pytest.raises(FileNotFound):
+        storage.read_if_changed("f", again)
+    storage.close()
