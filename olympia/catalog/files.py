@@ -261,8 +261,11 @@ class CatalogFiles:
         exists), is ignored.
 
         Args:
-            known: A version this process has seen (a catalog's loaded one). Its root and
-                the version after it are asked about together with the hints: when
+            known: A version this process has seen (a catalog's loaded one). When its
+                root's tag is known, the root (one conditional read: nothing is sent if
+                it is still that file) and the version after it are asked about first
+                (:meth:`_unchanged`), and ``known`` is returned if nothing changed.
+                Otherwise they are asked about together with the hints: when
                 vn/latest names ``known``, vn/oldest is not above it, the store's root of
                 ``known`` is the one in memory (same digest) and the next version is
                 missing, the procedure would stop at ``known``, so it is returned after
