@@ -101,12 +101,13 @@ class Backend:
     def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
         """The file's content and a tag of that content, or ``(None, tag)`` when the file
         still has the content ``tag`` was given with (``""``: read it in any case): a
-        conditional read, which sends no body when nothing changed.
+        conditional read, which sends no body when nothing changed. By default the file
+        is read in full (:meth:`read`) and given no tag, so a caller always reads it.
 
         Raises:
             FileNotFoundError: There is no such file.
         """
-        raise NotImplementedError
+        return self.read(path), ""
 
     def exists(self, path: str) -> bool:
         raise NotImplementedError
