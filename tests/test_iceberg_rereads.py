@@ -12,16 +12,22 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Location
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
 from pyiceberg.table import Table
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.types import LongType
 
+from olympia.catalog.catalog import Catalog
+from olympia.catalog.files import LATEST
 from olympia.exceptions import FileNotFound
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg import session as iceberg_session
@@ -262,3 +268,39 @@ def test_a_conditional_read_sends_nothing_only_while_the_file_is_unchanged(
     with pytest.raises(FileNotFound):
         storage.read_if_changed("f", again)
     storage.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["commit", "refresh", "save", "restore", "stale hint"]),
+                min_size=1, max_size=14))
+@example(["save", "commit", "refresh", "restore"])  # back to an older version
+@example(["commit", "save", "commit", "refresh", "restore", "commit"])  # its number again
+def test_a_refresh_answers_what_the_spec_procedure_answers(steps: list[str]) -> None:
+    """Whatever another writer commits, whatever copy the catalog is restored from and
+    whatever vn/latest says, a catalog that refreshes (its known root asked about with one
+    conditional read when it can) answers the version and root content a catalog opened
+    afresh discovers (the spec's procedure, ruling 11), never trusting a number."""
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, backup = Path(tmp) / "catalog", Path(tmp) / "backup"
+        Catalog.create(str(uri)).close()
+        writer, reader = Catalog.open(str(uri)), Catalog.open(str(uri))
+        saved = False
+        for step in ["refresh", *steps, "refresh"]:
+            if step == "commit":
+                writer.create_namespace(f"n{uuid.uuid4().hex[:8]}")
+            elif step == "save":
+                shutil.rmtree(backup, ignore_errors=True)
+                shutil.copytree(uri, backup)
+                saved = True
+            elif step == "restore" and saved:
+                shutil.rmtree(uri)
+                shutil.copytree(backup, uri)
+            elif step == "stale hint":
+                writer.files.write_hint(LATEST, max(0, writer.refresh() - 2))
+            elif step == "refresh":
+                fresh = Catalog.open(str(uri))
+                assert reader.refresh() == fresh.version
+                assert reader.snapshot.root.digest == fresh.snapshot.root.digest
+                fresh.close()
+        writer.close()
+        reader.close()
