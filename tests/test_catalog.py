@@ -355,10 +355,12 @@ def test_refresh_past_a_stale_hint_reads_only_the_newest_root_where_probes_are_f
     for name in ("t", "u", "v"):
         other.create_namespace(name)
     catalog.storage.write(LATEST, str(version + 1).encode())  # lags behind the newest
-    read: list[str] = []
-    real = catalog.storage.read
+    read: list[str] = []  # every read, conditional ones (roots) too
+    real, tagged = catalog.storage.read, catalog.storage.read_if_changed
     monkeypatch.setattr(catalog.storage, "read",
                         lambda path: read.append(path) or real(path))
+    monkeypatch.setattr(catalog.storage, "read_if_changed",
+                        lambda path, tag: read.append(path) or tagged(path, tag))
     assert catalog.refresh() == version + 3
     roots = [p for p in read if p.startswith("vn/") and p not in (LATEST, OLDEST)]
     newest = version_path(version + 3)

@@ -214,9 +214,11 @@ def test_loser_reads_absent_roots_only_where_asking_costs_a_request(
     txn = ours.transaction()
     txn.create_table("s", "mine", columns=COLUMNS)
     theirs.create_table("s", "theirs", columns=COLUMNS)  # wins version 2
-    read: list[str] = []
-    real = ours.storage.read
+    read: list[str] = []  # every read, conditional ones (roots) too
+    real, tagged = ours.storage.read, ours.storage.read_if_changed
     ours.storage.read = lambda path: read.append(path) or real(path)  # type: ignore[method-assign]
+    ours.storage.read_if_changed = (  # type: ignore[method-assign]
+        lambda path, tag: read.append(path) or tagged(path, tag))
     assert txn.commit() == 3
     roots = [path for path in read if path.startswith("vn/")]
     expected = [version_path(1), version_path(1), version_path(2)] + (

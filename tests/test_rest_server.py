@@ -359,26 +359,29 @@ def test_unknown_routes_and_methods_answer_an_error_model(server: RestServer) ->
 
 def test_a_table_whose_metadata_file_is_gone_or_corrupt(server: RestServer, client: RestCatalog,
                                                         ns: str) -> None:
-    """The table exists (HEAD says so) but cannot be served: a 500 naming the table and
-    the file, not a 404 that clients would read as a missing table. The server read each
-    file before it was damaged, and still never serves it from memory."""
+    """The table exists (HEAD says so); a reader that never read its metadata file cannot
+    serve it: a 500 naming the table and the file, not a 404 that clients would read as a
+    missing table. The server that wrote the file keeps answering its committed content
+    (the definition records its digest: nothing the store holds now is needed)."""
     for name, damage in (("gone", b""), ("corrupt", b"{not metadata")):
         table = client.create_table((ns, name), ROWS.schema)
-        assert request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}")[0] == 200
         path = Path(urlsplit(table.metadata_location).path)
         if damage:
             path.write_bytes(damage)
         else:
             path.unlink()
         assert request(server, "HEAD", f"/v1/namespaces/{ns}/tables/{name}")[0] == 204
-        assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}"), 500,
-                     "CorruptFileException", f"table {ns}.{name}")
+        assert request(server, "GET", f"/v1/namespaces/{ns}/tables/{name}")[0] == 200
+        with RestServer(server.catalog_uri, server.warehouse) as other:
+            assert_error(request(other, "GET", f"/v1/namespaces/{ns}/tables/{name}"), 500,
+                         "CorruptFileException", f"table {ns}.{name}")
 
 
-def test_a_metadata_file_replaced_after_the_server_read_it(server: RestServer,
-                                                           client: RestCatalog,
-                                                           ns: str) -> None:
-    """A load serves what the file holds now, not what the server read before."""
+def test_a_metadata_file_replaced_after_its_commit(server: RestServer, client: RestCatalog,
+                                                   ns: str) -> None:
+    """A load serves the content the commit recorded: the server that wrote the file
+    answers it from memory; a reader that never read it refuses the replacement (its
+    bytes do not have the digest the definition records)."""
     table = client.create_table((ns, "t"), ROWS.schema)
     first = Path(urlsplit(table.metadata_location).path).read_bytes()
     table.append(ROWS)
@@ -386,7 +389,10 @@ def test_a_metadata_file_replaced_after_the_server_read_it(server: RestServer,
     assert len(body["metadata"]["snapshots"]) == 1
     Path(urlsplit(body["metadata-location"]).path).write_bytes(first)
     _, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/t")
-    assert body["metadata"]["snapshots"] == []
+    assert len(body["metadata"]["snapshots"]) == 1
+    with RestServer(server.catalog_uri, server.warehouse) as other:
+        assert_error(request(other, "GET", f"/v1/namespaces/{ns}/tables/t"), 500,
+                     "CorruptFileException", "do not have the SHA-256 its definition records")
 
 
 def test_a_client_leaving_mid_request_changes_nothing(server: RestServer, client: RestCatalog,

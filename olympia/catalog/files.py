@@ -110,6 +110,8 @@ class CatalogFiles:
         self._nodes: NodeStore | None = None
         self._defs: LruCache[str, Message] = LruCache(def_cache_size)
         self._roots: LruCache[str, Root] = LruCache(256)
+        # root path -> (root_digest, the store's tag of a file read with that digest)
+        self._tags: LruCache[str, tuple[str, str]] = LruCache(256)
 
     # --- definitions -------------------------------------------------------------------
 
@@ -149,16 +151,33 @@ class CatalogFiles:
         if cached is not None and not fresh:
             return cached
         try:
-            data = self.storage.read(path)
+            data = self._read_tagged(path, cached)
         except FileNotFound:
             raise NoSuchVersionError(
                 f"version {version} does not exist in {self.storage.uri} ({path})"
             ) from None
-        if cached is not None and cached.digest == root_digest(data):
+        if data is None or (cached is not None and cached.digest == root_digest(data)):
+            assert cached is not None
             return cached
         root = self._decode_root(version, path, data)
         self.remember_root(root)
         return root
+
+    def _read_tagged(self, path: str, known: Root | None) -> bytes | None:
+        """The bytes of the root file at ``path``, or None when it is still the file
+        ``known`` was read from (one conditional request: the store's tag of the bytes
+        last read with ``known``'s digest). The tag of what is read is kept with its
+        digest.
+
+        Raises:
+            FileNotFound: there is no such file.
+        """
+        tagged = self._tags.get(path)
+        tag = tagged[1] if known is not None and tagged and tagged[0] == known.digest else ""
+        data, tag = self.storage.read_if_changed(path, tag)
+        if data is not None and tag:
+            self._tags.put(path, (root_digest(data), tag))
+        return data
 
     def _decode_root(self, version: int, path: str, data: bytes) -> Root:
         where = self.storage.display(path)
@@ -242,8 +261,11 @@ class CatalogFiles:
         exists), is ignored.
 
         Args:
-            known: A version this process has seen (a catalog's loaded one). Its root and
-                the version after it are asked about together with the hints: when
+            known: A version this process has seen (a catalog's loaded one). When its
+                root's tag is known, the root (one conditional read: nothing is sent if
+                it is still that file) and the version after it are asked about first
+                (:meth:`_unchanged`), and ``known`` is returned if nothing changed.
+                Otherwise they are asked about together with the hints: when
                 vn/latest names ``known``, vn/oldest is not above it, the store's root of
                 ``known`` is the one in memory (same digest) and the next version is
                 missing, the procedure would stop at ``known``, so it is returned after
@@ -253,6 +275,8 @@ class CatalogFiles:
             NoSuchCatalogError: there is no root at all.
             CorruptFileError: vn/oldest names a version whose root does not exist.
         """
+        if known is not None and self._unchanged(known):
+            return known
         asks = [LATEST, OLDEST]
         if known is not None and known.digest and known.version < MAX_VERSION:
             asks += [known.path, version_path(known.version + 1)]
@@ -260,7 +284,13 @@ class CatalogFiles:
         def ask(path: str) -> object:
             if path in (LATEST, OLDEST):
                 return self._read_hint(path)
-            return self._digest_at(path) if path == asks[2] else self.storage.probe(path)
+            if path != asks[2]:
+                return self.storage.probe(path)
+            try:
+                data = self._read_tagged(path, None)
+            except FileNotFound:
+                return None
+            return None if data is None else root_digest(data)
 
         answers = self.storage.map_reads(ask, asks)
         latest = cast(tuple[bool, int | None], answers[0])[1]
@@ -282,6 +312,28 @@ class CatalogFiles:
                 raise NoSuchCatalogError(f"no Olympia catalog at {self.storage.uri}") from None
             raise CorruptFileError(self.storage.display(OLDEST),
                                    f"names version {oldest}, whose root does not exist") from None
+
+    def _unchanged(self, known: Root) -> bool:
+        """Whether the store's root of ``known``'s version is still the file ``known``
+        was read from and the next version is missing, asked together (one conditional
+        read of the root, where its tag is known, and one existence probe). Then the
+        spec's procedure ends at ``known``: versions from vn/oldest (never above the
+        latest) to the latest are contiguous, so none is above a missing one, whatever
+        the hints say."""
+        tagged = self._tags.get(known.path)
+        if not tagged or tagged[0] != known.digest or known.version >= MAX_VERSION:
+            return False
+
+        def ask(path: str) -> bool:
+            if path != known.path:
+                return self.storage.probe(path)
+            try:
+                return self._read_tagged(path, known) is None
+            except FileNotFound:
+                return False
+
+        same, later = self.storage.map_reads(ask, [known.path, version_path(known.version + 1)])
+        return same and not later
 
     def _probe_from(self, version: int) -> Root:
         """The root of the last version of the contiguous run that starts at ``version``

@@ -257,8 +257,7 @@ class OlympiaCatalog(CatalogSession):
         """
         ns, name = self._table_ident(identifier)
         definition = self._definition(self._reader(), ns, name)
-        return self._as_table(ns, name, self._read_metadata(definition.location, f"{ns}.{name}"),
-                              definition.location)
+        return self._as_table(ns, name, self._table_metadata(definition), definition.location)
 
     def table_exists(self, identifier: str | Identifier) -> bool:
         """Whether the table exists (a name the format forbids never does).
@@ -343,7 +342,7 @@ class OlympiaCatalog(CatalogSession):
                 before it is read).
         """
         ns, name = self._table_ident(identifier)
-        metadata = self._read_metadata(metadata_location, f"{ns}.{name}")
+        metadata, digest = self._verified_metadata(metadata_location, f"{ns}.{name}")
         if self._confined:
             check_placement(metadata, f"{ns}.{name}")
             table_files(self._as_table(ns, name, metadata, metadata_location),
@@ -357,8 +356,8 @@ class OlympiaCatalog(CatalogSession):
                 previous = bound._require_new(ns, name, adopt=True)
             bound._check_free(f"table {ns}.{name}", metadata.location, metadata_location,
                               (ns, name), str(metadata.table_uuid))
-            txn.put_table(table_definition(ns, name, metadata, metadata_location, previous),
-                          create=previous is None)
+            txn.put_table(table_definition(ns, name, metadata, metadata_location, previous,
+                                           digest), create=previous is None)
 
         self._change(stage, "register_table")
         return self._as_table(ns, name, metadata, metadata_location)
@@ -425,8 +424,7 @@ class OlympiaCatalog(CatalogSession):
             previous = self._require_new(ns, name, adopt=True)
         elif txn.table_exists(ns, name):
             previous = self._definition(txn, ns, name)
-            current = self._as_table(ns, name,
-                                     self._read_metadata(previous.location, f"{ns}.{name}"),
+            current = self._as_table(ns, name, self._table_metadata(previous),
                                      previous.location)
         else:
             raise NoSuchTableError(f"Table does not exist: {ns}.{name}")

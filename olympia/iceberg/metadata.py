@@ -23,6 +23,7 @@ from pyiceberg.serializers import Compressor, FromByteStream, GzipCompressor
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
+from pyiceberg.utils.config import Config
 
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
@@ -36,6 +37,10 @@ MAX_METADATA_PROPERTY = "olympia.max-metadata-size"
 #: Iceberg's default snapshot retention (five days, about 4 MiB), while one file parsed
 #: stays a small part of a server's memory.
 DEFAULT_MAX_METADATA_BYTES = 32 * 1024 * 1024
+#: The format property recording the SHA-256 (hex) of the bytes of the metadata file the
+#: definition's location names, written with it: what lets a process trust a metadata file
+#: it read (or wrote) once without reading it again.
+DIGEST_PROPERTY = "metadata-sha256"
 
 
 class IcebergMetadataError(oe.TableMetadataError, NoSuchTableError):
@@ -95,6 +100,24 @@ def read_metadata_file(file_io: FileIO, location: str, table: str,
     if len(data) > limit:
         raise MetadataTooLargeError(location, table, limit)
     return data
+
+
+def encode_table_metadata(metadata: TableMetadata, location: str) -> bytes:
+    """The bytes of the metadata file at ``location`` holding ``metadata``, as pyiceberg
+    writes them (JSON from the model, gzip if the name says so)."""
+    exclude_none = not Config().get_bool("legacy-current-snapshot-id")
+    data = metadata.model_dump_json(exclude_none=exclude_none).encode()
+    return Compressor.get_compressor(location=location).bytes_compressor()(data)
+
+
+def write_metadata_file(file_io: FileIO, location: str, data: bytes) -> None:
+    """Create the metadata file at ``location`` with ``data`` (never over an existing one).
+
+    Raises:
+        OSError: the write failed (:func:`write_error` says how to report it).
+    """
+    with file_io.new_output(location).create(overwrite=False) as stream:
+        stream.write(data)
 
 
 def _local_folder(location: str) -> bool:
@@ -199,10 +222,11 @@ def string_properties(properties: Mapping[str, Any]) -> dict[str, str]:
 
 
 def table_definition(ns: str, name: str, metadata: TableMetadata, location: str,
-                     previous: TableDef | None) -> TableDef:
+                     previous: TableDef | None, digest: str = "") -> TableDef:
     """The Olympia definition of an Iceberg table whose current metadata file is
-    ``location``: columns with field ids, table properties, partitioning and sort order in
-    the format properties; comment, table type and protection kept from ``previous``."""
+    ``location``: columns with field ids, table properties, partitioning, sort order and
+    the file's ``digest`` (:data:`DIGEST_PROPERTY`; ``""``: not known) in the format
+    properties; comment, table type and protection kept from ``previous``."""
     sort_order = metadata.sort_order_by_id(metadata.default_sort_order_id)
     format_properties = {
         "format-version": str(metadata.format_version),
@@ -211,6 +235,8 @@ def table_definition(ns: str, name: str, metadata: TableMetadata, location: str,
         "partition-spec": metadata.spec().model_dump_json(),
         "sort-order": sort_order.model_dump_json() if sort_order else "",
     }
+    if digest:
+        format_properties[DIGEST_PROPERTY] = digest
     base = previous or TableDef(ns, name, comment=metadata.properties.get("comment", ""))
     return replace(base, namespace=ns, name=name, columns=columns_from_schema(metadata.schema()),
                    properties=dict(metadata.properties), format=ICEBERG, location=location,

@@ -32,11 +32,20 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import StagedTable
+from pyiceberg.table import StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import (
+    TableRequirement,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
+from pyiceberg.utils.datetime import datetime_to_millis
 
 from olympia import exceptions as oe
 from olympia.catalog.catalog import Catalog as OlympiaStore
@@ -57,14 +66,18 @@ from olympia.iceberg.locations import (
 )
 from olympia.iceberg.metadata import (
     DEFAULT_MAX_METADATA_BYTES,
+    DIGEST_PROPERTY,
     ICEBERG,
     MAX_METADATA_PROPERTY,
+    IcebergMetadataError,
     describe,
+    encode_table_metadata,
     identifier_parts,
     parse_table_metadata,
     read_metadata_file,
     table_definition,
     write_error,
+    write_metadata_file,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.iceberg.retention import Retention
@@ -420,10 +433,8 @@ class CatalogSession(MetastoreCatalog):
         return parts[0], parts[1]
 
     def _read_metadata(self, location: str, table: str) -> TableMetadata:
-        """A metadata file's contents, read from storage every time (a file deleted or
-        replaced since an earlier read is noticed); the parsed metadata is kept by the
-        digest of the file's bytes, so a file read again unchanged is not parsed again. A
-        dry run's own staged files, never written, are served from memory.
+        """A metadata file's contents, read from storage (a file deleted or replaced since
+        an earlier read is noticed): :meth:`_verified_metadata` without a recorded digest.
 
         Raises:
             IcebergMetadataError: the file is missing, a folder, larger than the catalog
@@ -431,23 +442,62 @@ class CatalogSession(MetastoreCatalog):
                 message names ``table`` and the file).
             StorageError: the storage failed otherwise.
         """
+        return self._verified_metadata(location, table)[0]
+
+    def _table_metadata(self, definition: TableDef) -> TableMetadata:
+        """The metadata of the Iceberg table ``definition``: its metadata file's contents,
+        verified against the digest the definition records (:data:`DIGEST_PROPERTY`).
+
+        Raises:
+            IcebergMetadataError: as :meth:`_verified_metadata`.
+            StorageError: the storage failed otherwise.
+        """
+        return self._verified_metadata(
+            definition.location, f"{definition.namespace}.{definition.name}",
+            definition.format_properties.get(DIGEST_PROPERTY, ""))[0]
+
+    def _verified_metadata(self, location: str, table: str,
+                           recorded: str = "") -> tuple[TableMetadata, str]:
+        """A metadata file's contents and the SHA-256 (hex) of its bytes.
+
+        With ``recorded``, the digest a definition (immutable, checksummed) records for
+        the file, the metadata parsed from bytes of that digest (read or written by this
+        process before) is returned without a read: it is the file's committed content.
+        Otherwise the file is read; its parsed form is kept by the digest of its bytes, so
+        a file read again unchanged is not parsed again. A dry run's own staged files,
+        never written, are served from memory.
+
+        Raises:
+            IcebergMetadataError: the file is missing, a folder, larger than the catalog
+                reads (:class:`MetadataTooLargeError`), no Iceberg table metadata, or its
+                bytes do not have the ``recorded`` digest (replaced or damaged since it was
+                committed); the message names ``table`` and the file.
+            StorageError: the storage failed otherwise.
+        """
         cached = self._metadata_cache.get(location)
-        if cached is not None and self._dry_run and cached[0] is None:
-            return cached[1]
+        if cached is not None and ((cached[0] is None and self._dry_run)
+                                   or (cached[0] is not None and cached[0].hex() == recorded)):
+            return cached[1], recorded
         limit = self._max_metadata_bytes
         data = read_metadata_file(self._load_file_io(location=location), location, table, limit)
         digest = hashlib.sha256(data).digest()
         cached = self._metadata_cache.get(location)
         if cached is not None and cached[0] == digest:
-            return cached[1]
-        metadata = parse_table_metadata(data, location, table, limit)
+            metadata = cached[1]
+        else:
+            metadata = parse_table_metadata(data, location, table, limit)
+        if recorded and digest.hex() != recorded:
+            raise IcebergMetadataError(
+                location, f"the Iceberg metadata of table {table} is unreadable: its bytes "
+                          f"do not have the SHA-256 its definition records ({recorded}); "
+                          "the file was replaced or damaged after it was committed")
         self._remember(location, metadata, digest)
-        return metadata
+        return metadata, digest.hex()
 
     def _remember(self, location: str, metadata: TableMetadata,
                   digest: bytes | None = None) -> None:
-        """Keep ``metadata`` parsed from a file whose bytes have ``digest`` (``None``: a
-        file this session staged; its bytes are read, and it parsed, once when next read)."""
+        """Keep ``metadata`` parsed from (or encoded as) a file whose bytes have ``digest``
+        (``None``: a file a dry run staged and never wrote)."""
         self._metadata_cache.put(location, (digest, metadata))
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT,
@@ -628,17 +678,60 @@ class CatalogSession(MetastoreCatalog):
                              str(metadata.table_uuid))
         else:  # (write.metadata.path may place it anywhere)
             place(location, f"the new metadata file of table {ns}.{name}")
+        digest = None
         if not self._dry_run:
+            data = encode_table_metadata(metadata, location)
+            digest = hashlib.sha256(data).digest()
             try:
-                self._write_metadata(metadata, io, location)
+                write_metadata_file(io, location, data)
             except OSError as exc:
                 raise write_error(io, location, f"table {ns}.{name}", exc) from exc
             self._written.append((io, location))
-        self._remember(location, metadata)
+        self._remember(location, metadata, digest)
         txn = self._staging()
-        txn.put_table(table_definition(ns, name, metadata, location, previous),
+        txn.put_table(table_definition(ns, name, metadata, location, previous,
+                                       digest.hex() if digest is not None else ""),
                       create=previous is None)
         txn.annotate(**{f"iceberg.{ns}.{name}": describe(before, metadata)})
+
+    def _update_and_stage_table(self, current_table: Table | None,
+                                table_identifier: Identifier,
+                                requirements: tuple[TableRequirement, ...],
+                                updates: tuple[TableUpdate, ...]) -> StagedTable:
+        """pyiceberg's staging of a commit, except that the new metadata of an existing
+        table shares what the updates left unchanged with the current metadata instead of
+        being a deep copy of it all (pydantic's deep copy of a table with many snapshots
+        costs more than the rest of a commit; the models are frozen, and pyiceberg's
+        updates build new lists and maps). A create is pyiceberg's own, validated whole.
+
+        Raises:
+            CommitFailedException: a requirement does not hold.
+            ValidationError: the updates leave an incompatible partition spec or sort order.
+        """
+        if current_table is None:
+            return super()._update_and_stage_table(current_table, table_identifier,
+                                                   requirements, updates)
+        base = current_table.metadata
+        for requirement in requirements:
+            requirement.validate(base)
+        context = _TableMetadataUpdateContext()
+        metadata = base
+        for update in updates:
+            metadata = _apply_table_update(update, metadata, context)
+        if context.has_changes():
+            metadata = _update_table_metadata_log(metadata, current_table.metadata_location,
+                                                  base.last_updated_ms)
+            if metadata.last_updated_ms == base.last_updated_ms:
+                metadata = metadata.model_copy(
+                    update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+        metadata.spec().check_compatible(metadata.schema())
+        metadata.sort_order().check_compatible(metadata.schema())
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties
+                                          ).new_table_metadata_file_location(version)
+        return StagedTable(identifier=table_identifier, metadata=metadata,
+                           metadata_location=location,
+                           io=self._load_file_io(metadata.properties, location), catalog=self)
 
     def _delete_old_metadata(self, io: FileIO, base: TableMetadata,  # type: ignore[override]
                              metadata: TableMetadata) -> None:

@@ -169,6 +169,22 @@ class Storage:
         self.stats.add(bytes_read=len(data))
         return data
 
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        """The file's content and a tag of it, or ``(None, tag)`` when it still has the
+        content ``tag`` came with (``""``: read it in any case): one conditional request
+        (S3: a GET with If-None-Match on the ETag; local disk: a ``stat``), counted as a
+        read whose bytes count only when it sends them.
+
+        Raises:
+            FileNotFound: There is no such file.
+        """
+        self.stats.add(reads=1)
+        data, tag = self._call("read", path,
+                               lambda: self.backend.read_if_changed(self.full(path), tag))
+        if data is not None:
+            self.stats.add(bytes_read=len(data))
+        return data, tag
+
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         """Write (or replace) a file; readers see the old or the new content, never a mix.
         ``durable=False`` (for hints, which readers check) skips syncing it to disk."""

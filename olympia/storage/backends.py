@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import threading
 import time
@@ -37,6 +38,11 @@ def run_in_turn(fn: Callable[[Job], object], items: list[Job]) -> None:
     """A :data:`RunAll` that runs the calls one after the other on this thread."""
     for item in items:
         fn(item)
+
+
+def _stat_tag(st: os.stat_result) -> str:
+    """What a local file's ``stat`` says of its content's identity."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def _run(job: Job) -> object:
@@ -91,6 +97,17 @@ class Backend:
             FileNotFoundError: There is no such file.
         """
         raise NotImplementedError
+
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        """The file's content and a tag of that content, or ``(None, tag)`` when the file
+        still has the content ``tag`` was given with (``""``: read it in any case): a
+        conditional read, which sends no body when nothing changed. By default the file
+        is read in full (:meth:`read`) and given no tag, so a caller always reads it.
+
+        Raises:
+            FileNotFoundError: There is no such file.
+        """
+        return self.read(path), ""
 
     def exists(self, path: str) -> bool:
         raise NotImplementedError
@@ -167,6 +184,16 @@ class LocalBackend(Backend):
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
+
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        """The tag is the file's device, inode, size, modification and change times (a
+        ``stat``; a file replaced, or written in place, gets another); the content is read
+        from the file that was stat-ed."""
+        if tag and _stat_tag(os.stat(path)) == tag:
+            return None, tag
+        with open(path, "rb") as f:
+            tag = _stat_tag(os.fstat(f.fileno()))
+            return f.read(), tag
 
     @staticmethod
     def _folder(path: str) -> str:
@@ -355,6 +382,12 @@ class MemoryBackend(Backend):
             if self.read(path) != expected:
                 raise FileExistsError(path)
             self.files[path] = (bytes(data), time.time())
+
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        """The tag is the SHA-256 of the content (reading it is free)."""
+        data = self.read(path)
+        now = hashlib.sha256(data).hexdigest()
+        return (None, tag) if now == tag else (data, now)
 
     def exists(self, path: str) -> bool:
         return path in self.files

@@ -67,6 +67,26 @@ class FsspecBackend(Backend):
             raise FileExistsError(errno.EEXIST, "the object was replaced", path)
         self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=etag)
 
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        """One GET, conditional on the ETag ``tag`` (If-None-Match): 304 Not Modified, no
+        body, when the object still has it."""
+        bucket, _, key = path.partition("/")
+        condition = {"IfNoneMatch": tag} if tag else {}
+
+        async def get() -> tuple[bytes | None, str]:
+            try:
+                response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key,
+                                                  **condition)
+            except Exception as exc:
+                if tag and _status(exc) == 304:
+                    return None, tag
+                raise
+            async with response["Body"] as body:
+                return bytes(await body.read()), str(response["ETag"])
+
+        result: tuple[bytes | None, str] = sync(self.fs.loop, get)
+        return result
+
     def exists(self, path: str) -> bool:
         """One HEAD (s3fs's ``exists`` follows a missing file with a LIST, to look for a
         folder of that name; a catalog file is never one)."""
@@ -125,6 +145,17 @@ _INHERITED: list[Any] = []  # filesystems a forked process inherited, never used
 
 
 OBJECT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status of botocore's response on ``exc`` or the error it was raised from."""
+    for err in (exc, exc.__cause__, exc.__context__):
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+    return None
 
 
 def s3_filesystem(options: Mapping[str, Any], settings: StorageSettings) -> Any:
