@@ -151,6 +151,10 @@ class _RecordingBackend(Backend):
         self._note("read", path)  # a miss is a round trip too
         return self.inner.read(path)
 
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        self._note("read_if_changed", path)
+        return self.inner.read_if_changed(path, tag)
+
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._note("write", path)
         self.inner.write(path, data, durable)

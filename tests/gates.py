@@ -87,6 +87,9 @@ class Gate(Backend):
     def read(self, path: str) -> bytes:
         return self._op("read", path, lambda: self.inner.read(path))
 
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        return self._op("read", path, lambda: self.inner.read_if_changed(path, tag))
+
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._op("write", path, lambda: self.inner.write(path, data, durable), creates=True)
 

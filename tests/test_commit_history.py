@@ -196,6 +196,9 @@ class Threads(Backend):
     def read(self, path: str) -> bytes:
         return self.gate.read(path)
 
+    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
+        return self.gate.read_if_changed(path, tag)
+
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.gate.write(path, data, durable)
 
