@@ -76,6 +76,16 @@ def text_of(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
+def pages_from(client: TestClient, url: str) -> list[Any]:
+    """Each page from ``url`` on, following the rel="next" links to the last."""
+    pages = []
+    while url:
+        pages.append(client.get(url))
+        found = re.search(r'rel="next" href="([^"]+)"', pages[-1].text)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    return pages
+
+
 def test_browse_from_namespaces_to_columns(catalog: Catalog) -> None:
     client = client_of(catalog)
     home = client.get("/")
@@ -322,12 +332,8 @@ def test_namespace_contents_page_through_tables_then_views(tmp_path: Path) -> No
         for i in range(3):
             txn.create_view(("n", f"v{i}"), sql="SELECT 1")
     client = client_of(catalog)
-    seen, url = [], "/namespace?name=n&limit=3"
-    while url:
-        page = client.get(url)
-        seen += re.findall(r'name=(\w+)">\1</a>', page.text)
-        found = re.search(r'rel="next" href="([^"]+)"', page.text)
-        url = found.group(1).replace("&amp;", "&") if found else ""
+    seen = [name for page in pages_from(client, "/namespace?name=n&limit=3")
+            for name in re.findall(r'name=(\w+)">\1</a>', page.text)]
     assert seen == ["t0", "t1", "t2", "t3", "t4", "v0", "v1", "v2"]
 
 
@@ -710,12 +716,8 @@ def test_a_big_diff_shows_its_summary_then_pages_of_changes(
     assert page.text.count('<section class="change create"') == 50
     assert len(read) == 50  # the definitions of its page, not of the 360 objects
     assert '<span class="line add">' in page.text
-    seen, url = [], "/diff?from=1&to=2&limit=50"
-    while url:
-        got = client.get(url)
-        seen += re.findall(r'aria-label="create table ([^"]+)"', got.text)
-        found = re.search(r'rel="next" href="([^"]+)"', got.text)
-        url = found.group(1).replace("&amp;", "&") if found else ""
+    seen = [name for got in pages_from(client, "/diff?from=1&to=2&limit=50")
+            for name in re.findall(r'aria-label="create table ([^"]+)"', got.text)]
     assert seen == [f"{ns}.t{t:03}" for ns in "abc" for t in range(120)]
     only_b = client.get("/diff", params={"from": 1, "to": 2, "ns": "b", "limit": 500})
     assert only_b.text.count('<section class="change create"') == 120
@@ -776,12 +778,9 @@ def test_a_namespace_filters_by_name_prefix_with_totals_and_both_ways_paging(
     assert "1 to 4 of 15 tables and views named t00…" in text
     reads = opened[-1].storage.stats.reads
     assert reads <= 25, reads  # the 15 keys' range, 4 definitions: not the 215 objects
-    url, seen = "/namespace?name=ns005&q=t00&limit=4", []
-    while url:
-        got = client.get(url)
-        seen.append(re.findall(r'name=(t00\w+)">', got.text))
-        found = re.search(r'rel="next" href="([^"]+)"', got.text)
-        url = found.group(1).replace("&amp;", "&") if found else ""
+    listed = pages_from(client, "/namespace?name=ns005&q=t00&limit=4")
+    seen = [re.findall(r'name=(t00\w+)">', got.text) for got in listed]
+    got = listed[-1]
     assert [len(s) for s in seen] == [4, 4, 4, 3]
     back = re.search(r'rel="prev" href="([^"]+)"', got.text)
     assert back is not None and "q=t00" in back.group(1)
@@ -871,12 +870,8 @@ def test_a_table_page_reads_top_down_with_snapshots_linked_to_their_versions(
                       .replace("&amp;", "&"))
     assert re.findall(r'name=(v\d)"', used.text) == ["v0", "v1", "v2"]
     monkeypatch.setattr(pages, "USED_BY_READS", 2)
-    seen, url = [], "/used-by?ns=lake&name=events"
-    while url:
-        got = client.get(url)
-        seen.append(re.findall(r'name=(v\d)"', got.text))
-        found = re.search(r'rel="next" href="([^"]+)"', got.text)
-        url = found.group(1).replace("&amp;", "&") if found else ""
+    seen = [re.findall(r'name=(v\d)"', got.text)
+            for got in pages_from(client, "/used-by?ns=lake&name=events")]
     assert seen == [["v0", "v1"], ["v2"]]  # w read, not listed
     old = text_of(client.get("/table", params={"ns": "lake", "name": "events",
                                                "version": 3}).text)
@@ -901,13 +896,11 @@ def test_a_namespace_pages_its_prefix_both_ways(tmp_path_factory: pytest.TempPat
             txn.create_view(("n", v), sql="SELECT 1")
     client = client_of(catalog)
     want = sorted(n for n in tables | views if n.startswith(prefix))
-    pages_seen, url = [], f"/namespace?name=n&q={prefix}&limit={limit}"
-    while url:
-        page = client.get(url)
-        pages_seen.append((url, re.findall(r'name=(\w+)">\1</a>', page.text)))
+    listed = pages_from(client, f"/namespace?name=n&q={prefix}&limit={limit}")
+    pages_seen = [(str(page.url), re.findall(r'name=(\w+)">\1</a>', page.text))
+                  for page in listed]
+    for page in listed:
         assert f" {len(want)} table" in text_of(page.text)  # the total, from the keys
-        found = re.search(r'rel="next" href="([^"]+)"', page.text)
-        url = found.group(1).replace("&amp;", "&") if found else ""
     assert [n for _, names in pages_seen for n in names] == want
     for (_, names), (later, _) in pairwise(pages_seen):
         back = re.search(r'rel="prev" href="([^"]+)"', client.get(later).text)

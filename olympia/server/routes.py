@@ -32,24 +32,24 @@ from olympia.server.access import READS, WRITES, read_bounded
 from olympia.server.auth import Client
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
-    CommitTableBody,
-    CommitTransactionBody,
-    CommitViewBody,
-    CreateNamespaceBody,
-    CreateTableBody,
-    CreateViewBody,
-    RegisterTableBody,
-    RenameTableBody,
-    ReportMetricsBody,
-    UpdateNamespacePropertiesBody,
+                                   CommitTableBody,
+                                   CommitTransactionBody,
+                                   CommitViewBody,
+                                   CreateNamespaceBody,
+                                   CreateTableBody,
+                                   CreateViewBody,
+                                   RegisterTableBody,
+                                   RenameTableBody,
+                                   ReportMetricsBody,
+                                   UpdateNamespacePropertiesBody,
 )
 from olympia.server.paths import (
-    NAMESPACE_SEPARATOR,
-    existing_namespace,
-    levels_of,
-    name_of,
-    namespace_of,
-    read_namespace_of,
+                                  NAMESPACE_SEPARATOR,
+                                  existing_namespace,
+                                  levels_of,
+                                  name_of,
+                                  namespace_of,
+                                  read_namespace_of,
 )
 from olympia.server.service import CatalogService, Page
 from olympia.server.transactions import SYSTEM, SystemNamespaces
@@ -162,7 +162,19 @@ def page(page_token: str | None, page_size: int | None) -> Page:
     return Page(page_token or None, page_size)
 
 
+async def _listing(source: CatalogService, namespace: str,
+                   list_in: Callable[[str, Page], dict[str, Any]], page_token: str | None,
+                   page_size: int | None) -> Response:
+    """A page of the tables or views of a namespace (none under the server's own
+    ``sys...`` names, which hold namespaces only)."""
+    if system(source, levels_of(namespace)):
+        return json_answer({"identifiers": [], "next-page-token": None})
+    return json_answer(await call(list_in, read_namespace_of(namespace),
+                                  page(page_token, page_size)))
+
+
 router = APIRouter()
+
 
 # --- namespaces -----------------------------------------------------------------
 
@@ -173,19 +185,21 @@ async def list_namespaces(source: Reader, parent: str | None = None,
     levels = parent.split(NAMESPACE_SEPARATOR) if parent is not None else []
     if system(source, levels) or (tuple(levels) == SYSTEM[:1] and system(source, SYSTEM)):
         return json_answer(await call(SystemNamespaces(source).list_namespaces, levels,
-                                page(page_token, page_size)))
+                                      page(page_token, page_size)))
     where = existing_namespace(parent) if parent is not None else None
     return json_answer(await call(source.list_namespaces, where,
-                            page(page_token, page_size)))
+                                  page(page_token, page_size)))
+
 
 @router.post("/namespaces")
 async def create_namespace(request: Request, target: Writer) -> Response:
     parsed = await parse_body(request, CreateNamespaceBody)
     if system(target, parsed.namespace):
         return json_answer(await call(SystemNamespaces(target).begin, parsed.namespace,
-                                parsed.properties))
+                                      parsed.properties))
     target = await call(transactions.target, target, [parsed.namespace])
     return json_answer(await call(target.create_namespace, parsed))
+
 
 @router.get(NS)
 async def load_namespace(source: Reader, namespace: str) -> Response:
@@ -193,7 +207,8 @@ async def load_namespace(source: Reader, namespace: str) -> Response:
     if system(source, levels):
         return json_answer(await call(SystemNamespaces(source).load, levels))
     return json_answer(await call(source.load_namespace,
-                            read_namespace_of(namespace)))
+                                  read_namespace_of(namespace)))
+
 
 @router.head(NS)
 async def namespace_exists(source: Reader, namespace: str) -> Response:
@@ -204,6 +219,7 @@ async def namespace_exists(source: Reader, namespace: str) -> Response:
         found = await call(source.namespace_exists, read_namespace_of(namespace))
     return Response(status_code=204 if found else 404)
 
+
 @router.delete(NS)
 async def drop_namespace(target: Writer, namespace: str) -> Response:
     levels = levels_of(namespace)
@@ -213,6 +229,7 @@ async def drop_namespace(target: Writer, namespace: str) -> Response:
         await call(target.drop_namespace, namespace_of(namespace))
     return Response(status_code=204)
 
+
 @router.post(NS + "/properties")
 async def update_namespace_properties(request: Request, target: Writer,
                                       namespace: str) -> Response:
@@ -221,23 +238,22 @@ async def update_namespace_properties(request: Request, target: Writer,
     if system(target, levels):
         return json_answer(await call(SystemNamespaces(target).update, levels, parsed))
     return json_answer(await call(target.update_namespace_properties, namespace_of(namespace),
-                            parsed))
+                                  parsed))
+
 
 # --- tables ---------------------------------------------------------------------
 
 @router.get(NS + "/tables")
 async def list_tables(source: Reader, namespace: str, page_token: PageToken = None,
                       page_size: PageSize = None) -> Response:
-    if system(source, levels_of(namespace)):  # sys... holds namespaces only
-        return json_answer({"identifiers": [], "next-page-token": None})
-    return json_answer(await call(source.list_tables,
-                            read_namespace_of(namespace),
-                            page(page_token, page_size)))
+    return await _listing(source, namespace, source.list_tables, page_token, page_size)
+
 
 @router.post(NS + "/tables")
 async def create_table(request: Request, target: Writer, namespace: str) -> Response:
     parsed = await parse_body(request, CreateTableBody)
     return model_answer(await call(target.create_table, namespace_of(namespace), parsed))
+
 
 @router.get(TABLE)
 async def load_table(source: Reader, namespace: str, table: str,
@@ -246,18 +262,21 @@ async def load_table(source: Reader, namespace: str, table: str,
                                read_namespace_of(namespace, "table", table),
                                name_of(table), snapshots), media_type="application/json")
 
+
 @router.head(TABLE)
 async def table_exists(source: Reader, namespace: str, table: str) -> Response:
     found = await call(source.table_exists,
                        read_namespace_of(namespace, "table", table), name_of(table))
     return Response(status_code=204 if found else 404)
 
+
 @router.post(TABLE)
 async def commit_table(request: Request, target: Writer, namespace: str,
                        table: str) -> Response:
     parsed = await parse_body(request, CommitTableBody)
     return model_answer(await call(target.commit_table, namespace_of(namespace),
-                             name_of(table), parsed))
+                                   name_of(table), parsed))
+
 
 @router.delete(TABLE)
 async def drop_table(target: Writer, namespace: str, table: str,
@@ -265,10 +284,12 @@ async def drop_table(target: Writer, namespace: str, table: str,
     await call(target.drop_table, namespace_of(namespace), name_of(table), purge)
     return Response(status_code=204)
 
+
 @router.post(NS + "/register")
 async def register_table(request: Request, target: Writer, namespace: str) -> Response:
     parsed = await parse_body(request, RegisterTableBody)
     return model_answer(await call(target.register_table, namespace_of(namespace), parsed))
+
 
 @router.post("/tables/rename")
 async def rename_table(request: Request, target: Writer) -> Response:
@@ -278,6 +299,7 @@ async def rename_table(request: Request, target: Writer) -> Response:
     await call(target.rename_table, parsed)
     return Response(status_code=204)
 
+
 @router.post(TABLE + "/metrics")
 async def report_metrics(request: Request, source: Reader, namespace: str,
                          table: str) -> Response:
@@ -285,6 +307,7 @@ async def report_metrics(request: Request, source: Reader, namespace: str,
     await call(source.require_table,
                read_namespace_of(namespace, "table", table), name_of(table))
     return Response(status_code=204)
+
 
 @router.post("/transactions/commit")
 async def commit_transaction(request: Request, target: Writer) -> Response:
@@ -294,26 +317,26 @@ async def commit_transaction(request: Request, target: Writer) -> Response:
     await call(target.commit_transaction, parsed)
     return Response(status_code=204)
 
+
 # --- views ----------------------------------------------------------------------
 
 @router.get(NS + "/views")
 async def list_views(source: Reader, namespace: str, page_token: PageToken = None,
                      page_size: PageSize = None) -> Response:
-    if system(source, levels_of(namespace)):
-        return json_answer({"identifiers": [], "next-page-token": None})
-    return json_answer(await call(source.list_views,
-                            read_namespace_of(namespace),
-                            page(page_token, page_size)))
+    return await _listing(source, namespace, source.list_views, page_token, page_size)
+
 
 @router.post(NS + "/views")
 async def create_view(request: Request, target: Writer, namespace: str) -> Response:
     parsed = await parse_body(request, CreateViewBody)
     return model_answer(await call(target.create_view, namespace_of(namespace), parsed))
 
+
 @router.get(VIEW)
 async def load_view(source: Reader, namespace: str, view: str) -> Response:
     return model_answer(await call(source.load_view,
-                             read_namespace_of(namespace, "view", view), name_of(view)))
+                                   read_namespace_of(namespace, "view", view), name_of(view)))
+
 
 @router.head(VIEW)
 async def view_exists(source: Reader, namespace: str, view: str) -> Response:
@@ -321,16 +344,19 @@ async def view_exists(source: Reader, namespace: str, view: str) -> Response:
                        read_namespace_of(namespace, "view", view), name_of(view))
     return Response(status_code=204 if found else 404)
 
+
 @router.post(VIEW)
 async def replace_view(request: Request, target: Writer, namespace: str, view: str) -> Response:
     parsed = await parse_body(request, CommitViewBody)
     return model_answer(await call(target.replace_view, namespace_of(namespace), name_of(view),
-                             parsed))
+                                   parsed))
+
 
 @router.delete(VIEW)
 async def drop_view(target: Writer, namespace: str, view: str) -> Response:
     await call(target.drop_view, namespace_of(namespace), name_of(view))
     return Response(status_code=204)
+
 
 @router.post("/views/rename")
 async def rename_view(request: Request, target: Writer) -> Response:
@@ -347,6 +373,7 @@ ENDPOINTS = tuple(f"{method} /v1/{{prefix}}{route.path}"
                   for route in router.routes if isinstance(route, APIRoute)
                   for method in sorted(route.methods))
 
+
 def describe(errors: Any) -> str:
     """Validation errors in one line: where, and what is wrong (never the input)."""
     parts = []
@@ -356,7 +383,6 @@ def describe(errors: Any) -> str:
                      str(error.get("msg", "invalid")))
     more = f" (and {len(errors) - 3} more problems)" if len(errors) > 3 else ""
     return "invalid request: " + "; ".join(parts) + more
-
 
 
 def json_answer(value: dict[str, Any]) -> Response:
