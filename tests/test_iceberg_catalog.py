@@ -48,6 +48,7 @@ from olympia.exceptions import (
     ProtectedObjectError,
 )
 from olympia.iceberg import OlympiaCatalog
+from olympia.iceberg.metadata import describe
 from olympia.iceberg.retention import KeptSnapshotError
 
 NESTED = Schema(
@@ -349,6 +350,41 @@ def test_each_commit_is_one_version_and_the_definition_follows(ice: OlympiaCatal
     with table.transaction() as txn:  # nothing changed: no new version
         txn.set_properties({})
     assert latest(ice) == start + 3
+
+
+def test_the_log_names_iceberg_operations_as_they_are(ice: OlympiaCatalog) -> None:
+    """A rollback, a branch, a tag, a write to a branch, a move of the current snapshot and
+    an expiry each say so in the version's annotation (what ``olympia log`` and the UI
+    show), not ``update``."""
+    table = ice.create_table("sales.ops", SCHEMA)
+    table.append(rows(0))
+    first = table.current_snapshot()
+    table.append(rows(3))
+    second = table.current_snapshot()
+    assert first is not None and second is not None
+    table.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
+    table.manage_snapshots().create_tag(second.snapshot_id, "v2").commit()
+    table.manage_snapshots().create_branch(first.snapshot_id, "dev").commit()
+    table.append(rows(6), branch="dev")
+    dev = table.refresh().metadata.refs["dev"].snapshot_id
+    table.manage_snapshots().set_current_snapshot(second.snapshot_id).commit()
+    table.manage_snapshots().remove_tag("v2").commit()
+    table.manage_snapshots().remove_branch("dev").commit()
+    logged = [e.info.get("iceberg.sales.ops") for e in versions.history(ice.olympia, limit=7)]
+    assert logged[::-1] == [
+        f"rollback to snapshot {first.snapshot_id}",
+        f"create tag v2 at snapshot {second.snapshot_id}",
+        f"create branch dev at snapshot {first.snapshot_id}",
+        f"append snapshot {dev} to branch dev",
+        f"set current snapshot {second.snapshot_id}",
+        "drop tag v2",
+        "drop branch dev",
+    ]
+    # an expiry (kept catalog versions still read dev's snapshot here, so it is refused)
+    meta = table.refresh().metadata
+    expired = meta.model_copy(update={"snapshots": [
+        s for s in meta.snapshots if s.snapshot_id != dev]})
+    assert describe(meta, expired) == "expire 1 snapshot"
 
 
 def test_schema_and_partition_evolution(ice: OlympiaCatalog) -> None:

@@ -22,6 +22,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor, FromByteStream, GzipCompressor
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Identifier
 from pyiceberg.utils.config import Config
 
@@ -197,14 +199,60 @@ def response(metadata: TableMetadata, location: str) -> CommitTableResponse:
 
 
 def describe(before: TableMetadata | None, after: TableMetadata) -> str:
-    """``create``, ``append snapshot <id>`` (the snapshot's operation), or ``update``."""
+    """What an Iceberg commit did, as ``olympia log`` and the UI show it: ``create``; a write
+    (``append snapshot <id>``, with the snapshot's operation); ``cherry-pick snapshot <src>
+    as <id>``; ``rollback to snapshot <id>`` (the current snapshot set back to an older
+    one); a write to, creation or removal of a branch or tag; ``expire <n> snapshots``; or
+    ``update`` (schema, properties, ...). Several are joined with ``; ``."""
     if before is None:
         return "create"
+    known = {s.snapshot_id for s in before.snapshots}
+    parts = []
     snapshot = after.current_snapshot()
     if snapshot is not None and snapshot.snapshot_id != before.current_snapshot_id:
-        operation = snapshot.summary.operation.value if snapshot.summary else "snapshot"
-        return f"{operation} snapshot {snapshot.snapshot_id}"
-    return "update"
+        parts.append(_moved_to(before, snapshot, snapshot.snapshot_id in known))
+    for name in sorted((set(before.refs) | set(after.refs)) - {MAIN_BRANCH}):
+        old, new = before.refs.get(name), after.refs.get(name)
+        if old == new:
+            continue
+        kind = (new or old).snapshot_ref_type.value  # type: ignore[union-attr]
+        if new is None:
+            parts.append(f"drop {kind} {name}")
+        elif old is None:
+            parts.append(f"create {kind} {name} at snapshot {new.snapshot_id}")
+        elif new.snapshot_id not in known:
+            written = after.snapshot_by_id(new.snapshot_id)
+            operation = _operation(written) if written is not None else "write"
+            parts.append(f"{operation} snapshot {new.snapshot_id} to {kind} {name}")
+        else:
+            parts.append(f"move {kind} {name} to snapshot {new.snapshot_id}")
+    gone = len(known - {s.snapshot_id for s in after.snapshots})
+    if gone:
+        parts.append(f"expire {gone} snapshot{'s' if gone > 1 else ''}")
+    return "; ".join(parts) or "update"
+
+
+def _operation(snapshot: Snapshot) -> str:
+    return snapshot.summary.operation.value if snapshot.summary else "write"
+
+
+def _moved_to(before: TableMetadata, snapshot: Snapshot, existed: bool) -> str:
+    """What setting the main branch to ``snapshot`` was: a new snapshot's write (or a
+    cherry-pick of another), a rollback to an ancestor of the current one, or a move to
+    another snapshot the table had."""
+    if existed:
+        ancestor, seen = before.current_snapshot(), 0
+        while ancestor is not None and seen < len(before.snapshots):  # bounded: no cycle
+            if ancestor.snapshot_id == snapshot.snapshot_id:
+                return f"rollback to snapshot {snapshot.snapshot_id}"
+            parent = ancestor.parent_snapshot_id
+            ancestor, seen = (None if parent is None else before.snapshot_by_id(parent)), seen + 1
+        return f"set current snapshot {snapshot.snapshot_id}"
+    source = snapshot.summary.additional_properties.get("source-snapshot-id") if (
+        snapshot.summary) else None
+    if source:
+        return f"cherry-pick snapshot {source} as {snapshot.snapshot_id}"
+    return f"{_operation(snapshot)} snapshot {snapshot.snapshot_id}"
 
 
 def is_iceberg(definition: TableDef) -> bool:
