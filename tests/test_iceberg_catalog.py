@@ -26,6 +26,7 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.sorting import NullOrder, SortField, SortOrder
 from pyiceberg.table.update import AddSchemaUpdate, SetCurrentSchemaUpdate
 from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -385,6 +386,13 @@ def test_the_log_names_iceberg_operations_as_they_are(ice: OlympiaCatalog) -> No
     expired = meta.model_copy(update={"snapshots": [
         s for s in meta.snapshots if s.snapshot_id != dev]})
     assert describe(meta, expired) == "expire 1 snapshot"
+    # a cherry-pick (Spark's procedure; pyiceberg has none): a new snapshot naming its source
+    picked = second.model_copy(update={
+        "snapshot_id": 42, "parent_snapshot_id": second.snapshot_id,
+        "summary": Summary(Operation.APPEND, **{"source-snapshot-id": str(dev)})})
+    assert describe(meta, meta.model_copy(update={
+        "snapshots": [*meta.snapshots, picked], "current_snapshot_id": 42})) == (
+        f"cherry-pick snapshot {dev} as 42")
 
 
 def test_schema_and_partition_evolution(ice: OlympiaCatalog) -> None:
