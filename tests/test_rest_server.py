@@ -10,7 +10,7 @@ import json
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -30,6 +30,9 @@ from pyiceberg.types import IntegerType, StringType
 from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.catalog.commit import CommitOptions
+from olympia.exceptions import CommitConflict
+from olympia.server.service import retry_lost_races
 from olympia.versions.history import history
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
@@ -470,3 +473,39 @@ def test_a_commit_of_unknown_outcome_is_answered_as_iceberg_clients_read_it() ->
     assert json.loads(bytes(answer.body))["error"] == {
         "message": "commit of s.t: outcome unknown", "type": "CommitStateUnknownException",
         "code": 500}
+
+
+def test_a_lost_race_is_retried_with_the_librarys_pause_and_budget() -> None:
+    """The server retries a commit that lost a race to the same table after the library's
+    jittered, doubling pause, within the library's budget from the first try; a failed
+    requirement (no lost race behind it) is answered at once."""
+    now, slept = [0.0], []
+    options = CommitOptions(timeout_s=1.0, backoff_s=0.1, max_backoff_s=0.4,
+                            clock=lambda: now[0], sleep=slept.append, jitter=lambda b: b)
+
+    def losing(times: int) -> Callable[[], str]:
+        left = [times]
+
+        def commit() -> str:
+            if left[0]:
+                left[0] -= 1
+                now[0] += 0.2
+                raise CommitFailedException("lost") from CommitConflict("raced")
+            return "landed"
+        return commit
+
+    assert retry_lost_races(losing(3), options) == "landed"
+    assert slept == [0.1, 0.2, 0.4]
+    slept.clear()
+    now[0] = 0.0
+    with pytest.raises(CommitFailedException):
+        retry_lost_races(losing(10), options)  # 0.2 s a try: the budget ends at the 6th
+    assert len(slept) == 5
+
+    def unmet() -> str:
+        raise CommitFailedException("requirement failed")
+
+    slept.clear()
+    with pytest.raises(CommitFailedException):
+        retry_lost_races(unmet, options)
+    assert slept == []

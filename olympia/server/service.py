@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,6 +41,7 @@ from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, Table
 from pyiceberg.view.metadata import ViewMetadata
 
 from olympia import exceptions as oe
+from olympia.catalog.commit import CommitOptions
 from olympia.iceberg.catalog import OlympiaCatalog
 from olympia.iceberg.locations import confine, place
 from olympia.iceberg.metadata import IcebergMetadataError
@@ -62,8 +62,6 @@ from olympia.server.views import IcebergViews
 
 T = TypeVar("T")
 
-#: How long a commit that keeps losing races is tried again before the client gets the 409.
-COMMIT_RETRY_SECONDS = 30.0
 #: Table properties a client may not set: they steer the server's own file IO.
 REFUSED_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "client.", "py-",
                              "write.py-location-provider.")
@@ -549,7 +547,8 @@ class CatalogService:
                 raise bad_request(f"the body names view {'.'.join(named)} but the path "
                                   f"names {namespace}.{name}")
         return self._view_response(*retry_lost_races(
-            lambda: self.views.replace(namespace, name, body)))
+            lambda: self.views.replace(namespace, name, body),
+            self.catalog.olympia.commit_options))
 
     def drop_view(self, namespace: str, name: str) -> None:
         """``DELETE /v1/namespaces/{namespace}/views/{view}`` (its files stay).
@@ -581,7 +580,8 @@ class CatalogService:
         for change in changes:
             what = f"table {'.'.join(self.table_identifier(change.identifier))}"
             self._check_updates(change.updates, what)
-        return retry_lost_races(lambda: self.catalog.commit_tables(changes))
+        return retry_lost_races(lambda: self.catalog.commit_tables(changes),
+                                self.catalog.olympia.commit_options)
 
     def _check_updates(self, updates: Sequence[TableUpdate], what: str) -> None:
         for update in updates:
@@ -613,15 +613,16 @@ class CatalogService:
                              metadata=metadata, config=dict(self.client_properties))
 
 
-def retry_lost_races(commit: Callable[[], T],
-                     budget_seconds: float = COMMIT_RETRY_SECONDS) -> T:
+def retry_lost_races(commit: Callable[[], T], options: CommitOptions) -> T:
     """Run ``commit``; when it loses a race to a concurrent commit of the same table, run it
     again: it re-reads the tables and re-checks the client's requirements against them.
-    Every round lands at least one of the racing commits, so each makes progress.
+    Every round lands at least one of the racing commits, so each makes progress. The
+    retries follow the library's own policy for lost root races: the same jittered,
+    doubling pause and the same time budget, counted from the first try.
 
     Args:
         commit: Stages and commits the changes (``OlympiaCatalog.commit_tables``).
-        budget_seconds: How long to keep trying after a lost race.
+        options: The catalog's commit options (``Catalog.commit_options``).
 
     Returns:
         What ``commit`` returned.
@@ -630,15 +631,18 @@ def retry_lost_races(commit: Callable[[], T],
         CommitFailedException: a requirement does not hold (at once), or races were still
             being lost when the budget was spent.
     """
-    deadline = time.monotonic() + budget_seconds
+    deadline = options.clock() + options.timeout_s
+    losses = 0
     while True:
         try:
             return commit()
         except CommitFailedException as exc:
             # OlympiaCatalog raises a lost race from the library's CommitConflict; a failed
             # requirement carries no cause and is final.
-            if not isinstance(exc.__cause__, oe.CommitConflict) or time.monotonic() > deadline:
+            if not isinstance(exc.__cause__, oe.CommitConflict) or options.clock() > deadline:
                 raise
+        losses += 1
+        options.sleep(options.jitter(options.pause(losses)))
 
 
 def change_of(namespace: str, name: str,
