@@ -22,7 +22,7 @@ from conftest import Location
 from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
 from olympia.catalog import coalesce as coalesce_module
-from olympia.catalog.coalesce import CommitGroup, _disjoint, _Member, commit_group
+from olympia.catalog.coalesce import CommitGroup, Member, commit_group, disjoint
 from olympia.catalog.commit import Change, CommitOptions
 from olympia.catalog.keys import path_version
 from olympia.exceptions import CatalogError, CommitConflict, CommitOutcomeUnknown
@@ -163,21 +163,21 @@ def test_default_commits_from_threads_race_as_separate_writers(location: Locatio
     assert coalesce_module._GROUPS.get(catalog.files) is None  # no queue was made
 
 
-def _member(name: str, joins: bool) -> _Member:
+def _member(name: str, joins: bool) -> Member:
     actions = [apb.ActionDef(type=apb.TABLE_CREATE,
                              object=apb.ObjectRef(type=apb.TABLE, namespace="s", name=name))]
-    return _Member(None, Change({f"s.{name}": "def"}, actions, (), {}),  # type: ignore[arg-type]
+    return Member(None, Change({f"s.{name}": "def"}, actions, (), {}),  # type: ignore[arg-type]
                    CommitOptions(coalesce=joins))
 
 
 def test_turns_are_taken_in_order_and_only_joining_changes_share_one() -> None:
     a, b, c = (_member(name, joins=False) for name in "abc")
-    assert _disjoint([a, b, c]) == ([a], [b, c])  # first come, alone
+    assert disjoint([a, b, c]) == ([a], [b, c])  # first come, alone
     x, y, z = (_member(name, joins=True) for name in "xyz")
-    assert _disjoint([x, a, y, z]) == ([x, y, z], [a])  # the joining ones together
-    assert _disjoint([a, x, y]) == ([a], [x, y])  # a change that does not join goes alone
+    assert disjoint([x, a, y, z]) == ([x, y, z], [a])  # the joining ones together
+    assert disjoint([a, x, y]) == ([a], [x, y])  # a change that does not join goes alone
     x2 = _member("x", joins=True)
-    assert _disjoint([x, x2, y]) == ([x, y], [x2])  # the same object waits for the next
+    assert disjoint([x, x2, y]) == ([x, y], [x2])  # the same object waits for the next
 
 
 def test_an_interrupted_leader_withdraws_its_own_change(monkeypatch: pytest.MonkeyPatch,

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from olympia.spec.schema import _validator, _validity_check
+from olympia.spec.schema import validator, validity_check
 from olympia.spec.yamlpos import load_documents
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def replaced(doc: Any, path: tuple[Any, ...], value: Any, delete: bool = False) 
 
 
 def verdicts(doc: Any) -> tuple[bool, bool]:
-    return _validity_check()(doc), next(_validator().iter_errors(doc), None) is None
+    return validity_check()(doc), next(validator().iter_errors(doc), None) is None
 
 
 def test_agrees_with_jsonschema_on_every_mutation() -> None:

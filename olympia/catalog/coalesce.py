@@ -8,7 +8,7 @@ makes the attempts); this module decides which changes land together, and who la
 1. :func:`commit` queues the change in the catalog object's :class:`CommitGroup` (one per
    catalog object and process: :func:`commit_group`).
 2. A caller that finds no batch under way leads: it takes the oldest queued change and
-   every later one that conflicts with none taken (:func:`_disjoint`; a catalog-definition
+   every later one that conflicts with none taken (:func:`disjoint`; a catalog-definition
    change, a rollback and a SERIALIZABLE transaction go alone), lands them as one change
    (:func:`_land_batch`, :func:`_merged`) and sets each member's outcome; callers arriving
    meanwhile wait for the next batch.
@@ -51,13 +51,13 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change, options: CommitO
     """Commit ``change`` through the queue of ``files`` (the catalog object's), alone or
     with other threads' disjoint changes: :func:`olympia.catalog.commit.commit` with
     :attr:`CommitOptions.coalesce`, which documents the outcomes."""
-    member = _Member(base, change, options)
+    member = Member(base, change, options)
     commit_group(files).submit(files, member)
     return member.outcome()
 
 
 @dataclass(eq=False)
-class _Member:
+class Member:
     """One caller's change (a queued commit), its base (advanced as it is checked against
     newer versions), how to commit it and, once known, its outcome."""
 
@@ -89,7 +89,7 @@ class CommitGroup:
     process, landed in turns: first come, first landed.
 
     A caller that finds no batch under way leads: it takes the oldest queued commit and
-    every later one that joins it (:func:`_disjoint`), lands them as one version
+    every later one that joins it (:func:`disjoint`), lands them as one version
     (:func:`_land_batch`) and sets each member's outcome; callers arriving meanwhile wait.
     A commit left out waits for the next batch, where it is checked against the version
     just landed as against any other. The group keeps only the number of the newest
@@ -99,8 +99,8 @@ class CommitGroup:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._waiting: list[_Member] = []  # queued, in order (left out of a batch first)
-        self._landing: list[_Member] = []  # the members of the batch under way
+        self._waiting: list[Member] = []  # queued, in order (left out of a batch first)
+        self._landing: list[Member] = []  # the members of the batch under way
         self._leading = False
         self._newest = -1  # the newest version the last batch landed or read
 
@@ -118,7 +118,7 @@ class CommitGroup:
         with self._cond:
             return self._leading
 
-    def submit(self, files: CatalogFiles, member: _Member) -> None:
+    def submit(self, files: CatalogFiles, member: Member) -> None:
         """Commit ``member`` (alone or with others); its outcome is set on return.
 
         Raises:
@@ -138,7 +138,7 @@ class CommitGroup:
                     if member.finished:
                         return
                     self._leading = leading = True
-                    self._landing, self._waiting = _disjoint(self._waiting)
+                    self._landing, self._waiting = disjoint(self._waiting)
                 self._newest = _land_batch(files, self._landing, self._newest)
             except BaseException as exc:
                 if leading:
@@ -154,7 +154,7 @@ class CommitGroup:
                         self._leading = leading = False
                         self._cond.notify_all()
 
-    def _interrupted(self, member: _Member, exc: BaseException) -> None:
+    def _interrupted(self, member: Member, exc: BaseException) -> None:
         """``member``'s caller was interrupted by ``exc`` (this group's lock held). Not in
         the batch under way: the change is withdrawn from the queue, so it never lands,
         and ``exc`` is raised. In it: its outcome, if set, is the caller's; otherwise
@@ -175,7 +175,7 @@ class CommitGroup:
         member.error = exc
         raise exc
 
-    def _batch_failed(self, member: _Member, taken: list[_Member], exc: BaseException,
+    def _batch_failed(self, member: Member, taken: list[Member], exc: BaseException,
                       ) -> None:
         """``_land_batch`` raised ``exc`` in the leading thread, whose change is
         ``member``. The protocol's own errors (OlympiaError) are every unfinished member's
@@ -214,11 +214,11 @@ def commit_group(files: CatalogFiles) -> CommitGroup:
         return entry[1]
 
 
-def _disjoint(batch: list[_Member]) -> tuple[list[_Member], list[_Member]]:
+def disjoint(batch: list[Member]) -> tuple[list[Member], list[Member]]:
     """(the oldest member and, if it joins, the joining members that conflict with none
     before them; the others, in their order)."""
-    taken: list[_Member] = []
-    left: list[_Member] = []
+    taken: list[Member] = []
+    left: list[Member] = []
     keys: set[str] = set()
     for member in batch:
         alone = bool(taken) and not (taken[0].joins and member.joins)
@@ -239,7 +239,7 @@ class _Emptied(Exception):
         self.newest = newest  # the newest version read (-1: none)
 
 
-def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int:
+def _land_batch(files: CatalogFiles, members: list[Member], newest: int) -> int:
     """Commit disjoint members as one version and set each one's outcome (with the first
     member's options). Every member is checked against the versions after its own base;
     ``newest`` (the newest version this group knows of) only says that the store holds
@@ -276,7 +276,7 @@ def _land_batch(files: CatalogFiles, members: list[_Member], newest: int) -> int
     return committed.version
 
 
-def _merged(members: Sequence[_Member]) -> Change:
+def _merged(members: Sequence[Member]) -> Change:
     """One change holding every member's (disjoint) changes."""
     if len(members) == 1:
         return members[0].change
@@ -289,8 +289,8 @@ def _merged(members: Sequence[_Member]) -> Change:
                   tuple(row for m in members for row in m.change.rows), new_defs)
 
 
-def _catch_up(files: CatalogFiles, members: list[_Member], through: int,
-              ) -> tuple[Snapshot | None, list[_Member]]:
+def _catch_up(files: CatalogFiles, members: list[Member], through: int,
+              ) -> tuple[Snapshot | None, list[Member]]:
     """Read the roots from the members' oldest base on from the store (through
     ``through``, known to exist, and further where that is free:
     :func:`~olympia.catalog.commit.roots_from`) and check each member against the
@@ -316,7 +316,7 @@ def _catch_up(files: CatalogFiles, members: list[_Member], through: int,
     return newest, kept
 
 
-def _still_stored(files: CatalogFiles, members: list[_Member]) -> list[_Member]:
+def _still_stored(files: CatalogFiles, members: list[Member]) -> list[Member]:
     """The members whose base the store still holds as they read it (their bases read
     again, in one batch); the others get their :class:`CommitConflict`."""
     versions = sorted({m.base.version for m in members})

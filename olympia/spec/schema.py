@@ -48,7 +48,8 @@ def schema_id() -> str:
 
 
 @cache
-def _validator() -> Draft202012Validator:
+def validator() -> Draft202012Validator:
+    """The spec schema's jsonschema validator (the errors it finds name what is wrong)."""
     return Draft202012Validator(_inlined(schema()))
 
 
@@ -86,7 +87,7 @@ def _inlined(root: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def _validity_check() -> Callable[[Any], bool]:
+def validity_check() -> Callable[[Any], bool]:
     """Whether a document is valid under :func:`schema` (jsonschema's verdict, faster)."""
     compiled = fastjsonschema.compile(
         {**schema(), "$schema": "http://json-schema.org/draft-07/schema#"})
@@ -113,9 +114,9 @@ class Violation:
 def violations(doc: Document) -> list[Violation]:
     """Every schema violation of ``doc``, pointing at the offending key or value (except
     at values that could not be read at all, which are reported already)."""
-    if _validity_check()(doc.data):
+    if validity_check()(doc.data):
         return []  # valid: nothing for the (much slower) error reporting to find
-    found = (e for e in _validator().iter_errors(doc.data)
+    found = (e for e in validator().iter_errors(doc.data)
              if not any(tuple(e.absolute_path)[:len(p)] == p for p in doc.unreadable))
     out = _violations_of(doc, list(itertools.islice(found, MAX_PROBLEMS + 1)))
     if len(out) <= MAX_PROBLEMS:
