@@ -10,18 +10,17 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG, AssetAlias
+from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferred,
 )
-from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow_context import task_context
 from conftest import Location
 from s3server import Fault, FaultProxy
 
@@ -65,9 +64,7 @@ def conn(location: Location, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Cata
 
 
 def context(triggered_by: str | None = None) -> dict[str, Any]:
-    """What operators read from the task context, with Airflow's own outlet event recorder."""
-    return {"outlet_events": OutletEventAccessors(), "dag": DAG("unit"), "run_id": "manual__1",
-            "dag_run": SimpleNamespace(triggering_user_name=triggered_by)}
+    return task_context("unit", triggered_by=triggered_by)
 
 
 def alias_uris(ctx: dict[str, Any], alias: AssetAlias) -> set[str]:

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG, Asset
+from airflow.sdk import Asset
 from airflow.sdk.exceptions import (
     AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferralError,
     TaskDeferred,
 )
-from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow_context import task_context
 
 from olympia import Catalog
 from olympia_provider.assets import catalog_asset, catalog_asset_uri, object_asset
@@ -46,7 +46,7 @@ def local_conn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Ca
 
 
 def context() -> dict[str, Any]:
-    return {"outlet_events": OutletEventAccessors(), "dag": DAG("unit"), "run_id": "manual__1"}
+    return task_context("unit")
 
 
 def test_equal_catalogs_are_equal_assets(tmp_path: Path, local_conn: tuple[str, Catalog]

@@ -12,15 +12,14 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 import pytest
 import yaml
-from airflow.sdk import DAG, AssetAlias, TriggerRule
+from airflow.sdk import AssetAlias, TriggerRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow_context import task_context
 from conftest import Location
 from expire_fixtures import expire_dtxn
 from iceberg_helpers import ICEBERG_SPARK_JARS
@@ -78,11 +77,7 @@ def local_conn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Ca
 
 
 def context(run_id: str = RUN_ID, started: datetime | None = None) -> dict[str, Any]:
-    """What the operators read from the task context (Airflow's own outlet event recorder;
-    the DAG run's start, from which an abort looks for a commit of its transaction)."""
-    return {"outlet_events": OutletEventAccessors(), "dag": DAG("wap"), "run_id": run_id,
-            "dag_run": SimpleNamespace(start_date=started or datetime.now(UTC),
-                                       triggering_user_name=None)}
+    return task_context("wap", run_id, started=started)
 
 
 def add_table(location: Location, txn_id: str, name: str) -> None:
