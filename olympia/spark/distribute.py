@@ -13,6 +13,7 @@ from pyiceberg.table.sorting import NullOrder, SortDirection
 from pyiceberg.transforms import IdentityTransform, TruncateTransform
 
 from olympia.exceptions import InvalidArgumentError
+from olympia.spark.datafiles import transformed
 from olympia.spark.options import PATH, SourceOptions
 from olympia.spark.write_options import (
     OVERWRITE_MODE,
@@ -20,7 +21,6 @@ from olympia.spark.write_options import (
     REPLACE_WHERE,
     SORT_ORDER_ID,
 )
-from olympia.spark.writer import transformed
 
 MODES = ("append", "overwrite")
 KEY_PREFIX = "_olympia_key_"  # columns of transformed values, dropped before the write
