@@ -3,7 +3,7 @@ the definitions it lists, never the catalog), an object's details, a page of his
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -75,22 +75,6 @@ def page_size(limit: int | None) -> int:
     return limit
 
 
-def _entries(snapshot: Snapshot, kind: ObjectType, namespace: str | None,
-             after: str | None) -> Iterator[tuple[ObjectRef, str]]:
-    """(ref, definition path) of the objects of ``kind`` (in ``namespace``) named above
-    ``after``, in name order, read lazily from the tree."""
-    prefix = (PREFIX[kind] if namespace is None
-              else snapshot.codec.children_prefix(kind, namespace))
-    low = prefix
-    if after is not None:
-        ref = (ObjectRef(kind, after) if namespace is None
-               else ObjectRef(kind, namespace, after))
-        low = snapshot.codec.key(ref) + "\0"
-    for key, path in btree.scan(snapshot.nodes, snapshot.root.node, low,
-                                btree.prefix_end(prefix)):
-        yield snapshot.codec.decode(key), path
-
-
 def _read(snapshot: Snapshot, found: list[tuple[ObjectRef, str]],
           ) -> list[Namespace | Table | View]:
     """The definitions of ``found`` (all of one kind), read concurrently."""
@@ -108,11 +92,12 @@ def _read(snapshot: Snapshot, found: list[tuple[ObjectRef, str]],
 
 
 def namespaces_page(snapshot: Snapshot, after: str | None, limit: int) -> Listing:
-    """Up to ``limit`` namespaces named above ``after``, with their definitions."""
-    found = list(islice(_entries(snapshot, ObjectType.NAMESPACE, None, after), limit + 1))
-    more = len(found) > limit
-    items = _read(snapshot, found[:limit])
-    return Listing(items, items[-1].name if more and items else None)
+    """Up to ``limit`` namespaces named above ``after``, with their definitions (a page of
+    the read API's :meth:`~olympia.catalog.reader.CatalogReader.names_page`)."""
+    page = snapshot.names_page(ObjectType.NAMESPACE, None, after, limit)
+    items = _read(snapshot, [(ObjectRef(ObjectType.NAMESPACE, name), path)
+                             for name, path in page.entries])
+    return Listing(items, page.next_after)
 
 
 def check_prefix(prefix: str | None) -> str | None:
@@ -137,11 +122,9 @@ def _named(snapshot: Snapshot, namespace: str, prefix: str | None,
     """(ref, definition path) of the tables and views of ``namespace`` whose names start
     with ``prefix``, in name order (a table before a view of the same name): one key range
     of the tree per kind, reading the keys that match and no definition."""
-    found: list[tuple[ObjectRef, str]] = []
-    for kind in (ObjectType.TABLE, ObjectType.VIEW):
-        low = snapshot.codec.children_prefix(kind, namespace) + (prefix or "")
-        found += [(snapshot.codec.decode(key), path) for key, path in
-                  btree.scan(snapshot.nodes, snapshot.root.node, low, btree.prefix_end(low))]
+    found = [(ObjectRef(kind, namespace, name), path)
+             for kind in (ObjectType.TABLE, ObjectType.VIEW)
+             for name, path in snapshot.names(kind, namespace, None, prefix or "")]
     return sorted(found, key=lambda f: (f[0].name, f[0].type))
 
 
@@ -207,8 +190,7 @@ def find(snapshot: Snapshot, prefix: str, after: str | None, limit: int) -> Foun
     out: list[ObjectRef] = []
     looked = 0
     first = None if low is None else low[0]
-    for namespace in _entries(snapshot, ObjectType.NAMESPACE, None, None):
-        ns = namespace[0].namespace
+    for ns, _ in snapshot.names(ObjectType.NAMESPACE):
         if first is not None and ns < first:
             continue
         looked += 1
