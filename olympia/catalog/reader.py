@@ -174,7 +174,10 @@ class CatalogReader(ABC):
 
         Raises:
             NoSuchNamespaceError: ``namespace`` does not exist.
+            ValueError: ``limit`` is below 1.
         """
+        if limit is not None and limit < 1:
+            raise ValueError(f"a page holds at least one name, not {limit}")
         entries = self.names(kind, namespace, after)
         found: list[tuple[str, str]] = []
         while limit is None or len(found) <= limit:

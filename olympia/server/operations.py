@@ -50,6 +50,20 @@ class Operations:
         """
         return self.one_level(identifier.namespace.root), identifier.name
 
+    def check_named(self, identifier: TableIdentifier | None, kind: str, namespace: str,
+                    name: str) -> None:
+        """Check that a body's optional identifier names the object its path names.
+
+        Raises:
+            RestError: it names another one (400).
+        """
+        if identifier is None:
+            return
+        named = self.table_identifier(identifier)
+        if named != (namespace, name):
+            raise bad_request(f"the body names {kind} {'.'.join(named)} but the path names "
+                              f"{namespace}.{name}")
+
     def _listing(self, namespace: str, page: Page, kind: str,
                  read: Callable[[str, str | None, int | None], NamePage]) -> dict[str, Any]:
         """A page of the tables or views of ``namespace``, as the specification's

@@ -189,11 +189,7 @@ class TableOperations(Operations):
                 statistics file, a ``write.*.path``, a location that does not hold the
                 table's files).
         """
-        if body.identifier is not None:
-            named = self.table_identifier(body.identifier)
-            if named != (namespace, name):
-                raise bad_request(f"the body names table {'.'.join(named)} but the path "
-                                  f"names {namespace}.{name}")
+        self.check_named(body.identifier, "table", namespace, name)
         return self._commit([change_of(namespace, name, body)])[0]
 
     def commit_transaction(self, body: CommitTransactionBody) -> None:

@@ -12,7 +12,6 @@ from pyiceberg.view.metadata import ViewMetadata
 
 from olympia.iceberg.views import IcebergViews
 from olympia.server.commits import retry_lost_races
-from olympia.server.errors import bad_request
 from olympia.server.models import CommitViewBody, CreateViewBody, RenameTableBody
 from olympia.server.operations import Operations
 from olympia.server.paging import Page
@@ -37,8 +36,9 @@ class ViewOperations(Operations):
 
         Raises:
             NoSuchNamespaceError: the namespace does not exist.
-            AlreadyExistsError: a table or view of that name exists.
-            RestError: a reserved property, or a version an Olympia view cannot hold.
+            ViewAlreadyExistsError: a table or view of that name exists.
+            InvalidArgumentError: a reserved property, or a version an Olympia view cannot
+                hold.
             TableLocationError: a location outside the warehouse (or in a refused form).
         """
         return self._view_response(*self.views.create(
@@ -67,14 +67,11 @@ class ViewOperations(Operations):
             NoSuchViewError: the view does not exist.
             CommitFailedException: its uuid is not the one required.
             NotImplementedError: it has no Iceberg view metadata.
-            RestError: the body names another view, or an update the view cannot take.
+            RestError: the body names another view.
+            InvalidArgumentError: an update the view cannot take.
             TableLocationError: a location outside the warehouse (or in a refused form).
         """
-        if body.identifier is not None:
-            named = self.table_identifier(body.identifier)
-            if named != (namespace, name):
-                raise bad_request(f"the body names view {'.'.join(named)} but the path "
-                                  f"names {namespace}.{name}")
+        self.check_named(body.identifier, "view", namespace, name)
         return self._view_response(*retry_lost_races(
             lambda: self.views.replace(namespace, name, body.requirements, body.updates),
             self.catalog.olympia.commit_options))
