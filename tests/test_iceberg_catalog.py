@@ -555,6 +555,20 @@ def test_iceberg_views_in_process(ice: OlympiaCatalog) -> None:
         ice.drop_view("sales.recent")
 
 
+def test_a_view_created_in_an_abandoned_transaction_leaves_nothing(ice: OlympiaCatalog,
+                                                                   tmp_path: Path) -> None:
+    before = latest(ice)
+    with pytest.raises(RuntimeError, match="abandoned"), ice.transaction() as tx:
+        tx.create_view("sales.v", SCHEMA, sql_version("SELECT 1 AS id", "sales"))
+        assert tx.view_exists("sales.v") and not ice.view_exists("sales.v")
+        raise RuntimeError("abandoned")
+    assert latest(ice) == before and not ice.view_exists("sales.v")
+    assert not list(tmp_path.rglob("*.metadata.json"))  # its metadata file is deleted
+    with ice.transaction() as tx:
+        created = tx.create_view("sales.v", SCHEMA, sql_version("SELECT 1 AS id", "sales"))
+    assert latest(ice) == before + 1 and ice.load_view("sales.v") == created
+
+
 def test_views_of_olympias_own_tools(ice: OlympiaCatalog) -> None:
     ice.create_table("sales.t", SCHEMA)
     ice.olympia.create_view("sales", "v", sql="SELECT * FROM sales.t",

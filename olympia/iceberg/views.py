@@ -17,6 +17,9 @@ it as an Iceberg view is refused: no Iceberg view metadata describes it exactly.
 An Olympia view holds one SQL text and a one-level default namespace: a view version with
 other than one SQL representation, or a deeper default namespace, is refused
 (``InvalidArgumentError``).
+
+Over 400 lines because it applies the Iceberg view specification's updates itself (pyiceberg
+has models of view metadata but no code that applies view updates); each is a few lines.
 """
 
 from __future__ import annotations
