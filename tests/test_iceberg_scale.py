@@ -147,6 +147,13 @@ def test_a_page_reads_what_it_shows(tmp_path: Path, decodes: Decodes) -> None:
         assert [i["name"] for i in answer["identifiers"]] == [f"t{i:04d}" for i in range(10)]
         assert answer["next-page-token"]
         costs.append((decoded, reads, fresh.olympia.snapshot.depth()))
+        warm, _, again = decodes.of(fresh, lambda s=service: s.list_tables("ns", Page(None, 10)))
+        assert again == answer and warm == 0  # a warm page decodes nothing
+        token = answer["next-page-token"]
+        decoded, _, after = decodes.of(fresh, lambda s=service, t=token: s.list_tables(
+            "ns", Page(t, 10)))
+        assert [i["name"] for i in after["identifiers"]] == [f"t{i:04d}" for i in range(10, 20)]
+        assert decoded == 10  # t0010 was the first page's one more: 9 of this page, one more
         fresh.close()
     (small_decodes, small_reads, small_depth), (big_decodes, big_reads, big_depth) = costs
     assert small_decodes == big_decodes <= 11  # the page and the one that says "more"
