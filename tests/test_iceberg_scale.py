@@ -22,7 +22,7 @@ from iceberg_helpers import SCHEMA
 from pyiceberg.exceptions import NoSuchNamespaceError
 
 from olympia import Catalog
-from olympia.catalog.keys import ObjectType
+from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import LocationInUseError
@@ -227,6 +227,7 @@ def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OlympiaCatalog]:
         for name in NAMES:
             txn.create_namespace(f"n{name}")
             txn.create_view("ns", name, sql="SELECT 1 AS one")
+            txn.create_view(f"n{name}", "v", sql="SELECT 1 AS one")
     yield catalog
     catalog.close()
 
@@ -259,6 +260,21 @@ def test_a_page_of_any_listing_is_the_names_after_its_cursor(kinds: OlympiaCatal
         assert [p.names for p in pages] == [
             snapshot.names_page(ObjectType.NAMESPACE, None, after, limit).names,
             snapshot.names_page(ObjectType.VIEW, "ns", after, limit).names]
+    finally:
+        txn.abort()
+
+
+def test_the_views_of_every_namespace_after_a_cursor(kinds: OlympiaCatalog) -> None:
+    """The catalog-wide listing (the UI's "used by" pages) in namespace then name order."""
+    every = sorted([("ns", n) for n in NAMES] + [(f"n{n}", "v") for n in NAMES])
+    txn = kinds.olympia.transaction()
+    try:
+        for cursor in [None, *every[::3], every[-1]]:
+            ref = None if cursor is None else ObjectRef(ObjectType.VIEW, *cursor)
+            expected = [e for e in every if cursor is None or e > cursor]
+            for reader in (kinds.olympia.snapshot, txn):
+                assert [(r.namespace, r.name) for r, _ in
+                        reader.refs_after(ObjectType.VIEW, ref)] == expected
     finally:
         txn.abort()
 

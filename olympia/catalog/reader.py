@@ -191,6 +191,28 @@ class CatalogReader(ABC):
             return NamePage(found, None)
         return NamePage(found[:limit], found[limit - 1][0])
 
+    def refs_after(self, kind: ObjectType, after: ObjectRef | None = None,
+                   ) -> Iterator[tuple[ObjectRef, str]]:
+        """The tables (or views) of every namespace after ``after``, in namespace then name
+        order, without reading their definitions (a catalog-wide listing's pages).
+
+        Args:
+            kind: TABLE or VIEW.
+            after: The cursor: only objects after this one (None: from the first).
+
+        Returns:
+            (ref, definition file path), read as iterated (a reader over one tree starts at
+            the cursor's key).
+        """
+        found = ((self.codec.decode(key), path) for key, path in self._refs_range(kind, after))
+        return ((ref, path) for ref, path in found
+                if after is None or (ref.namespace, ref.name) > (after.namespace, after.name))
+
+    def _refs_range(self, kind: ObjectType, after: ObjectRef | None,
+                    ) -> Iterator[tuple[str, str]]:
+        """(key, path) of at least the objects :meth:`refs_after` lists, in key order."""
+        return self._scan(kind, None)
+
     def _key_range(self, kind: ObjectType, namespace: str | None, after: str | None,
                    prefix: str) -> Iterator[tuple[str, str]]:
         """(key, path) of the objects :meth:`names` lists, in key order: at least the keys
@@ -336,6 +358,13 @@ class Snapshot(CatalogReader):
         prefix = self._prefix(kind, namespace)
         return btree.scan(self.nodes, self.root.node, prefix + (after or ""),
                           btree.prefix_end(prefix))
+
+    def _refs_range(self, kind: ObjectType, after: ObjectRef | None,
+                    ) -> Iterator[tuple[str, str]]:
+        # padded namespaces and names keep keys in (namespace, name) order
+        low = PREFIX[kind] if after is None else self.codec.key(ObjectRef(
+            kind, after.namespace, after.name))
+        return btree.scan(self.nodes, self.root.node, low, btree.prefix_end(PREFIX[kind]))
 
     def _key_range(self, kind: ObjectType, namespace: str | None, after: str | None,
                    prefix: str) -> Iterator[tuple[str, str]]:

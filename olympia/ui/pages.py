@@ -12,7 +12,7 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType, validate_name
+from olympia.catalog.keys import ObjectRef, ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import (
@@ -25,7 +25,6 @@ from olympia.plan.changes import column_text
 from olympia.plan.render import change_lines
 from olympia.plan.versiondiff import ObjectChange, version_diff
 from olympia.spec.iceberg import layout_of
-from olympia.tree import btree
 from olympia.versions.history import (
     Diff,
     VersionInfo,
@@ -341,12 +340,8 @@ def used_by(snapshot: Snapshot, table: ObjectRef, after: str | None,
     Raises:
         InvalidArgumentError: a malformed cursor.
     """
-    low = PREFIX[ObjectType.VIEW]
-    if after is not None:
-        low = snapshot.codec.key(_cursor(snapshot, f"view {after}")) + "\0"
-    found = list(islice(((snapshot.codec.decode(k), p) for k, p in btree.scan(
-        snapshot.nodes, snapshot.root.node, low, btree.prefix_end(PREFIX[ObjectType.VIEW]))),
-        reads + 1))
+    cursor = None if after is None else _cursor(snapshot, f"view {after}")
+    found = list(islice(snapshot.refs_after(ObjectType.VIEW, cursor), reads + 1))
     page = found[:reads]
     views = [v for v in _read(snapshot, page) if isinstance(v, View)
              and (table.namespace, table.name) in v.referenced_objects]
