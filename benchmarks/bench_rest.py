@@ -46,7 +46,7 @@ from benchmarks.common import ROOT, guarded, per_second, percentiles, s3_locatio
 from olympia.catalog.objects import Table as TableDef
 from olympia.iceberg import OlympiaCatalog
 from olympia.server import CatalogService
-from olympia.server.service import Page
+from olympia.server.paging import Page
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 TABLE = ("bench", "events")

@@ -23,6 +23,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     NoSuchViewError,
     TableAlreadyExistsError,
+    ViewAlreadyExistsError,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -40,6 +41,7 @@ from pyiceberg.types import (
     StringType,
     StructType,
 )
+from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
 from olympia import Catalog, versions
 from olympia.exceptions import (
@@ -504,16 +506,81 @@ def test_create_table_transaction(ice: OlympiaCatalog, format_version: int) -> N
 # --- views --------------------------------------------------------------------------------
 
 
-def test_views_are_olympia_views(ice: OlympiaCatalog) -> None:
+def sql_version(sql: str, namespace: str, *dialects: str) -> ViewVersion:
+    """A view version with one SQL representation per dialect (``spark`` if none)."""
+    return ViewVersion(  # type: ignore[call-arg]
+        version_id=1, schema_id=0, summary={"engine-name": "test"},
+        representations=[ViewRepresentation(SQLViewRepresentation(
+            type="sql", sql=sql, dialect=dialect)) for dialect in dialects or ("spark",)],
+        default_namespace=[namespace])
+
+
+def test_iceberg_views_in_process(ice: OlympiaCatalog) -> None:
+    before = latest(ice)
+    created = ice.create_view("sales.recent", SCHEMA, sql_version("SELECT 1 AS id", "sales"),
+                              properties={"comment": "recent rows", "owner": "ana"})
+    assert latest(ice) == before + 1  # the metadata file and the Olympia view, one version
+    assert ice.list_views("sales") == [("sales", "recent")] and ice.view_exists("sales.recent")
+    loaded = ice.load_view("sales.recent")
+    assert loaded == created and loaded.name() == ("sales", "recent")
+    assert [(f.field_id, f.name) for f in loaded.schema().fields] == [(1, "id"), (2, "name")]
+    assert loaded.current_version().representations[0].root.sql == "SELECT 1 AS id"
+    assert loaded.location().startswith(ice.properties["warehouse"])
+    view = ice.olympia.load_view("sales", "recent")  # the Olympia view mirrors it
+    assert (view.sql, view.dialect, view.default_namespace, view.comment) == (
+        "SELECT 1 AS id", "spark", "sales", "recent rows")
+    assert [c.name for c in view.columns] == ["id", "name"]
+    metadata_file = view.properties["iceberg.metadata-location"]
+    assert Path(metadata_file.removeprefix("file://")).is_file()
+    with pytest.raises(ViewAlreadyExistsError):
+        ice.create_view("sales.recent", SCHEMA, sql_version("SELECT 2 AS id", "sales"))
+    ice.create_table("sales.t", SCHEMA)
+    with pytest.raises(ViewAlreadyExistsError, match="sales.t"):
+        ice.create_view("sales.t", SCHEMA, sql_version("SELECT 2 AS id", "sales"))
+    with pytest.raises(NoSuchNamespaceError):
+        ice.create_view("nope.v", SCHEMA, sql_version("SELECT 2 AS id", "nope"))
+    with pytest.raises(InvalidArgumentError, match="2 SQL representations"):
+        ice.create_view("sales.two", SCHEMA,
+                        sql_version("SELECT 2 AS id", "sales", "spark", "trino"))
+    with pytest.raises(InvalidArgumentError, match="iceberg.metadata-location"):
+        ice.create_view("sales.own", SCHEMA, sql_version("SELECT 2 AS id", "sales"),
+                        properties={"iceberg.metadata-location": "file:///x"})
+    assert ice.list_views("sales") == [("sales", "recent")]
+    pinned = ice.at_version(latest(ice))
+    ice.drop_view("sales.recent")
+    assert pinned.load_view("sales.recent") == created  # a catalog version keeps it
+    with pytest.raises(NoSuchViewError):
+        ice.load_view("sales.recent")
+    with pytest.raises(NoSuchViewError):
+        ice.drop_view("sales.recent")
+
+
+def test_a_view_created_in_an_abandoned_transaction_leaves_nothing(ice: OlympiaCatalog,
+                                                                   tmp_path: Path) -> None:
+    before = latest(ice)
+    with pytest.raises(RuntimeError, match="abandoned"), ice.transaction() as tx:
+        tx.create_view("sales.v", SCHEMA, sql_version("SELECT 1 AS id", "sales"))
+        assert tx.view_exists("sales.v") and not ice.view_exists("sales.v")
+        raise RuntimeError("abandoned")
+    assert latest(ice) == before and not ice.view_exists("sales.v")
+    assert not list(tmp_path.rglob("*.metadata.json"))  # its metadata file is deleted
+    with ice.transaction() as tx:
+        created = tx.create_view("sales.v", SCHEMA, sql_version("SELECT 1 AS id", "sales"))
+    assert latest(ice) == before + 1 and ice.load_view("sales.v") == created
+
+
+def test_views_of_olympias_own_tools(ice: OlympiaCatalog) -> None:
     ice.create_table("sales.t", SCHEMA)
     ice.olympia.create_view("sales", "v", sql="SELECT * FROM sales.t",
                             referenced_objects=["sales.t"])
     assert ice.list_views("sales") == [("sales", "v")]
     assert ice.view_exists("sales.v") and not ice.view_exists("sales.t")
-    with pytest.raises(NotImplementedError, match="SQL definitions"):
+    with pytest.raises(NotImplementedError, match="Olympia's own tools"):
         ice.load_view("sales.v")
     with pytest.raises(NoSuchViewError):
         ice.load_view("sales.w")
+    with pytest.raises(NotImplementedError, match="create_view"):
+        ice.register_view("sales.r", "file:///x.metadata.json")
     ice.drop_view("sales.v")
     with pytest.raises(NoSuchViewError):
         ice.drop_view("sales.v")

@@ -22,13 +22,14 @@ from iceberg_helpers import SCHEMA
 from pyiceberg.exceptions import NoSuchNamespaceError
 
 from olympia import Catalog
+from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import LocationInUseError
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.session import _LiveCache
 from olympia.server import CatalogService
-from olympia.server.service import Page
+from olympia.server.paging import Page
 
 T = TypeVar("T")
 ORDER = 4  # a small B-tree order: a few dozen tables make a tree of several levels
@@ -146,6 +147,13 @@ def test_a_page_reads_what_it_shows(tmp_path: Path, decodes: Decodes) -> None:
         assert [i["name"] for i in answer["identifiers"]] == [f"t{i:04d}" for i in range(10)]
         assert answer["next-page-token"]
         costs.append((decoded, reads, fresh.olympia.snapshot.depth()))
+        warm, _, again = decodes.of(fresh, lambda s=service: s.list_tables("ns", Page(None, 10)))
+        assert again == answer and warm == 0  # a warm page decodes nothing
+        token = answer["next-page-token"]
+        decoded, _, after = decodes.of(fresh, lambda s=service, t=token: s.list_tables(
+            "ns", Page(t, 10)))
+        assert [i["name"] for i in after["identifiers"]] == [f"t{i:04d}" for i in range(10, 20)]
+        assert decoded == 10  # t0010 was the first page's one more: 9 of this page, one more
         fresh.close()
     (small_decodes, small_reads, small_depth), (big_decodes, big_reads, big_depth) = costs
     assert small_decodes == big_decodes <= 11  # the page and the one that says "more"
@@ -205,6 +213,100 @@ def names(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OlympiaCatalog]:
     parquet_tables(catalog, path, 5)
     yield catalog
     catalog.close()
+
+
+NAMES = ["a", "a-b", "ab", "b", "é", "日本", "t0003", "t0003x", "zz"]
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OlympiaCatalog]:
+    """Namespaces and views of names of every kind (for the pages of other listings)."""
+    path = tmp_path_factory.mktemp("kinds")
+    catalog = grown(path, 0)
+    with catalog.olympia.transaction() as txn:
+        for name in NAMES:
+            txn.create_namespace(f"n{name}")
+            txn.create_view("ns", name, sql="SELECT 1 AS one")
+            txn.create_view(f"n{name}", "v", sql="SELECT 1 AS one")
+    yield catalog
+    catalog.close()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(after=st.one_of(st.none(), st.text(max_size=6), st.sampled_from([*NAMES, "", "t0003 "])),
+       limit=st.one_of(st.none(), st.integers(1, 10)),
+       prefix=st.sampled_from(["", "a", "t0003", "日", "zzz"]))
+def test_a_page_of_any_listing_is_the_names_after_its_cursor(kinds: OlympiaCatalog,
+                                                             after: Any, limit: Any,
+                                                             prefix: str) -> None:
+    """The one paging of the read API (CatalogReader.names_page) over a version's tree and
+    over a transaction's view, for namespaces and views: the names above the cursor, the
+    next cursor the page's last name when more follow."""
+    snapshot = kinds.olympia.snapshot
+    txn = kinds.olympia.transaction()
+    try:
+        namespaces = sorted(["ns", *(f"n{n}" for n in NAMES)])
+        for kind, ns, every in ((ObjectType.NAMESPACE, None, namespaces),
+                                (ObjectType.VIEW, "ns", sorted(NAMES))):
+            above = [n for n in every if after is None or n > after]
+            for reader in (snapshot, txn):
+                page = reader.names_page(kind, ns, after, limit)
+                shown = above if limit is None else above[:limit]
+                assert page.names == shown
+                assert page.next_after == (shown[-1] if len(above) > len(shown) else None)
+                assert [n for n, _ in reader.names(kind, ns, after, prefix)] == [
+                    n for n in above if n.startswith(prefix)]
+        pages = (kinds.namespaces_page(after, limit), kinds.views_page("ns", after, limit))
+        assert [p.names for p in pages] == [
+            snapshot.names_page(ObjectType.NAMESPACE, None, after, limit).names,
+            snapshot.names_page(ObjectType.VIEW, "ns", after, limit).names]
+    finally:
+        txn.abort()
+
+
+def test_the_views_of_every_namespace_after_a_cursor(kinds: OlympiaCatalog) -> None:
+    """The catalog-wide listing (the UI's "used by" pages) in namespace then name order."""
+    every = sorted([("ns", n) for n in NAMES] + [(f"n{n}", "v") for n in NAMES])
+    txn = kinds.olympia.transaction()
+    try:
+        for cursor in [None, *every[::3], every[-1]]:
+            ref = None if cursor is None else ObjectRef(ObjectType.VIEW, *cursor)
+            expected = [e for e in every if cursor is None or e > cursor]
+            for reader in (kinds.olympia.snapshot, txn):
+                assert [(r.namespace, r.name) for r, _ in
+                        reader.refs_after(ObjectType.VIEW, ref)] == expected
+    finally:
+        txn.abort()
+
+
+def test_pages_of_views_read_keys_only(tmp_path: Path) -> None:
+    """A page of 10 views (and of namespaces), in a process that has read nothing yet: no
+    definition read, and only the nodes of one more tree level read at 4N views than at N."""
+    costs = []
+    for size in (N, 4 * N):
+        (tmp_path / f"views{size}").mkdir()
+        catalog = grown(tmp_path / f"views{size}", 0)
+        with catalog.olympia.transaction() as txn:
+            for i in range(size):
+                txn.create_view("ns", f"v{i:04d}", sql="SELECT 1 AS one")
+        uri = catalog.olympia.uri
+        catalog.close()
+        fresh = OlympiaCatalog("fresh", uri=uri)
+        fresh.olympia.refresh()
+        stats = fresh.olympia.storage.stats
+        reads = stats.reads
+        page = fresh.views_page("ns", "v0004", 10)
+        assert page.names == [f"v{i:04d}" for i in range(5, 15)]
+        assert page.next_after == "v0014"
+        costs.append((stats.reads - reads, fresh.olympia.snapshot.depth()))
+        assert fresh.namespaces_page(None, 1).names == ["ns"]
+        fresh.close()
+    (small_reads, small_depth), (big_reads, big_depth) = costs
+    assert big_depth > small_depth
+    # the latest root (3 reads), the namespace's key, the nodes of the range (at most
+    # ORDER a level), and no definition
+    assert small_reads <= 3 + 2 * small_depth * ORDER
+    assert big_reads <= small_reads + (big_depth - small_depth) * ORDER
 
 
 def test_a_transaction_lists_its_staged_tables(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ One server per module over a catalog on local disk; names are unique per test.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -32,7 +33,7 @@ from restserver import RestServer, assert_error, request, version
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.commit import CommitOptions
 from olympia.exceptions import CommitConflict
-from olympia.server.service import retry_lost_races
+from olympia.server.commits import retry_lost_races
 from olympia.versions.history import history
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
@@ -110,6 +111,17 @@ def test_tables_list_page_by_page(server: RestServer, client: RestCatalog, ns: s
     assert [t["name"] for t in rest["identifiers"]] == ["c"] and rest["next-page-token"] is None
     assert server.client("paged", **{"rest-page-size": "1"}).list_tables(ns) == [
         (ns, "a"), (ns, "b"), (ns, "c")]
+    # a token is refused (never approximated) where it was not given out: another
+    # namespace's tables, the views of this one, the namespaces, or no token of this server
+    client.create_namespace(f"{ns}_other")
+    for path in (f"{ns}_other/tables", f"{ns}/views"):
+        assert_error(request(server, "GET", f"/v1/namespaces/{path}?pageToken={token}"), 400,
+                     "BadRequestException", "another listing")
+    assert_error(request(server, "GET", f"/v1/namespaces?pageToken={token}"), 400,
+                 "BadRequestException", "another listing")
+    forged = quote(base64.urlsafe_b64encode(b"b").decode())
+    assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables?pageToken={forged}"),
+                 400, "BadRequestException", "not a page token")
 
 
 def test_head_answers_without_a_body(server: RestServer, client: RestCatalog, ns: str) -> None:

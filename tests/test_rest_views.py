@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
@@ -23,6 +24,7 @@ from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, V
 from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
+from olympia.iceberg import OlympiaCatalog
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True),
                 NestedField(2, "name", StringType(), required=False))
@@ -116,6 +118,47 @@ def test_a_view_lives_through_the_server(server: RestServer, client: RestCatalog
         client.load_view((ns, "recent"))
     with pytest.raises(NoSuchViewError):
         client.drop_view((ns, "recent"))
+
+
+def test_the_server_and_olympia_catalog_serve_the_same_views(server: RestServer,
+                                                             client: RestCatalog,
+                                                             ns: str) -> None:
+    """A view created through the server is loaded in-process by OlympiaCatalog, one created
+    in-process is loaded through the server, and a replace through the server is what
+    OlympiaCatalog loads next: both read and write the same stored view metadata."""
+    local = OlympiaCatalog("local", uri=server.catalog_uri, warehouse=server.warehouse)
+    try:
+        served = client.create_view((ns, "served"), SCHEMA, sql_version("SELECT 1 AS id", ns))
+        assert local.load_view((ns, "served")).metadata == served.metadata
+        made = local.create_view((ns, "made"), SCHEMA, sql_version("SELECT 2 AS id", ns),
+                                 properties={"owner": "ana"})
+        assert client.load_view((ns, "made")).metadata == made.metadata
+        assert client.list_views(ns) == local.list_views(ns) == [(ns, "made"), (ns, "served")]
+        status, _, body = request(server, "POST", f"/v1/namespaces/{ns}/views/made",
+                                  json.dumps(replace_body(made.metadata.view_uuid,
+                                                          "SELECT 3 AS id", ns)))
+        assert status == 200, body
+        replaced = local.load_view((ns, "made"))
+        assert replaced.current_version().representations[0].root.sql == "SELECT 3 AS id"
+        assert replaced.metadata == client.load_view((ns, "made")).metadata
+        local.drop_view((ns, "served"))
+        assert not client.view_exists((ns, "served"))
+    finally:
+        local.close()
+
+
+def test_views_list_page_by_page(server: RestServer, client: RestCatalog, ns: str) -> None:
+    for name in ("c", "a", "b"):
+        client.create_view((ns, name), SCHEMA, sql_version("SELECT 1 AS id", ns))
+    status, _, first = request(server, "GET", f"/v1/namespaces/{ns}/views?pageSize=2")
+    assert status == 200 and [v["name"] for v in first["identifiers"]] == ["a", "b"]
+    token = quote(first["next-page-token"])
+    _, _, rest = request(server, "GET", f"/v1/namespaces/{ns}/views?pageSize=2&pageToken={token}")
+    assert [v["name"] for v in rest["identifiers"]] == ["c"] and rest["next-page-token"] is None
+    assert server.client("paged", **{"rest-page-size": "1"}).list_views(ns) == [
+        (ns, "a"), (ns, "b"), (ns, "c")]
+    assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables?pageToken={token}"), 400,
+                 "BadRequestException", "another listing")
 
 
 def test_replace_keeps_the_uuid_and_the_history(server: RestServer, client: RestCatalog,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from olympia._proto import actions_pb2 as apb
@@ -119,6 +121,104 @@ class CatalogReader(ABC):
         """The object's definition file (None if absent); a new path means a new definition."""
         return self._get(ref)
 
+    # --- pages: one key range of the tree -------------------------------------------------
+
+    def names(self, kind: ObjectType, namespace: str | None = None, after: str | None = None,
+              prefix: str = "") -> Iterator[tuple[str, str]]:
+        """The namespaces (``kind`` NAMESPACE, ``namespace`` None), or the tables or views of
+        ``namespace``, by name, without reading their definitions.
+
+        Args:
+            kind: What to list.
+            namespace: The namespace whose tables or views to list (None for namespaces).
+            after: Only names after this cursor (any string; None: from the first).
+            prefix: Only names that start with this.
+
+        Returns:
+            (name, definition file path) in name order, read as iterated: a caller that
+            stops early reads only the tree nodes it passed (a reader over one tree starts
+            at the cursor's key).
+
+        Raises:
+            NoSuchNamespaceError: ``namespace`` does not exist.
+        """
+        if namespace is not None and not self.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
+        keys = self._key_range(kind, namespace, after, prefix)
+        named = ((self.codec.decode(key), path) for key, path in keys)
+        return ((name, path) for name, path in
+                ((ref.namespace if kind == ObjectType.NAMESPACE else ref.name, path)
+                 for ref, path in named)
+                if (after is None or name > after) and name.startswith(prefix))
+
+    def names_page(self, kind: ObjectType, namespace: str | None, after: str | None,
+                   limit: int | None,
+                   keep: Callable[[list[tuple[str, str]]], list[bool]] | None = None,
+                   ) -> NamePage:
+        """One page of :meth:`names`: the cursor paging of every listing (the REST
+        catalog's and the UI's). The page reads the tree's keys from the cursor to one name
+        past its end (to know whether more follow), and no definition.
+
+        Args:
+            kind: What to list.
+            namespace: The namespace whose tables or views to list (None for namespaces).
+            after: The cursor: where the previous page ended (None: the first page).
+            limit: The most names on the page (None: every name after the cursor).
+            keep: Which of a batch of (name, path) the listing shows (None: all), for a
+                listing of some of the objects (an Iceberg catalog's tables); it is given
+                the names in batches no larger than the page still needs (plus one) and at
+                most :data:`PAGE_BATCH`.
+
+        Returns:
+            The page and the cursor of the next one.
+
+        Raises:
+            NoSuchNamespaceError: ``namespace`` does not exist.
+            ValueError: ``limit`` is below 1.
+        """
+        if limit is not None and limit < 1:
+            raise ValueError(f"a page holds at least one name, not {limit}")
+        entries = self.names(kind, namespace, after)
+        found: list[tuple[str, str]] = []
+        while limit is None or len(found) <= limit:
+            want = PAGE_BATCH if limit is None else min(PAGE_BATCH, limit + 1 - len(found))
+            batch = list(islice(entries, want))
+            if not batch:
+                break
+            found += batch if keep is None else [
+                entry for entry, kept in zip(batch, keep(batch), strict=True) if kept]
+        if limit is None or len(found) <= limit:
+            return NamePage(found, None)
+        return NamePage(found[:limit], found[limit - 1][0])
+
+    def refs_after(self, kind: ObjectType, after: ObjectRef | None = None,
+                   ) -> Iterator[tuple[ObjectRef, str]]:
+        """The tables (or views) of every namespace after ``after``, in namespace then name
+        order, without reading their definitions (a catalog-wide listing's pages).
+
+        Args:
+            kind: TABLE or VIEW.
+            after: The cursor: only objects after this one (None: from the first).
+
+        Returns:
+            (ref, definition file path), read as iterated (a reader over one tree starts at
+            the cursor's key).
+        """
+        found = ((self.codec.decode(key), path) for key, path in self._refs_range(kind, after))
+        return ((ref, path) for ref, path in found
+                if after is None or (ref.namespace, ref.name) > (after.namespace, after.name))
+
+    def _refs_range(self, kind: ObjectType, after: ObjectRef | None,
+                    ) -> Iterator[tuple[str, str]]:
+        """(key, path) of at least the objects :meth:`refs_after` lists, in key order."""
+        return self._scan(kind, None)
+
+    def _key_range(self, kind: ObjectType, namespace: str | None, after: str | None,
+                   prefix: str) -> Iterator[tuple[str, str]]:
+        """(key, path) of the objects :meth:`names` lists, in key order: at least the keys
+        of the names after ``after`` that start with ``prefix`` (it filters the rest)."""
+        return self._scan(kind, namespace)
+
     # --- whole-catalog reads ---------------------------------------------------------------
 
     def objects(self) -> Iterator[tuple[ObjectRef, str]]:
@@ -184,6 +284,28 @@ class CatalogReader(ABC):
         return PREFIX[kind] if namespace is None else self.codec.children_prefix(kind, namespace)
 
 
+#: The most names :meth:`CatalogReader.names_page` hands to ``keep`` at once.
+PAGE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class NamePage:
+    """One page of a listing by name (:meth:`CatalogReader.names_page`).
+
+    Args:
+        entries: (name, definition file path) of the page, in name order.
+        next_after: The cursor of the next page, the page's last name (None: the last page).
+    """
+
+    entries: list[tuple[str, str]]
+    next_after: str | None
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the page."""
+        return [name for name, _ in self.entries]
+
+
 _MISSING: dict[ObjectType, type[NotFoundError]] = {
     ObjectType.NAMESPACE: NoSuchNamespaceError,
     ObjectType.TABLE: NoSuchTableError,
@@ -236,6 +358,22 @@ class Snapshot(CatalogReader):
         prefix = self._prefix(kind, namespace)
         return btree.scan(self.nodes, self.root.node, prefix + (after or ""),
                           btree.prefix_end(prefix))
+
+    def _refs_range(self, kind: ObjectType, after: ObjectRef | None,
+                    ) -> Iterator[tuple[str, str]]:
+        # padded namespaces and names keep keys in (namespace, name) order
+        low = PREFIX[kind] if after is None else self.codec.key(ObjectRef(
+            kind, after.namespace, after.name))
+        return btree.scan(self.nodes, self.root.node, low, btree.prefix_end(PREFIX[kind]))
+
+    def _key_range(self, kind: ObjectType, namespace: str | None, after: str | None,
+                   prefix: str) -> Iterator[tuple[str, str]]:
+        # a key is its kind's (and namespace's) prefix and the name padded with spaces,
+        # which sort below every character a name may hold: the key of every name after
+        # ``after`` is at least the prefix followed by ``after``
+        keys = self._prefix(kind, namespace)
+        low = keys + (prefix if after is None or after < prefix else after)
+        return btree.scan(self.nodes, self.root.node, low, btree.prefix_end(keys + prefix))
 
     def actions(self) -> list[apb.ActionDef]:
         """The actions of the transaction that produced this version."""

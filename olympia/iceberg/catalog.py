@@ -18,8 +18,7 @@ and delegates to the modules named above.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -35,17 +34,19 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import CommitTableRequest, CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import AssertCreate, AssignUUIDUpdate, TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.view import View
+from pyiceberg.view.metadata import ViewVersion
 
 from olympia import exceptions as oe
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
-from olympia.catalog.reader import CatalogReader
+from olympia.catalog.reader import CatalogReader, NamePage
 from olympia.iceberg.files import check_commit, check_placement, table_files, under
 from olympia.iceberg.locations import LiveTable, confine
 from olympia.iceberg.metadata import (
@@ -56,16 +57,12 @@ from olympia.iceberg.metadata import (
     table_definition,
 )
 from olympia.iceberg.session import CatalogSession
+from olympia.iceberg.views import IcebergViews
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["OlympiaCatalog"]
-
-#: The most table keys a listing takes at once (its definitions read together when their
-#: kind is not known yet).
-LIST_BATCH = 256
-
 
 class OlympiaCatalog(CatalogSession):
     """A pyiceberg catalog whose tables live in an Olympia catalog.
@@ -210,44 +207,87 @@ class OlympiaCatalog(CatalogSession):
 
     def iceberg_tables(self, namespace: str | Identifier, after: str | None = None,
                        limit: int | None = None) -> list[str]:
-        """The names of a namespace's Iceberg tables in name order (a page of
-        :meth:`list_tables`), read from the tree's keys: whether a definition file is an
-        Iceberg table's is kept by its path (definition files are immutable), so each one
-        is read and decoded once, and a page reads the keys up to its last name (and at
-        most :data:`LIST_BATCH` more).
+        """The names of a page of a namespace's Iceberg tables (:meth:`tables_page`).
+
+        Raises:
+            NoSuchNamespaceError: it does not exist.
+        """
+        return self.tables_page(namespace, after, limit).names
+
+    def tables_page(self, namespace: str | Identifier, after: str | None = None,
+                    limit: int | None = None) -> NamePage:
+        """A page of :meth:`list_tables`: the names of a namespace's Iceberg tables in name
+        order, read from the tree's keys (:meth:`CatalogReader.names_page`). Whether a
+        definition file is an Iceberg table's is kept by its path (definition files are
+        immutable), so each one is read and decoded once, and a page reads the keys up to
+        one Iceberg table past its end.
 
         Args:
             namespace: The namespace.
-            after: Only tables named after this (a page token's name; None: from the first).
+            after: Only tables named after this cursor (the previous page's ``next_after``;
+                None: from the first).
             limit: At most this many names (None: all).
 
         Returns:
-            The names.
+            The names and the cursor of the next page.
 
         Raises:
             NoSuchNamespaceError: it does not exist.
         """
         ns = self._namespace(namespace)
         reader = self._reader()
-        try:
-            entries = reader.table_paths(ns, after)
-        except oe.NoSuchNamespaceError:
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
-        batch = LIST_BATCH if limit is None else max(1, min(LIST_BATCH, limit))
-        found: list[str] = []
-        while limit is None or len(found) < limit:
-            chunk = list(itertools.islice(entries, batch))
-            if not chunk:
-                break
-            known = {path: self._iceberg_paths.get(path) for _, path in chunk}
-            unknown = [(name, path) for name, path in chunk if known[path] is None]
+
+        def iceberg(batch: list[tuple[str, str]]) -> list[bool]:
+            known = {path: self._iceberg_paths.get(path) for _, path in batch}
+            unknown = [(name, path) for name, path in batch if known[path] is None]
             read = reader.table_definitions([path for _, path in unknown])
             for (name, path), message in zip(unknown, read, strict=True):
-                iceberg = is_iceberg(TableDef.from_proto(message, ns, name))
-                self._iceberg_paths.put(path, iceberg)
-                known[path] = iceberg
-            found.extend(name for name, path in chunk if known[path])
-        return found if limit is None else found[:limit]
+                flag = is_iceberg(TableDef.from_proto(message, ns, name))
+                self._iceberg_paths.put(path, flag)
+                known[path] = flag
+            return [bool(known[path]) for _, path in batch]
+
+        return self._page(reader, ObjectType.TABLE, ns, after, limit, iceberg)
+
+    def namespaces_page(self, after: str | None = None, limit: int | None = None) -> NamePage:
+        """A page of :meth:`list_namespaces` (:meth:`CatalogReader.names_page`).
+
+        Args:
+            after: Only namespaces named after this cursor (None: from the first).
+            limit: At most this many names (None: all).
+
+        Returns:
+            The names and the cursor of the next page.
+        """
+        return self._page(self._reader(), ObjectType.NAMESPACE, None, after, limit)
+
+    def views_page(self, namespace: str | Identifier, after: str | None = None,
+                   limit: int | None = None) -> NamePage:
+        """A page of :meth:`list_views` (:meth:`CatalogReader.names_page`).
+
+        Args:
+            namespace: The namespace.
+            after: Only views named after this cursor (None: from the first).
+            limit: At most this many names (None: all).
+
+        Returns:
+            The names and the cursor of the next page.
+
+        Raises:
+            NoSuchNamespaceError: it does not exist.
+        """
+        ns = self._namespace(namespace)
+        return self._page(self._reader(), ObjectType.VIEW, ns, after, limit)
+
+    @staticmethod
+    def _page(reader: CatalogReader, kind: ObjectType, ns: str | None, after: str | None,
+              limit: int | None,
+              keep: Callable[[list[tuple[str, str]]], list[bool]] | None = None,
+              ) -> NamePage:
+        try:
+            return reader.names_page(kind, ns, after, limit, keep)
+        except oe.NoSuchNamespaceError:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
 
     def load_table(self, identifier: str | Identifier) -> Table:
         """The table as this catalog sees it (latest, pinned version, or transaction).
@@ -558,10 +598,10 @@ class OlympiaCatalog(CatalogSession):
         self._change(stage, "rename_table")
         return self.load_table((to_ns, to_name))
 
-    # --- views (Olympia views are SQL definitions, not Iceberg views) ----------------------
+    # --- views (olympia/iceberg/views.py) ------------------------------------------------
 
     def list_views(self, namespace: str | Identifier) -> list[Identifier]:
-        """The Olympia views of a namespace.
+        """The views of a namespace: Iceberg views and views defined with Olympia's own tools.
 
         Raises:
             NoSuchNamespaceError: it does not exist.
@@ -573,7 +613,7 @@ class OlympiaCatalog(CatalogSession):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
 
     def view_exists(self, identifier: str | Identifier) -> bool:
-        """Whether the Olympia view exists (a name the format forbids never does).
+        """Whether the view exists (a name the format forbids never does).
 
         Raises:
             InvalidArgumentError: a multi-level namespace.
@@ -584,8 +624,54 @@ class OlympiaCatalog(CatalogSession):
         except oe.InvalidNameError:
             return False
 
+    def create_view(self, identifier: str | Identifier, schema: Schema | pa.Schema,
+                    view_version: ViewVersion, location: str | None = None,
+                    properties: Properties = EMPTY_DICT) -> View:
+        """Create an Iceberg view: its first metadata file under ``location`` and the Olympia
+        view mirroring it, in one version (``olympia serve`` serves it too).
+
+        Args:
+            identifier: The view.
+            schema: Its schema (given fresh field ids, as the REST catalog does).
+            view_version: Its first version: one SQL representation, a one-level default
+                namespace, schema id ``-1`` or ``0``.
+            location: Where its metadata files go (``None``: derived as a table's).
+            properties: Its properties.
+
+        Returns:
+            The view.
+
+        Raises:
+            NoSuchNamespaceError: the namespace does not exist.
+            ViewAlreadyExistsError: a table or view of that name exists.
+            InvalidArgumentError: a reserved property, or a version an Olympia view cannot
+                hold.
+        """
+        ns, name = self._table_ident(identifier)
+        fresh = assign_fresh_schema_ids(self._convert_schema_if_needed(schema))
+        metadata, _ = IcebergViews(self).create(ns, name, fresh, view_version, location,
+                                                string_properties(properties))
+        return View((ns, name), metadata)
+
+    def load_view(self, identifier: str | Identifier) -> View:
+        """The Iceberg view, read from the metadata file its Olympia view names.
+
+        Raises:
+            NoSuchViewError: the view does not exist.
+            NotImplementedError: it was defined (or redefined since) with Olympia's own
+                tools, so no Iceberg view metadata describes it: read it with
+                ``catalog.olympia.load_view``.
+            CorruptFileError: its metadata file is missing or unreadable.
+        """
+        ns, name = self._table_ident(identifier)
+        try:
+            metadata, _ = IcebergViews(self).load(ns, name)
+        except oe.NoSuchViewError:
+            raise NoSuchViewError(f"View does not exist: {ns}.{name}") from None
+        return View((ns, name), metadata)
+
     def drop_view(self, identifier: str | Identifier) -> None:
-        """Drop an Olympia view.
+        """Drop a view (its metadata files stay).
 
         Raises:
             NoSuchViewError: it does not exist.
@@ -600,23 +686,11 @@ class OlympiaCatalog(CatalogSession):
 
         self._change(stage, "drop_view")
 
-    def load_view(self, identifier: str | Identifier) -> View:
-        """Refused: Olympia views are SQL definitions (read them with
-        ``catalog.olympia.load_view``), not Iceberg view metadata.
-
-        Raises:
-            NoSuchViewError: the view does not exist.
-            NotImplementedError: it exists.
-        """
-        if not self.view_exists(identifier):
-            raise NoSuchViewError(f"View does not exist: {'.'.join(self._table_ident(identifier))}")
-        raise NotImplementedError("Olympia views are SQL definitions, not Iceberg views: "
-                                  "read them with OlympiaCatalog.olympia.load_view")
-
     def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
-        """Refused: Iceberg view metadata has no place in an Olympia catalog."""
-        raise NotImplementedError("Olympia views are SQL definitions: create them with "
-                                  "OlympiaCatalog.olympia.create_view or a catalog spec")
+        """Refused: create the view with :meth:`create_view` (its metadata file is then one
+        the catalog wrote)."""
+        raise NotImplementedError("register_view is not supported by OlympiaCatalog: create "
+                                  "the view with create_view")
 
 
 def _check_uuid(table: str, current: TableMetadata | None,

@@ -30,6 +30,7 @@ _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
     (oe.NoSuchViewError, 404, "NoSuchViewException"),
     (ice.NamespaceAlreadyExistsError, 409, "AlreadyExistsException"),
     (ice.TableAlreadyExistsError, 409, "AlreadyExistsException"),
+    (ice.ViewAlreadyExistsError, 409, "AlreadyExistsException"),
     (oe.AlreadyExistsError, 409, "AlreadyExistsException"),
     (ice.NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
     (oe.NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),

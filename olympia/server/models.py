@@ -4,25 +4,15 @@ partition specs, sort orders and table metadata are pyiceberg's own models."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
 from pydantic import Field, field_validator
 from pyiceberg.catalog.rest import CreateTableRequest, CreateViewRequest, RegisterTableRequest
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import CommitTableRequest, TableIdentifier
 from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import (
-    AddSchemaUpdate,
-    AssignUUIDUpdate,
-    RemovePropertiesUpdate,
-    SetLocationUpdate,
-    SetPropertiesUpdate,
-    TableRequirement,
-    TableUpdate,
-    UpgradeFormatVersionUpdate,
-)
+from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import IcebergBaseModel
-from pyiceberg.view.metadata import ViewVersion
+
+from olympia.iceberg.views import AssertViewUUID, ViewUpdate
 
 
 class CreateNamespaceBody(IcebergBaseModel):
@@ -93,35 +83,6 @@ class CreateViewBody(CreateViewRequest):
     """``POST /v1/namespaces/{namespace}/views`` (``location`` is optional)."""
 
     location: str | None = None
-
-
-class AssertViewUUID(IcebergBaseModel):
-    """The one view requirement: the view still has this uuid."""
-
-    type: Literal["assert-view-uuid"]
-    uuid: str
-
-
-class AddViewVersionUpdate(IcebergBaseModel):
-    """Add a view version (``schema-id`` -1: the schema added last)."""
-
-    action: Literal["add-view-version"]
-    view_version: ViewVersion = Field(alias="view-version")
-
-
-class SetCurrentViewVersionUpdate(IcebergBaseModel):
-    """Make a version current (``view-version-id`` -1: the version added last)."""
-
-    action: Literal["set-current-view-version"]
-    view_version_id: int = Field(alias="view-version-id")
-
-
-ViewUpdate = Annotated[
-    AssignUUIDUpdate | UpgradeFormatVersionUpdate | AddSchemaUpdate | SetLocationUpdate
-    | SetPropertiesUpdate | RemovePropertiesUpdate | AddViewVersionUpdate
-    | SetCurrentViewVersionUpdate,
-    Field(discriminator="action"),
-]
 
 
 class CommitViewBody(IcebergBaseModel):

@@ -32,26 +32,27 @@ from olympia.server.access import READS, WRITES, read_bounded
 from olympia.server.auth import Client
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import (
-                                   CommitTableBody,
-                                   CommitTransactionBody,
-                                   CommitViewBody,
-                                   CreateNamespaceBody,
-                                   CreateTableBody,
-                                   CreateViewBody,
-                                   RegisterTableBody,
-                                   RenameTableBody,
-                                   ReportMetricsBody,
-                                   UpdateNamespacePropertiesBody,
+    CommitTableBody,
+    CommitTransactionBody,
+    CommitViewBody,
+    CreateNamespaceBody,
+    CreateTableBody,
+    CreateViewBody,
+    RegisterTableBody,
+    RenameTableBody,
+    ReportMetricsBody,
+    UpdateNamespacePropertiesBody,
 )
+from olympia.server.paging import Page
 from olympia.server.paths import (
-                                  NAMESPACE_SEPARATOR,
-                                  existing_namespace,
-                                  levels_of,
-                                  name_of,
-                                  namespace_of,
-                                  read_namespace_of,
+    NAMESPACE_SEPARATOR,
+    existing_namespace,
+    levels_of,
+    name_of,
+    namespace_of,
+    read_namespace_of,
 )
-from olympia.server.service import CatalogService, Page
+from olympia.server.service import CatalogService
 from olympia.server.transactions import SYSTEM, SystemNamespaces
 
 M = TypeVar("M", bound=pydantic.BaseModel)

@@ -28,7 +28,8 @@ from olympia.catalog.distributed import STATES, DistributedTransaction
 from olympia.iceberg.txnfiles import abort_transaction
 from olympia.server.errors import RestError, bad_request
 from olympia.server.models import UpdateNamespacePropertiesBody
-from olympia.server.service import CatalogService, Page, paginate
+from olympia.server.paging import Page, paginate
+from olympia.server.service import CatalogService
 from olympia.versions.dtxn import list_transactions
 
 SYSTEM = ("sys", "dtxns")
@@ -101,7 +102,7 @@ class SystemNamespaces:
             return {"namespaces": [list(SYSTEM)], "next-page-token": None}
         if tuple(parent) == SYSTEM:
             ids = sorted(r.id for r in list_transactions(self.store) if r.state != pb.ABORTING)
-            shown, token = paginate(ids, page)
+            shown, token = paginate(ids, page, ".".join(SYSTEM))
             return {"namespaces": [[*SYSTEM, i] for i in shown], "next-page-token": token}
         found = inside(parent)
         if found is None or found[1]:

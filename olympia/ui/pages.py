@@ -3,7 +3,7 @@ the definitions it lists, never the catalog), an object's details, a page of his
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -12,7 +12,7 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
 from olympia.catalog.catalog import Catalog
-from olympia.catalog.keys import PREFIX, ObjectRef, ObjectType, validate_name
+from olympia.catalog.keys import ObjectRef, ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import (
@@ -25,7 +25,6 @@ from olympia.plan.changes import column_text
 from olympia.plan.render import change_lines
 from olympia.plan.versiondiff import ObjectChange, version_diff
 from olympia.spec.iceberg import layout_of
-from olympia.tree import btree
 from olympia.versions.history import (
     Diff,
     VersionInfo,
@@ -75,22 +74,6 @@ def page_size(limit: int | None) -> int:
     return limit
 
 
-def _entries(snapshot: Snapshot, kind: ObjectType, namespace: str | None,
-             after: str | None) -> Iterator[tuple[ObjectRef, str]]:
-    """(ref, definition path) of the objects of ``kind`` (in ``namespace``) named above
-    ``after``, in name order, read lazily from the tree."""
-    prefix = (PREFIX[kind] if namespace is None
-              else snapshot.codec.children_prefix(kind, namespace))
-    low = prefix
-    if after is not None:
-        ref = (ObjectRef(kind, after) if namespace is None
-               else ObjectRef(kind, namespace, after))
-        low = snapshot.codec.key(ref) + "\0"
-    for key, path in btree.scan(snapshot.nodes, snapshot.root.node, low,
-                                btree.prefix_end(prefix)):
-        yield snapshot.codec.decode(key), path
-
-
 def _read(snapshot: Snapshot, found: list[tuple[ObjectRef, str]],
           ) -> list[Namespace | Table | View]:
     """The definitions of ``found`` (all of one kind), read concurrently."""
@@ -108,11 +91,12 @@ def _read(snapshot: Snapshot, found: list[tuple[ObjectRef, str]],
 
 
 def namespaces_page(snapshot: Snapshot, after: str | None, limit: int) -> Listing:
-    """Up to ``limit`` namespaces named above ``after``, with their definitions."""
-    found = list(islice(_entries(snapshot, ObjectType.NAMESPACE, None, after), limit + 1))
-    more = len(found) > limit
-    items = _read(snapshot, found[:limit])
-    return Listing(items, items[-1].name if more and items else None)
+    """Up to ``limit`` namespaces named above ``after``, with their definitions (a page of
+    the read API's :meth:`~olympia.catalog.reader.CatalogReader.names_page`)."""
+    page = snapshot.names_page(ObjectType.NAMESPACE, None, after, limit)
+    items = _read(snapshot, [(ObjectRef(ObjectType.NAMESPACE, name), path)
+                             for name, path in page.entries])
+    return Listing(items, page.next_after)
 
 
 def check_prefix(prefix: str | None) -> str | None:
@@ -137,11 +121,9 @@ def _named(snapshot: Snapshot, namespace: str, prefix: str | None,
     """(ref, definition path) of the tables and views of ``namespace`` whose names start
     with ``prefix``, in name order (a table before a view of the same name): one key range
     of the tree per kind, reading the keys that match and no definition."""
-    found: list[tuple[ObjectRef, str]] = []
-    for kind in (ObjectType.TABLE, ObjectType.VIEW):
-        low = snapshot.codec.children_prefix(kind, namespace) + (prefix or "")
-        found += [(snapshot.codec.decode(key), path) for key, path in
-                  btree.scan(snapshot.nodes, snapshot.root.node, low, btree.prefix_end(low))]
+    found = [(ObjectRef(kind, namespace, name), path)
+             for kind in (ObjectType.TABLE, ObjectType.VIEW)
+             for name, path in snapshot.names(kind, namespace, None, prefix or "")]
     return sorted(found, key=lambda f: (f[0].name, f[0].type))
 
 
@@ -207,8 +189,7 @@ def find(snapshot: Snapshot, prefix: str, after: str | None, limit: int) -> Foun
     out: list[ObjectRef] = []
     looked = 0
     first = None if low is None else low[0]
-    for namespace in _entries(snapshot, ObjectType.NAMESPACE, None, None):
-        ns = namespace[0].namespace
+    for ns, _ in snapshot.names(ObjectType.NAMESPACE):
         if first is not None and ns < first:
             continue
         looked += 1
@@ -359,12 +340,8 @@ def used_by(snapshot: Snapshot, table: ObjectRef, after: str | None,
     Raises:
         InvalidArgumentError: a malformed cursor.
     """
-    low = PREFIX[ObjectType.VIEW]
-    if after is not None:
-        low = snapshot.codec.key(_cursor(snapshot, f"view {after}")) + "\0"
-    found = list(islice(((snapshot.codec.decode(k), p) for k, p in btree.scan(
-        snapshot.nodes, snapshot.root.node, low, btree.prefix_end(PREFIX[ObjectType.VIEW]))),
-        reads + 1))
+    cursor = None if after is None else _cursor(snapshot, f"view {after}")
+    found = list(islice(snapshot.refs_after(ObjectType.VIEW, cursor), reads + 1))
     page = found[:reads]
     views = [v for v in _read(snapshot, page) if isinstance(v, View)
              and (table.namespace, table.name) in v.referenced_objects]
