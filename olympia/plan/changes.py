@@ -6,11 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from olympia.catalog.objects import Column, Namespace, Table
+from olympia.catalog.keys import ObjectType
+from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.exceptions import InvalidArgumentError
 from olympia.plan.compat import is_safe_change
 from olympia.plan.opjson import parse_ops
 from olympia.plan.ops import Action, Kind, Op
+from olympia.spec import fields as described
 
 if TYPE_CHECKING:
     from olympia.catalog.transaction import Transaction
@@ -122,6 +124,18 @@ def property_details(before: Mapping[str, str], after: Mapping[str, str],
     keys = sorted(set(before) | set(after))
     return [detail(f"{prefix}.{k}", before.get(k), after.get(k)) for k in keys
             if before.get(k) != after.get(k)]
+
+
+def value_names(kind: ObjectType) -> tuple[str, ...]:
+    """The plain-valued fields of ``kind``, common ones (comment, protection) first."""
+    return tuple(f.name for f in described.values(kind))
+
+
+def map_details(before: Namespace | Table | View, after: Namespace | Table | View,
+                ) -> list[dict[str, Any]]:
+    """The entries of the map fields (properties first) that differ, as details."""
+    return [d for f in described.maps(described.kind_of(after))
+            for d in property_details(f.value(before), f.value(after), f.name)]
 
 
 def new_attributes(default: Any, new: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:

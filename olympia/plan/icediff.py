@@ -39,7 +39,7 @@ def has_metadata(table: Table) -> bool:
 
 def creatable(item: TableSpec, namespace_properties: Mapping[str, str], warehouse: str) -> bool:
     """Whether the Iceberg table ``item`` declares can be created: it has a location."""
-    return bool((item.manages_location and item.table.location)
+    return bool((item.manages("location") and item.table.location)
                 or namespace_properties.get(LOCATION) or warehouse)
 
 
@@ -50,7 +50,7 @@ def create_op(item: TableSpec) -> CreateIcebergTable:
         identifier=(table.namespace, table.name),
         columns=tuple(c.without_ids() for c in table.columns),
         properties=dict(sorted(table.properties.items())), table_type=table.table_type,
-        location=table.location if item.manages_location else "",
+        location=table.location if item.manages("location") else "",
         partition_by=item.layout.partition_texts(), sort_by=item.layout.sort_texts(),
         format_version=item.format_version or 2, comment=table.comment,
         protected=table.protected)
@@ -77,7 +77,7 @@ def alter(differ: Differ, item: TableSpec, current: Table) -> list[Change]:
         as_stored(c) for c in desired.columns)))
     args, details = alter_common(current, desired)
     fmt = current.format_properties
-    if item.manages_location and desired.location.rstrip("/") != fmt.get(
+    if item.manages("location") and desired.location.rstrip("/") != fmt.get(
             TABLE_LOCATION, "").rstrip("/"):
         differ.problem(item.position, f"table {name}: its Iceberg location is "
                        f"{fmt.get(TABLE_LOCATION, '(unknown)')} and cannot change; remove "

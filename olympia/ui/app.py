@@ -24,9 +24,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
+from olympia.catalog.objects import Namespace, Table, View
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
 from olympia.plan.render import SIGNS
+from olympia.spec import fields as described
 from olympia.ui import pages
 from olympia.ui.timeline import timeline
 from olympia.versions.dtxn import summarize_transactions
@@ -171,7 +173,8 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                   dependencies=list(dependencies))
     app.add_middleware(SecurityHeaders)
     templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis)
+    templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis,
+                                 facts=facts)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
     def render(request: Request, template: str, code: int = 200, **values: Any,
@@ -378,6 +381,17 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       limit=limit)
 
     return app
+
+
+def facts(obj: Namespace | Table | View) -> list[tuple[str, str]]:
+    """The ``(label, text)`` facts an object's page lists for the described fields it does
+    not lay out itself (:func:`olympia.spec.fields.facts`); maps as ``key=value, ...``."""
+    out = []
+    for f in described.facts(described.kind_of(obj)):
+        value = f.value(obj)
+        out.append((f.label, ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
+                    if f.compare == described.Compare.MAP else str(value)))
+    return out
 
 
 def _version_number(text: str | None) -> int | None:
