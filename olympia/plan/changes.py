@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +136,23 @@ def map_details(before: Namespace | Table | View, after: Namespace | Table | Vie
     """The entries of the map fields (properties first) that differ, as details."""
     return [d for f in described.maps(described.kind_of(after))
             for d in property_details(f.value(before), f.value(after), f.name)]
+
+
+def new_field_values(before: Namespace | Table, after: Namespace | Table,
+                     settable: Iterable[described.Field],
+                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The fields among ``settable`` whose value differs: their new values (normalised) for
+    an alteration's ``new_values``, and their details (map fields key by key)."""
+    values: dict[str, Any] = {}
+    details: list[dict[str, Any]] = []
+    for f in settable:
+        old, new = f.normal(f.value(before)), f.normal(f.value(after))
+        if old == new:
+            continue
+        values[f.name] = new
+        details += (property_details(old, new, f.name) if f.compare == described.Compare.MAP
+                    else [detail(f.name, old, new)])
+    return values, details
 
 
 def new_attributes(default: Any, new: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:

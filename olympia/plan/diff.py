@@ -37,7 +37,7 @@ from olympia.plan.changes import (
     detail,
     map_details,
     new_attributes,
-    property_details,
+    new_field_values,
     value_names,
 )
 from olympia.plan.ops import (
@@ -187,6 +187,11 @@ class Differ:
                            details=_created(Namespace(name), desired),
                            ops=[CreateNamespace.of(desired)])]
         args, details = alter_common(existing, desired)
+        new_values, more = new_field_values(existing, desired,
+                                            described.alterable(ObjectType.NAMESPACE))
+        if new_values:
+            args["new_values"] = new_values
+        details += more
         if not args:
             return []
         return [Change(Action.UPDATE, Kind.NAMESPACE, name, details=details,
@@ -297,14 +302,12 @@ class Differ:
         if self._as_declared(ObjectType.TABLE, current):
             return []
         args, details = alter_common(current, desired)
-        new_values = {}
-        for f in described.kept_when_omitted(ObjectType.TABLE):
-            before, after = f.normal(f.value(current)), f.normal(f.value(desired))
-            if item.manages(f.name) and before != after:
-                new_values[f.name] = after
-                details += _field_details(f, before, after)
+        new_values, more = new_field_values(
+            current, desired, [f for f in described.alterable(ObjectType.TABLE)
+                               if item.manages(f.name) or not f.kept_when_omitted])
         if new_values:
             args["new_values"] = new_values
+        details += more
         column_args, column_details = self.column_changes(item, current)
         args.update(column_args)
         if not args:
@@ -438,13 +441,6 @@ def _renamed(objects: dict[Key, Any], renames: Mapping[Key, tuple[Change, Key]],
     for old, (_, new) in renames.items():
         out[new] = replace(out.pop(old), name=new[1])
     return out
-
-
-def _field_details(f: described.Field, before: Any, after: Any) -> list[dict[str, Any]]:
-    """How a plain or map field changes, as plan details."""
-    if f.compare == described.Compare.MAP:
-        return property_details(before, after, f.name)
-    return [detail(f.name, before, after)]
 
 
 def _created(default: Namespace | Table, new: Namespace | Table) -> list[dict[str, Any]]:

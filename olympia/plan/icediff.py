@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table
 from olympia.exceptions import InvalidArgumentError
-from olympia.plan.changes import Change, alter_common, detail
+from olympia.plan.changes import Change, alter_common, detail, new_field_values
 from olympia.plan.ops import Action, AlterIcebergTable, CreateIcebergTable, Kind
+from olympia.spec import fields as described
 from olympia.spec.iceberg import Layout, Term, as_stored, layout_of
 from olympia.spec.model import TableSpec
 
@@ -53,7 +55,9 @@ def create_op(item: TableSpec) -> CreateIcebergTable:
         location=table.location if item.manages("location") else "",
         partition_by=item.layout.partition_texts(), sort_by=item.layout.sort_texts(),
         format_version=item.format_version or 2, comment=table.comment,
-        protected=table.protected)
+        protected=table.protected, new_values={
+            f.name: f.normal(f.value(table)) for f in described.olympia_only(ObjectType.TABLE)
+            if f.value(table) != described.default(table, f)})
 
 
 def create_details(item: TableSpec) -> list[dict[str, Any]]:
@@ -76,6 +80,11 @@ def alter(differ: Differ, item: TableSpec, current: Table) -> list[Change]:
     stored = replace(item, table=replace(desired, columns=tuple(
         as_stored(c) for c in desired.columns)))
     args, details = alter_common(current, desired)
+    new_values, more = new_field_values(current, desired,
+                                        described.olympia_only(ObjectType.TABLE))
+    if new_values:
+        args["new_values"] = new_values
+    details += more
     fmt = current.format_properties
     if item.manages("location") and desired.location.rstrip("/") != fmt.get(
             TABLE_LOCATION, "").rstrip("/"):

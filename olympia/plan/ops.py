@@ -68,6 +68,11 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [{"type": "null"}, schema]}
 
 
+def _settable_schema(settable: tuple[described.Field, ...]) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each field an operation sets whole; null: unchanged."""
+    return {f.name: _nullable(f.op or {}) for f in settable}
+
+
 # --- operations ----------------------------------------------------------------------------
 
 
@@ -98,25 +103,20 @@ class Op:
         out: dict[str, Any] = {"op": self.op}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "op":
+            if f.name in ("op", "new_values"):
                 continue
             if f.name == "definition":  # its fields, as described (olympia.spec.fields)
                 out.update(described.to_json(value))
-            elif f.name == "new_values":
-                out.update(_described_json(value))
             elif f.name in self.required or value != _default(f):
                 out[f.name] = _jsonable(value)
+        if isinstance(self, SetsFields):  # last, in the description's order
+            out.update({f.name: f.jsonable(self.new_values[f.name]) for f in self.settable
+                        if f.name in self.new_values})
         return out
 
 
 def _default(f: Any) -> Any:
     return f.default_factory() if callable(f.default_factory) else f.default
-
-
-def _described_json(new_values: Mapping[str, Any]) -> dict[str, Any]:
-    """New values of described table fields in their JSON form, in the fields' order."""
-    return {f.name: f.jsonable(new_values[f.name]) for f in described.definition(TABLE)
-            if f.name in new_values}
 
 
 def _jsonable(value: Any) -> Any:
@@ -130,6 +130,22 @@ def _jsonable(value: Any) -> Any:
 
 
 NAMESPACE, TABLE, VIEW = ObjectType.NAMESPACE, ObjectType.TABLE, ObjectType.VIEW
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetsFields(Op):
+    """An operation that sets whole new values of described fields (``new_values``: field
+    name -> value, for the fields in ``settable``), written flat and last in the JSON form;
+    a field in none of an operation's own keywords is one of these."""
+
+    new_values: Mapping[str, Any] = field(default_factory=dict)
+    settable: ClassVar[tuple[described.Field, ...]] = ()
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Op:
+        names = {f.name for f in cls.settable}
+        new = {k: values.pop(k) for k in list(values) if k in names}
+        return cls(**values, new_values={k: v for k, v in new.items() if v is not None})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,20 +190,22 @@ class CreateNamespace(NamespaceOp):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AlterNamespace(NamespaceOp):
+class AlterNamespace(NamespaceOp, SetsFields):
     op: Literal["alter_namespace"] = "alter_namespace"
     set_properties: Mapping[str, str] = field(default_factory=dict)
     unset_properties: tuple[str, ...] = ()
     comment: str | None = None
     protected: bool | None = None
     action_type = "NAMESPACE_ALTER"
+    settable = described.alterable(NAMESPACE)
     schema = {"namespace": _NAME, "set_properties": _PROPS, "unset_properties": _NAMES,
-              "comment": _nullable(_TEXT), "protected": _nullable(_BOOL)}
+              "comment": _nullable(_TEXT), "protected": _nullable(_BOOL),
+              **_settable_schema(settable)}
     required = ("namespace",)
 
     def apply(self, txn: Transaction) -> None:
         txn.alter_namespace(self.namespace, self.set_properties, self.unset_properties,
-                            self.comment, self.protected)
+                            self.comment, self.protected, **self.new_values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,7 +260,7 @@ class CreateTable(ObjectOp):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TableChanges(ObjectOp):
+class TableChanges(ObjectOp, SetsFields):
     """What every table alteration can change: properties, columns, comment, protection.
 
     Column updates are keyed by the column's new name."""
@@ -269,20 +287,13 @@ class TableChanges(ObjectOp):
 @dataclass(frozen=True, kw_only=True)
 class AlterTable(TableChanges):
     """An alteration of the Olympia definition itself (tables of formats other than
-    Iceberg, and Iceberg tables declared without metadata yet). ``new_values``: the whole
-    new values of the fields a spec may leave alone (location, format properties: those
-    :mod:`olympia.spec.fields` marks ``kept_when_omitted``), written flat in the JSON form."""
+    Iceberg, and Iceberg tables declared without metadata yet); ``new_values``: the whole
+    new values of the table's own fields (:func:`olympia.spec.fields.alterable`: location,
+    format properties)."""
 
     op: Literal["alter_table"] = "alter_table"
-    new_values: Mapping[str, Any] = field(default_factory=dict)
-    schema = {**TableChanges.schema, **{f.name: _nullable(f.op or {})
-                                        for f in described.kept_when_omitted(TABLE)}}
-
-    @classmethod
-    def from_json(cls, values: dict[str, Any]) -> Op:
-        whole = {f.name for f in described.kept_when_omitted(TABLE)}
-        new = {k: values.pop(k) for k in list(values) if k in whole}
-        return cls(**values, new_values={k: v for k, v in new.items() if v is not None})
+    settable = described.alterable(TABLE)
+    schema = {**TableChanges.schema, **_settable_schema(settable)}
 
     def apply(self, txn: Transaction) -> None:
         txn.alter_table(self.identifier, set_properties=self.set_properties,
@@ -299,10 +310,12 @@ _FORMAT_VERSION: dict[str, Any] = {"enum": [1, 2]}
 
 
 @dataclass(frozen=True, kw_only=True)
-class CreateIcebergTable(ObjectOp):
+class CreateIcebergTable(ObjectOp, SetsFields):
     """Create a real Iceberg table (metadata file and definition) through pyiceberg; an
     Iceberg table declared without metadata yet becomes one. ``location`` empty: derived
-    from the namespace's ``location`` property or the catalog's ``warehouse``."""
+    from the namespace's ``location`` property or the catalog's ``warehouse``.
+    ``new_values``: the fields only Olympia keeps beyond comment, protection and table type
+    (:func:`olympia.spec.fields.olympia_only`)."""
 
     op: Literal["create_iceberg_table"] = "create_iceberg_table"
     columns: tuple[Column, ...] = ()
@@ -318,8 +331,9 @@ class CreateIcebergTable(ObjectOp):
     schema = {"identifier": _IDENT, "columns": _COLUMNS, "properties": _PROPS,
               "table_type": _NAME, "location": _TEXT, "partition_by": _TERMS,
               "sort_by": _TERMS, "format_version": _FORMAT_VERSION, "comment": _TEXT,
-              "protected": _BOOL}
+              "protected": _BOOL, **_settable_schema(described.olympia_only(TABLE))}
     required = ("identifier", "columns")
+    settable = described.olympia_only(TABLE)
 
     def apply(self, txn: Transaction) -> None:
         staging = _iceberg_staging(txn, self)
@@ -329,15 +343,18 @@ class CreateIcebergTable(ObjectOp):
 @dataclass(frozen=True, kw_only=True)
 class AlterIcebergTable(TableChanges):
     """Evolve a real Iceberg table through pyiceberg (schema, partition spec, sort order,
-    properties, format version) in the transaction; comment and protection are Olympia's.
+    properties, format version) in the transaction; comment, protection and
+    ``new_values`` (:func:`olympia.spec.fields.olympia_only`) are Olympia's.
     ``partition_by``/``sort_by`` None: unchanged."""
 
     op: Literal["alter_iceberg_table"] = "alter_iceberg_table"
     partition_by: tuple[str, ...] | None = None
     sort_by: tuple[str, ...] | None = None
     format_version: int | None = None
+    settable = described.olympia_only(TABLE)
     schema = {**TableChanges.schema, "partition_by": _nullable(_TERMS),
-              "sort_by": _nullable(_TERMS), "format_version": _nullable(_FORMAT_VERSION)}
+              "sort_by": _nullable(_TERMS), "format_version": _nullable(_FORMAT_VERSION),
+              **_settable_schema(settable)}
 
     def apply(self, txn: Transaction) -> None:
         staging = _iceberg_staging(txn, self)

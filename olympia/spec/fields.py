@@ -91,8 +91,7 @@ class Field:
             protection); plan details show common fields before a kind's own.
         replaces: a change of it replaces the object (a table's format and type) or names
             its kind (a view's dialect); a version diff shows it only when it changes.
-        kept_when_omitted: a spec that omits it leaves the catalog's value alone, and an
-            alteration sets the whole new value.
+        kept_when_omitted: a spec that omits it leaves the catalog's value alone.
         iceberg_writes: Iceberg writes it for Iceberg tables: their specs neither declare it
             nor have it written by inspect.
         spec_always: inspect writes it even at its default value.
@@ -305,8 +304,22 @@ def maps(kind: ObjectType) -> tuple[Field, ...]:
 
 
 def kept_when_omitted(kind: ObjectType) -> tuple[Field, ...]:
-    """The fields a spec that omits them leaves alone (set whole by an alteration)."""
+    """The fields a spec that omits them leaves alone."""
     return tuple(f for f in stored(kind) if f.kept_when_omitted)
+
+
+def alterable(kind: ObjectType) -> tuple[Field, ...]:
+    """The plain and map fields of ``kind`` an alteration sets to a whole new value: its
+    own ones (the common ones every alteration changes its own way), except those whose
+    change replaces the object."""
+    return tuple(f for f in stored(kind) if f.compare in (Compare.VALUE, Compare.MAP)
+                 and not f.common and not f.replaces)
+
+
+def olympia_only(kind: ObjectType) -> tuple[Field, ...]:
+    """The alterable fields of an Iceberg table that Olympia keeps and Iceberg does not
+    write (set on the definition after Iceberg's commit)."""
+    return tuple(f for f in alterable(kind) if not f.iceberg_writes)
 
 
 def facts(kind: ObjectType) -> tuple[Field, ...]:
