@@ -31,12 +31,11 @@ REPLACEMENTS: list[Any] = [
 def test_schema_file_declares_the_described_keys() -> None:
     """specs/olympia-spec.schema.json (the file the package and inspect ship) holds each
     kind's keys as olympia.spec.fields describes them, byte for byte: after a change there,
-    ``python -m olympia.spec.fields`` writes them."""
+    ``make schema`` writes them."""
     path = ROOT / "specs" / "olympia-spec.schema.json"
     text = path.read_text("utf-8")
     assert text == schema_text(with_described_keys(json.loads(text))), (
-        "specs/olympia-spec.schema.json differs from olympia.spec.fields: run "
-        "python -m olympia.spec.fields")
+        "specs/olympia-spec.schema.json differs from olympia.spec.fields: run make schema")
     assert json.loads(text) == schema()  # the one the loader validates with
     for kind in FIELDS:  # and fmt's canonical order is the description's
         assert KEY_ORDER[kind.label] == spec_keys(kind)

@@ -253,11 +253,10 @@ def alter_common(before: Namespace | Table, after: Namespace | Table,
     if unset:
         args["unset_properties"] = tuple(unset)
     details = property_details(before.properties, after.properties)
-    details += attribute_details(before, after, ("comment", "protected"))
-    if before.comment != after.comment:
-        args["comment"] = after.comment
-    if before.protected != after.protected:
-        args["protected"] = after.protected
+    common = tuple(f.name for f in described.values(described.kind_of(after)) if f.common)
+    details += attribute_details(before, after, common)
+    args.update((name, getattr(after, name)) for name in common
+                if getattr(before, name) != getattr(after, name))
     return args, details
 
 

@@ -10,16 +10,16 @@ spec's JSON Schema and its canonical key order come from one list.
 
 The stored fields are checked against the dataclasses when this module loads: a field added
 to a catalog object and not described here (or the other way round) is an import error, not
-a field silently missing from plans, specs or pages. ``python -m olympia.spec.fields`` writes
-the described keys into ``specs/olympia-spec.schema.json``; a test checks that it agrees.
+a field silently missing from plans, specs or pages. ``make schema`` (:func:`write_schema`)
+writes the described keys into ``specs/olympia-spec.schema.json``; a test checks that it
+agrees.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -431,18 +431,11 @@ def schema_text(schema: Mapping[str, Any]) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
-def _write_schema(path: Path) -> None:
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "specs" / "olympia-spec.schema.json"
+
+
+def write_schema(path: Path = SCHEMA_FILE) -> None:
+    """Write the described keys into the spec's JSON Schema file at ``path`` (by default
+    specs/olympia-spec.schema.json of this source tree; ``make schema``)."""
     path.write_text(schema_text(with_described_keys(json.loads(path.read_text("utf-8")))),
                     "utf-8")
-
-
-def _main(argv: Iterable[str]) -> None:
-    """``python -m olympia.spec.fields [SCHEMA_FILE]``: write the described keys into the
-    spec's JSON Schema file (default: specs/olympia-spec.schema.json of this source tree)."""
-    args = list(argv)
-    _write_schema(Path(args[0]) if args else
-                  Path(__file__).resolve().parents[2] / "specs" / "olympia-spec.schema.json")
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1:])
