@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from olympia.catalog.keys import ObjectType
-from olympia.catalog.objects import Column, Namespace, Table, View
+from olympia.catalog.objects import Namespace, Table, View
 
 Definition = Namespace | Table | View
 D = TypeVar("D", Namespace, Table, View)
@@ -401,10 +401,6 @@ def empty_like(obj: Definition, keep: bool = False) -> Definition:
 
 def kind_of(obj: Definition) -> ObjectType:
     return KINDS[type(obj)]
-
-
-def columns_of(obj: Definition) -> tuple[Column, ...]:
-    return obj.columns if isinstance(obj, Table | View) else ()
 
 
 # --- the spec's JSON Schema file -----------------------------------------------------------
