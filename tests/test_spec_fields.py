@@ -1,5 +1,5 @@
 """The one description of namespace, table and view fields (olympia.spec.fields) and what
-reads it: plan operations, their JSON form, the UI's facts."""
+reads it: plan operations, their JSON form, the facts the UI and olympia show list."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.plan.opjson import parse_op
 from olympia.plan.ops import AlterTable, CreateNamespace, CreateTable, CreateView
 from olympia.spec import fields as described
-from olympia.ui.app import facts
+from olympia.spec.fields import facts
 
 TABLE = Table("sales", "orders", (Column("id", "int8", id=1),), {"b": "2", "a": "1"},
               "parquet", "managed", "s3://b/orders", {"k": "v"}, "orders", True)
@@ -82,7 +82,8 @@ def test_alterations_set_whole_values_of_the_described_fields() -> None:
 
 def test_a_labelled_field_is_a_fact_of_its_page(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pages lay out today's fields themselves; a field described with a label is
-    listed among its object's facts (maps as key=value) without touching a template."""
+    listed among its object's facts (maps as key=value) without touching a template (the
+    pages and olympia show list them)."""
     assert facts(TABLE) == [] and facts(VIEW) == [] and facts(Namespace("n")) == []
     labelled = tuple(dataclasses.replace(f, label=f.name.title()) if f.name in (
         "location", "format_properties") else f for f in described.FIELDS[ObjectType.TABLE])

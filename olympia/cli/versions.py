@@ -141,6 +141,8 @@ def _notes(obj: Namespace | Table | View | Column) -> str:
     notes = ["protected"] if getattr(obj, "protected", False) else []
     if obj.comment:
         notes.append(f"comment {json.dumps(obj.comment, ensure_ascii=False)}")
+    if not isinstance(obj, Column):
+        notes += [f"{label}: {text}" for label, text in described.facts(obj)]
     if obj.properties:
         notes.append(", ".join(f"{k}={v}" for k, v in sorted(obj.properties.items())))
     return f"  ({'; '.join(notes)})" if notes else ""

@@ -96,8 +96,9 @@ class Field:
             nor have it written by inspect.
         spec_always: inspect writes it even at its default value.
         read: a spec's value as the object holds it (``str.lower``, ``bool``); None: as read.
-        label: the UI's page of the object lists it among its facts under this label;
-            empty: the page lays it out itself (the fields that came before this module).
+        label: the UI's page of the object and ``olympia show`` list it among its facts
+            under this label; empty: they lay it out themselves (the fields that came before
+            this module) or never show it.
         stored: a field of the catalog's dataclass (else a spec key only).
     """
 
@@ -322,9 +323,16 @@ def olympia_only(kind: ObjectType) -> tuple[Field, ...]:
     return tuple(f for f in alterable(kind) if not f.iceberg_writes)
 
 
-def facts(kind: ObjectType) -> tuple[Field, ...]:
-    """The fields the UI's page of ``kind`` lists as ``label: value`` facts."""
-    return tuple(f for f in stored(kind) if f.label)
+def facts(obj: Definition) -> list[tuple[str, str]]:
+    """The ``(label, text)`` facts of ``obj``'s labelled fields, which the UI's pages and
+    ``olympia show`` list without laying each out; maps as ``key=value, ...``."""
+    out = []
+    for f in stored(kind_of(obj)):
+        if f.label:
+            value = f.value(obj)
+            out.append((f.label, ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
+                        if f.compare == Compare.MAP else str(value)))
+    return out
 
 
 def spec_keys(kind: ObjectType) -> tuple[str, ...]:

@@ -24,7 +24,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.keys import ObjectRef, ObjectType
-from olympia.catalog.objects import Namespace, Table, View
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
 from olympia.plan.render import SIGNS
@@ -174,7 +173,7 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
     app.add_middleware(SecurityHeaders)
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis,
-                                 facts=facts)
+                                 facts=described.facts)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
     def render(request: Request, template: str, code: int = 200, **values: Any,
@@ -381,17 +380,6 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       limit=limit)
 
     return app
-
-
-def facts(obj: Namespace | Table | View) -> list[tuple[str, str]]:
-    """The ``(label, text)`` facts an object's page lists for the described fields it does
-    not lay out itself (:func:`olympia.spec.fields.facts`); maps as ``key=value, ...``."""
-    out = []
-    for f in described.facts(described.kind_of(obj)):
-        value = f.value(obj)
-        out.append((f.label, ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
-                    if f.compare == described.Compare.MAP else str(value)))
-    return out
 
 
 def _version_number(text: str | None) -> int | None:
