@@ -66,7 +66,7 @@ proto-check: install
 
 # Write the spec keys olympia/spec/fields.py describes into specs/olympia-spec.schema.json.
 schema: install
-	$(PY) -c "from olympia.spec.fields import write_schema; write_schema()"
+	$(PY) -c "from olympia.spec.schema import write_schema; write_schema()"
 
 # Re-resolve the pinned dependency set after editing requirements/requirements.in.
 lock: install

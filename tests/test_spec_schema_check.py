@@ -14,9 +14,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from olympia.spec.fields import FIELDS, schema_text, spec_keys, with_described_keys
+from olympia.spec.fields import FIELDS, spec_keys
 from olympia.spec.fmt import KEY_ORDER
-from olympia.spec.schema import schema, validator, validity_check
+from olympia.spec.schema import (
+    schema,
+    schema_text,
+    validator,
+    validity_check,
+    with_described_keys,
+)
 from olympia.spec.yamlpos import load_documents
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,19 +10,21 @@ spec's JSON Schema and its canonical key order come from one list.
 
 The stored fields are checked against the dataclasses when this module loads: a field added
 to a catalog object and not described here (or the other way round) is an import error, not
-a field silently missing from plans, specs or pages. ``make schema`` (:func:`write_schema`)
-writes the described keys into ``specs/olympia-spec.schema.json``; a test checks that it
-agrees.
+a field silently missing from plans, specs or pages. ``make schema``
+(:func:`olympia.spec.schema.write_schema`) writes the described keys into
+``specs/olympia-spec.schema.json``; a test checks that it agrees.
+
+Just over 400 lines: most of it is the description itself (every key's schema text), and the
+questions its readers ask of it are kept next to it, so a field and what follows from it are
+read in one place.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, TypeVar
 
 from olympia.catalog.keys import ObjectType
@@ -409,37 +411,3 @@ def empty_like(obj: Definition, keep: bool = False) -> Definition:
 
 def kind_of(obj: Definition) -> ObjectType:
     return KINDS[type(obj)]
-
-
-# --- the spec's JSON Schema file -----------------------------------------------------------
-
-SCHEMA_SECTIONS: dict[ObjectType, tuple[str, ...]] = {
-    NAMESPACE: ("properties",), TABLE: ("$defs", "table", "properties"),
-    VIEW: ("$defs", "view", "properties")}
-
-
-def with_described_keys(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` (the spec's JSON Schema) with each kind's keys as described here."""
-    out = json.loads(json.dumps(schema))
-    for kind, path in SCHEMA_SECTIONS.items():
-        node = out
-        for part in path[:-1]:
-            node = node[part]
-        node[path[-1]] = spec_schema(kind)
-    described: dict[str, Any] = out
-    return described
-
-
-def schema_text(schema: Mapping[str, Any]) -> str:
-    """The schema file's text: two-space indents, a final newline."""
-    return json.dumps(schema, indent=2) + "\n"
-
-
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "specs" / "olympia-spec.schema.json"
-
-
-def write_schema(path: Path = SCHEMA_FILE) -> None:
-    """Write the described keys into the spec's JSON Schema file at ``path`` (by default
-    specs/olympia-spec.schema.json of this source tree; ``make schema``)."""
-    path.write_text(schema_text(with_described_keys(json.loads(path.read_text("utf-8")))),
-                    "utf-8")
