@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # workers on a 2-core machine roughly halve its time (WORKERS=0 runs in one process)
 WORKERS ?= 2
 
-.PHONY: install demo test lint typecheck proto proto-check lock bench clean
+.PHONY: install demo test lint typecheck proto proto-check schema lock bench clean
 
 install: $(VENV)/.installed
 
@@ -63,6 +63,10 @@ proto: install
 
 proto-check: install
 	$(PY) olympia/_proto/generate.py --check
+
+# Write the spec keys olympia/spec/fields.py describes into specs/olympia-spec.schema.json.
+schema: install
+	$(PY) -c "from olympia.spec.schema import write_schema; write_schema()"
 
 # Re-resolve the pinned dependency set after editing requirements/requirements.in.
 lock: install

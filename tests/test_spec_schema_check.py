@@ -1,11 +1,12 @@
-"""The fast validity check of the spec's JSON Schema (olympia.spec.schema, fastjsonschema
-under draft 7) gives jsonschema's draft 2020-12 verdict on every document: it lets valid
-documents skip jsonschema, so a document it passes must be one jsonschema passes, and it
-must not refuse valid ones."""
+"""The spec's JSON Schema: its file declares the keys olympia.spec.fields describes, and the
+fast validity check (olympia.spec.schema, fastjsonschema under draft 7) gives jsonschema's
+draft 2020-12 verdict on every document: it lets valid documents skip jsonschema, so a
+document it passes must be one jsonschema passes, and it must not refuse valid ones."""
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from olympia.spec.schema import validator, validity_check
+from olympia.spec.fields import FIELDS, spec_keys
+from olympia.spec.fmt import KEY_ORDER
+from olympia.spec.schema import (
+    schema,
+    schema_text,
+    validator,
+    validity_check,
+    with_described_keys,
+)
 from olympia.spec.yamlpos import load_documents
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +32,19 @@ REPLACEMENTS: list[Any] = [
     "ns.t", [], ["x"], [1], [{}], {}, {"x": 1}, {"x-note": 1}, {"name": "c", "type": "int8"},
     {"namespace": "n", "name": "t"},
 ]
+
+
+def test_schema_file_declares_the_described_keys() -> None:
+    """specs/olympia-spec.schema.json (the file the package and inspect ship) holds each
+    kind's keys as olympia.spec.fields describes them, byte for byte: after a change there,
+    ``make schema`` writes them."""
+    path = ROOT / "specs" / "olympia-spec.schema.json"
+    text = path.read_text("utf-8")
+    assert text == schema_text(with_described_keys(json.loads(text))), (
+        "specs/olympia-spec.schema.json differs from olympia.spec.fields: run make schema")
+    assert json.loads(text) == schema()  # the one the loader validates with
+    for kind in FIELDS:  # and fmt's canonical order is the description's
+        assert KEY_ORDER[kind.label] == spec_keys(kind)
 
 
 def documents() -> list[Any]:

@@ -27,6 +27,7 @@ from olympia.plan.changes import column_text
 from olympia.plan.render import change_lines, paint
 from olympia.plan.rollback import apply_rollback, plan_rollback
 from olympia.plan.versiondiff import version_diff
+from olympia.spec import fields as described
 from olympia.versions.dtxn import describe_transaction, summarize_transactions, transaction_dict
 from olympia.versions.export import MAX_DEPTH
 from olympia.versions.policy import parse_duration
@@ -76,9 +77,20 @@ def _column_dict(col: Column) -> dict[str, Any]:
             "type_text": column_text(col)}
 
 
-def _common(obj: Namespace | Table | View) -> dict[str, Any]:
-    return {"comment": obj.comment, "protected": obj.protected,
-            "properties": dict(sorted(obj.properties.items()))}
+def _fields(obj: Namespace | Table | View) -> dict[str, Any]:
+    """Every field of a definition (olympia.spec.fields) besides its name, defaults
+    included."""
+    out: dict[str, Any] = {}
+    for f in described.definition(described.kind_of(obj)):
+        value = f.value(obj)
+        if f.compare == described.Compare.MAP:
+            value = dict(sorted(value.items()))
+        elif f.compare == described.Compare.COLUMNS:
+            value = [_column_dict(c) for c in value]
+        elif f.compare == described.Compare.REFERENCES:
+            value = [f"{a}.{b}" for a, b in value]
+        out[f.name] = value
+    return out
 
 
 def _describe(snapshot: Snapshot) -> dict[str, Any]:
@@ -87,17 +99,11 @@ def _describe(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "version": snapshot.version,
         "created_at": format_millis(snapshot.created_at_millis),
-        "namespaces": [{"name": n.name, **_common(n)} for n in namespaces],
+        "namespaces": [{"name": n.name, **_fields(n)} for n in namespaces],
         "tables": [{"name": f"{t.namespace}.{t.name}", "namespace": t.namespace,
-                    "object_name": t.name, **_common(t), "format": t.format,
-                    "table_type": t.table_type, "location": t.location,
-                    "format_properties": dict(sorted(t.format_properties.items())),
-                    "columns": [_column_dict(c) for c in t.columns]} for t in tables],
+                    "object_name": t.name, **_fields(t)} for t in tables],
         "views": [{"name": f"{v.namespace}.{v.name}", "namespace": v.namespace,
-                   "object_name": v.name, **_common(v), "dialect": v.dialect, "sql": v.sql,
-                   "default_namespace": v.default_namespace,
-                   "referenced_objects": [f"{a}.{b}" for a, b in v.referenced_objects],
-                   "columns": [_column_dict(c) for c in v.columns]} for v in views],
+                   "object_name": v.name, **_fields(v)} for v in views],
     }
 
 
@@ -135,6 +141,8 @@ def _notes(obj: Namespace | Table | View | Column) -> str:
     notes = ["protected"] if getattr(obj, "protected", False) else []
     if obj.comment:
         notes.append(f"comment {json.dumps(obj.comment, ensure_ascii=False)}")
+    if not isinstance(obj, Column):
+        notes += [f"{label}: {text}" for label, text in described.facts(obj)]
     if obj.properties:
         notes.append(", ".join(f"{k}={v}" for k, v in sorted(obj.properties.items())))
     return f"  ({'; '.join(notes)})" if notes else ""

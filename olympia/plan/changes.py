@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from olympia.catalog.objects import Column, Namespace, Table
+from olympia.catalog.keys import ObjectType
+from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.exceptions import InvalidArgumentError
 from olympia.plan.compat import is_safe_change
 from olympia.plan.opjson import parse_ops
 from olympia.plan.ops import Action, Kind, Op
+from olympia.spec import fields as described
 
 if TYPE_CHECKING:
     from olympia.catalog.transaction import Transaction
@@ -124,6 +126,35 @@ def property_details(before: Mapping[str, str], after: Mapping[str, str],
             if before.get(k) != after.get(k)]
 
 
+def value_names(kind: ObjectType) -> tuple[str, ...]:
+    """The plain-valued fields of ``kind``, common ones (comment, protection) first."""
+    return tuple(f.name for f in described.values(kind))
+
+
+def map_details(before: Namespace | Table | View, after: Namespace | Table | View,
+                ) -> list[dict[str, Any]]:
+    """The entries of the map fields (properties first) that differ, as details."""
+    return [d for f in described.maps(described.kind_of(after))
+            for d in property_details(f.value(before), f.value(after), f.name)]
+
+
+def new_field_values(before: Namespace | Table, after: Namespace | Table,
+                     settable: Iterable[described.Field],
+                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The fields among ``settable`` whose value differs: their new values (normalised) for
+    an alteration's ``new_values``, and their details (map fields key by key)."""
+    values: dict[str, Any] = {}
+    details: list[dict[str, Any]] = []
+    for f in settable:
+        old, new = f.normal(f.value(before)), f.normal(f.value(after))
+        if old == new:
+            continue
+        values[f.name] = new
+        details += (property_details(old, new, f.name) if f.compare == described.Compare.MAP
+                    else [detail(f.name, old, new)])
+    return values, details
+
+
 def new_attributes(default: Any, new: Any, attrs: tuple[str, ...]) -> list[dict[str, Any]]:
     """Attributes of a new object that differ from the defaults, shown as additions."""
     return [detail(a, None, getattr(new, a)) for a in attrs
@@ -222,11 +253,10 @@ def alter_common(before: Namespace | Table, after: Namespace | Table,
     if unset:
         args["unset_properties"] = tuple(unset)
     details = property_details(before.properties, after.properties)
-    details += attribute_details(before, after, ("comment", "protected"))
-    if before.comment != after.comment:
-        args["comment"] = after.comment
-    if before.protected != after.protected:
-        args["protected"] = after.protected
+    common = tuple(f.name for f in described.values(described.kind_of(after)) if f.common)
+    details += attribute_details(before, after, common)
+    args.update((name, getattr(after, name)) for name in common
+                if getattr(before, name) != getattr(after, name))
     return args, details
 
 

@@ -35,8 +35,10 @@ from olympia.plan.changes import (
     column_details,
     column_text,
     detail,
+    map_details,
     new_attributes,
-    property_details,
+    new_field_values,
+    value_names,
 )
 from olympia.plan.ops import (
     Action,
@@ -57,6 +59,7 @@ from olympia.plan.ops import (
 )
 from olympia.plan.order import reading_order
 from olympia.plan.state import Current, Observed
+from olympia.spec import fields as described
 from olympia.spec.loader import moved_from
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import Problem
@@ -180,14 +183,15 @@ class Differ:
         old = next((o for o, n in moved.items() if n == name), name)
         existing = self.current.namespaces.get(old)
         if existing is None:
-            return [Change(
-                Action.CREATE, Kind.NAMESPACE, name, source=str(item.position),
-                details=new_attributes(Namespace(name), desired, ("comment", "protected"))
-                + property_details({}, desired.properties),
-                ops=[CreateNamespace(namespace=name,
-                                     properties=dict(sorted(desired.properties.items())),
-                                     comment=desired.comment, protected=desired.protected)])]
+            return [Change(Action.CREATE, Kind.NAMESPACE, name, source=str(item.position),
+                           details=_created(Namespace(name), desired),
+                           ops=[CreateNamespace.of(desired)])]
         args, details = alter_common(existing, desired)
+        new_values, more = new_field_values(existing, desired,
+                                            described.alterable(ObjectType.NAMESPACE))
+        if new_values:
+            args["new_values"] = new_values
+        details += more
         if not args:
             return []
         return [Change(Action.UPDATE, Kind.NAMESPACE, name, details=details,
@@ -277,11 +281,7 @@ class Differ:
                 current is None or current.format != desired.format):
             self.definitions_only.append(name)
         if current is None:
-            details = new_attributes(Table(desired.namespace, desired.name), desired,
-                                      ("comment", "protected", "format", "table_type",
-                                       "location"))
-            details += property_details({}, desired.properties)
-            details += property_details({}, desired.format_properties, "format_properties")
+            details = _created(Table(desired.namespace, desired.name), desired)
             details += [added_column(f"column {c.name}", c) for c in desired.columns]
             details += icediff.create_details(item)
             if view is not None:
@@ -289,10 +289,10 @@ class Differ:
                                           [detail("type", "view", "table"), *details])]
             return [Change(Action.CREATE, Kind.TABLE, name, details=details, ops=[create()],
                            source=str(item.position))]
-        if (current.format, current.table_type) != (desired.format, desired.table_type):
+        replacing = [f.name for f in described.stored(ObjectType.TABLE) if f.replaces]
+        if any(getattr(current, n) != getattr(desired, n) for n in replacing):
             return [self._replacement("table", item, current, "table", create(),
-                                      attribute_details(current, desired,
-                                                         ("format", "table_type")))]
+                                      attribute_details(current, desired, tuple(replacing)))]
         if self.iceberg_aware and icediff.has_metadata(current):
             return icediff.alter(self, item, current)
         if real:  # declared as Iceberg without metadata: it becomes a real table
@@ -302,14 +302,12 @@ class Differ:
         if self._as_declared(ObjectType.TABLE, current):
             return []
         args, details = alter_common(current, desired)
-        if item.manages_location and current.location != desired.location:
-            args["location"] = desired.location
-            details.append(detail("location", current.location, desired.location))
-        if item.manages_format_properties and (
-                dict(current.format_properties) != dict(desired.format_properties)):
-            args["format_properties"] = dict(sorted(desired.format_properties.items()))
-            details += property_details(current.format_properties, desired.format_properties,
-                                        "format_properties")
+        new_values, more = new_field_values(
+            current, desired, [f for f in described.alterable(ObjectType.TABLE)
+                               if item.manages(f.name) or not f.kept_when_omitted])
+        if new_values:
+            args["new_values"] = new_values
+        details += more
         column_args, column_details = self.column_changes(item, current)
         args.update(column_args)
         if not args:
@@ -374,14 +372,14 @@ class Differ:
         name = _name(desired.namespace, desired.name)
         if current is None:
             details = new_attributes(View(desired.namespace, desired.name, ""), desired,
-                                      ("comment", "protected", "dialect", "default_namespace"))
+                                     value_names(ObjectType.VIEW))
             if desired.referenced_objects:
                 details.append(detail("references", None,
                                       [_name(*r) for r in desired.referenced_objects]))
             if desired.columns:
                 details.append(detail("columns", None, [f"{c.name}: {column_text(c)}"
                                                         for c in desired.columns]))
-            details += property_details({}, desired.properties)
+            details += map_details(View(desired.namespace, desired.name, ""), desired)
             details.append(detail("sql", None, desired.sql))
             create = CreateView.of(desired)
             if table is not None:
@@ -390,10 +388,11 @@ class Differ:
             return [Change(Action.CREATE, Kind.VIEW, name, details=details, ops=[create],
                            source=str(item.position))]
         if self._as_declared(ObjectType.VIEW, current) or (
-                _comparable(current) == _comparable(desired)):
+                described.comparable(current) == described.comparable(desired)):
             return []
-        details = attribute_details(current, desired, ("dialect", "default_namespace",
-                                                        "comment", "protected"))
+        plain = described.values(ObjectType.VIEW)  # the view's own fields first
+        details = attribute_details(current, desired, tuple(
+            f.name for f in (*[f for f in plain if not f.common], *[f for f in plain if f.common])))
         if current.sql.strip() != desired.sql.strip():
             details.append(detail("sql", current.sql.strip(), desired.sql))
         if current.referenced_objects != desired.referenced_objects:
@@ -403,7 +402,7 @@ class Differ:
             details.append(detail("columns", [f"{c.name}: {column_text(c)}"
                                               for c in current.columns],
                                   [f"{c.name}: {column_text(c)}" for c in desired.columns]))
-        details += property_details(current.properties, desired.properties)
+        details += map_details(current, desired)
         return [Change(Action.UPDATE, Kind.VIEW, name, details=details,
                        ops=[ReplaceView.of(desired)],
                        source=str(item.position))]
@@ -444,7 +443,8 @@ def _renamed(objects: dict[Key, Any], renames: Mapping[Key, tuple[Change, Key]],
     return out
 
 
-def _comparable(view: View) -> tuple[Any, ...]:
-    return (view.sql.strip(), view.dialect, tuple(c.without_ids() for c in view.columns),
-            tuple(view.referenced_objects), view.default_namespace, dict(view.properties),
-            view.comment, view.protected)
+def _created(default: Namespace | Table, new: Namespace | Table) -> list[dict[str, Any]]:
+    """What a new namespace or table declares beyond ``default``: plain fields as
+    additions, then map entries."""
+    return (new_attributes(default, new, value_names(described.kind_of(new)))
+            + map_details(default, new))

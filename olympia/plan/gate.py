@@ -15,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from olympia.catalog.actions import type_name
+from olympia.catalog.objects import View
 from olympia.catalog.transaction import Transaction
 from olympia.exceptions import InvalidArgumentError, NotFoundError
 from olympia.plan.changes import Change, column_text
@@ -119,7 +120,7 @@ class Gate:
                     self.unprotected.add((op.namespace,))
             case TableChanges():
                 reasons += self._alter_table(op)
-            case ReplaceView(protected=False):
+            case ReplaceView(definition=View(protected=False)):
                 if self._staged("view", op.identifier):
                     reasons.append(UNPROTECT)
                     self.unprotected.add(op.identifier)

@@ -98,7 +98,7 @@ def create_table(txn: Transaction, store: OlympiaStore, op: CreateIcebergTable,
                 "warehouse (olympia init --property warehouse=URI)") from None
         raise InvalidArgumentError(f"table {ns}.{name}: Iceberg refuses it: {exc}") from None
     _olympia_side(txn, op.identifier, created.metadata_location, op.comment, op.protected,
-                  op.table_type)
+                  op.table_type, op.new_values)
 
 
 def alter_table(txn: Transaction, store: OlympiaStore, op: AlterIcebergTable,
@@ -125,7 +125,7 @@ def alter_table(txn: Transaction, store: OlympiaStore, op: AlterIcebergTable,
         raise InvalidArgumentError(f"table {ns}.{name}: Iceberg refuses the change: "
                                    f"{exc}") from None
     location = catalog._staging().load_table(op.identifier).location
-    _olympia_side(txn, op.identifier, location, op.comment, op.protected, None)
+    _olympia_side(txn, op.identifier, location, op.comment, op.protected, None, op.new_values)
 
 
 def _evolve(itx: IcebergTransaction, op: AlterIcebergTable) -> None:
@@ -329,11 +329,13 @@ def _sort_field(term: SortTerm, columns: Mapping[str, Column]) -> SortField:
 
 
 def _olympia_side(txn: Transaction, identifier: tuple[str, str], location: str,
-                  comment: str | None, protected: bool | None, table_type: str | None) -> None:
-    """Set what only Olympia keeps (comment, protection, table type) on the definition the
-    Iceberg commit staged."""
+                  comment: str | None, protected: bool | None, table_type: str | None,
+                  new_values: Mapping[str, Any]) -> None:
+    """Set what only Olympia keeps (comment, protection, table type, the fields of
+    ``new_values``) on the definition the Iceberg commit staged."""
     definition = txn.load_table(identifier)
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {k: v for k, v in new_values.items()
+                               if getattr(definition, k) != v}
     if comment is not None and comment != definition.comment:
         changes["comment"] = comment
     if protected is not None and protected != definition.protected:

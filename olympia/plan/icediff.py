@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table
 from olympia.exceptions import InvalidArgumentError
-from olympia.plan.changes import Change, alter_common, detail
+from olympia.plan.changes import Change, alter_common, detail, new_field_values
 from olympia.plan.ops import Action, AlterIcebergTable, CreateIcebergTable, Kind
+from olympia.spec import fields as described
 from olympia.spec.iceberg import Layout, Term, as_stored, layout_of
 from olympia.spec.model import TableSpec
 
@@ -39,7 +41,7 @@ def has_metadata(table: Table) -> bool:
 
 def creatable(item: TableSpec, namespace_properties: Mapping[str, str], warehouse: str) -> bool:
     """Whether the Iceberg table ``item`` declares can be created: it has a location."""
-    return bool((item.manages_location and item.table.location)
+    return bool((item.manages("location") and item.table.location)
                 or namespace_properties.get(LOCATION) or warehouse)
 
 
@@ -50,10 +52,12 @@ def create_op(item: TableSpec) -> CreateIcebergTable:
         identifier=(table.namespace, table.name),
         columns=tuple(c.without_ids() for c in table.columns),
         properties=dict(sorted(table.properties.items())), table_type=table.table_type,
-        location=table.location if item.manages_location else "",
+        location=table.location if item.manages("location") else "",
         partition_by=item.layout.partition_texts(), sort_by=item.layout.sort_texts(),
         format_version=item.format_version or 2, comment=table.comment,
-        protected=table.protected)
+        protected=table.protected, new_values={
+            f.name: f.normal(f.value(table)) for f in described.olympia_only(ObjectType.TABLE)
+            if f.value(table) != described.default(table, f)})
 
 
 def create_details(item: TableSpec) -> list[dict[str, Any]]:
@@ -76,8 +80,13 @@ def alter(differ: Differ, item: TableSpec, current: Table) -> list[Change]:
     stored = replace(item, table=replace(desired, columns=tuple(
         as_stored(c) for c in desired.columns)))
     args, details = alter_common(current, desired)
+    new_values, more = new_field_values(current, desired,
+                                        described.olympia_only(ObjectType.TABLE))
+    if new_values:
+        args["new_values"] = new_values
+    details += more
     fmt = current.format_properties
-    if item.manages_location and desired.location.rstrip("/") != fmt.get(
+    if item.manages("location") and desired.location.rstrip("/") != fmt.get(
             TABLE_LOCATION, "").rstrip("/"):
         differ.problem(item.position, f"table {name}: its Iceberg location is "
                        f"{fmt.get(TABLE_LOCATION, '(unknown)')} and cannot change; remove "

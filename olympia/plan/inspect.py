@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from olympia.catalog.objects import Column, Namespace, Table, View
+from olympia.catalog.objects import Namespace, Table, View
 from olympia.catalog.reader import CatalogReader
 from olympia.exceptions import InvalidArgumentError
 from olympia.plan.icediff import has_metadata
+from olympia.spec import fields as described
 from olympia.spec.iceberg import layout_of
 from olympia.spec.loader import spec_files
 from olympia.spec.schema import SCHEMA_FILE_NAME, schema_path
@@ -31,43 +32,50 @@ EMPTY = ("# The inspected version has no namespaces. This document declares noth
 def namespace_document(namespace: Namespace, tables: list[Table], views: list[View],
                        ) -> dict[str, Any]:
     """The spec document of one namespace and its objects."""
-    doc: dict[str, Any] = {"namespace": namespace.name}
-    _common(doc, namespace.comment, namespace.protected)
-    if namespace.properties:
-        doc["properties"] = dict(sorted(namespace.properties.items()))
+    objects: dict[str, Any] = {}
     if tables:
-        doc["tables"] = {t.name: _table(t) for t in sorted(tables, key=lambda t: t.name)}
+        objects["tables"] = {t.name: _declared(t) for t in sorted(tables, key=lambda t: t.name)}
     if views:
-        doc["views"] = {v.name: _view(v) for v in sorted(views, key=lambda v: v.name)}
+        objects["views"] = {v.name: _declared(v) for v in sorted(views, key=lambda v: v.name)}
+    doc = {"namespace": namespace.name, **_declared(namespace, objects)}
     escaped: dict[str, Any] = _escaped(doc)
     return escaped
 
 
-def _common(out: dict[str, Any], comment: str, protected: bool) -> None:
-    if comment:
-        out["comment"] = comment
-    if protected:
-        out["protected"] = True
-
-
-def _table(table: Table) -> dict[str, Any]:
+def _declared(obj: Namespace | Table | View, extra: dict[str, Any] | None = None,
+              ) -> dict[str, Any]:
+    """What a spec declares of ``obj``, in the spec's key order: each described field not at
+    its default, and the keys no definition stores from ``extra`` (an Iceberg table's
+    layout, a namespace's tables and views)."""
+    iceberg = isinstance(obj, Table) and obj.format == "iceberg"
+    extra = _iceberg(obj) if isinstance(obj, Table) and iceberg else (extra or {})
     out: dict[str, Any] = {}
-    _common(out, table.comment, table.protected)
-    if table.format != "iceberg":
-        out["format"] = table.format
-    if table.table_type != "external":
-        out["table_type"] = table.table_type
-    if table.format == "iceberg":
-        out.update(_iceberg(table))
-    else:
-        if table.location:
-            out["location"] = table.location
-        if table.format_properties:
-            out["format_properties"] = dict(sorted(table.format_properties.items()))
-    if table.properties:
-        out["properties"] = dict(sorted(table.properties.items()))
-    out["columns"] = [_column(c) for c in table.columns]
+    for f in described.FIELDS[described.kind_of(obj)]:
+        if not f.stored:
+            if f.key in extra:
+                out[f.key] = extra[f.key]
+            continue
+        if f.compare == described.Compare.NAME or (iceberg and f.iceberg_writes):
+            continue
+        value = f.value(obj)
+        if f.spec_always or value != described.default(obj, f):
+            out[f.key] = _spec_value(f, value)
     return out
+
+
+def _spec_value(f: described.Field, value: Any) -> Any:
+    """A field's value as a spec writes it."""
+    match f.compare:
+        case described.Compare.MAP:
+            return dict(sorted(value.items()))
+        case described.Compare.COLUMNS:
+            return [c.to_dict() for c in value]
+        case described.Compare.REFERENCES:
+            return [{"namespace": ns, "name": name} if "." in ns else f"{ns}.{name}"
+                    for ns, name in value]
+        case described.Compare.SQL:
+            return value.strip() + "\n"
+    return value
 
 
 def _iceberg(table: Table) -> dict[str, Any]:
@@ -86,27 +94,6 @@ def _iceberg(table: Table) -> dict[str, Any]:
     if layout.sort_by:
         out["sort_by"] = list(layout.sort_texts())
     return out
-
-
-def _view(view: View) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    _common(out, view.comment, view.protected)
-    out["dialect"] = view.dialect
-    if view.default_namespace:
-        out["default_namespace"] = view.default_namespace
-    if view.referenced_objects:
-        out["references"] = [{"namespace": ns, "name": name} if "." in ns else f"{ns}.{name}"
-                             for ns, name in view.referenced_objects]
-    if view.properties:
-        out["properties"] = dict(sorted(view.properties.items()))
-    if view.columns:
-        out["columns"] = [_column(c) for c in view.columns]
-    out["sql"] = view.sql.strip() + "\n"
-    return out
-
-
-def _column(col: Column) -> dict[str, Any]:
-    return col.to_dict()
 
 
 def _escaped(value: Any) -> Any:

@@ -51,7 +51,7 @@ def parse_op(data: Any) -> Op:
         if key == "op":
             continue
         values[key] = _typed(key, value)
-    return OP_CLASSES[name](**values)
+    return OP_CLASSES[name].from_json(values)
 
 
 def _typed(key: str, value: Any) -> Any:

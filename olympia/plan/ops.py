@@ -17,9 +17,11 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from olympia.catalog.objects import Column, Table, View
+from olympia.catalog.keys import ObjectType
+from olympia.catalog.objects import Column, Namespace, Table, View
 from olympia.exceptions import CatalogError
 from olympia.iceberg import lacks_pyiceberg
+from olympia.spec import fields as described
 
 if TYPE_CHECKING:
     from olympia.catalog.catalog import Catalog
@@ -48,15 +50,11 @@ class Kind(StrEnum):
 
 # --- JSON Schema pieces ------------------------------------------------------------------------
 
-_MAX_TEXT = 1 << 20  # no name, comment or SQL text of a plan is longer than 1 MiB
-_TEXT: dict[str, Any] = {"type": "string", "maxLength": _MAX_TEXT}
-_NAME: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 4096}
-_IDENT: dict[str, Any] = {"type": "array", "items": _NAME, "minItems": 2, "maxItems": 2}
-_PROPS: dict[str, Any] = {"type": "object", "additionalProperties": _TEXT}
+_TEXT, _NAME, _IDENT, _PROPS, _BOOL = (described.TEXT, described.NAME, described.IDENT,
+                                       described.PROPS, described.BOOL)
 _NAMES: dict[str, Any] = {"type": "array", "items": _NAME}
 _COLUMN: dict[str, Any] = {"$ref": "#/$defs/column"}
-_COLUMNS: dict[str, Any] = {"type": "array", "items": _COLUMN}
-_BOOL: dict[str, Any] = {"type": "boolean"}
+_COLUMNS = described.COLUMNS
 COLUMN_DEF: dict[str, Any] = {
     "type": "object", "required": ["type"], "additionalProperties": False,
     "properties": {"name": _NAME, "type": {"type": "string", "maxLength": 200},
@@ -68,6 +66,11 @@ COLUMN_DEF: dict[str, Any] = {
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [{"type": "null"}, schema]}
+
+
+def _settable_schema(settable: tuple[described.Field, ...]) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each field an operation sets whole; null: unchanged."""
+    return {f.name: _nullable(f.op or {}) for f in settable}
 
 
 # --- operations ----------------------------------------------------------------------------
@@ -82,6 +85,11 @@ class Op:
     schema: ClassVar[dict[str, dict[str, Any]]]  # field -> JSON Schema of its value
     required: ClassVar[tuple[str, ...]]
 
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Op:
+        """The operation of its JSON form's values (validated and typed, ``op`` aside)."""
+        return cls(**values)
+
     def apply(self, txn: Transaction) -> None:
         """Stage this operation in ``txn``."""
         raise NotImplementedError
@@ -94,11 +102,16 @@ class Op:
         """The JSON form: ``op`` plus every field that differs from its default."""
         out: dict[str, Any] = {"op": self.op}
         for f in fields(self):
-            if f.name == "op":
-                continue
             value = getattr(self, f.name)
-            if f.name in self.required or value != _default(f):
+            if f.name in ("op", "new_values"):
+                continue
+            if f.name == "definition":  # its fields, as described (olympia.spec.fields)
+                out.update(described.to_json(value))
+            elif f.name in self.required or value != _default(f):
                 out[f.name] = _jsonable(value)
+        if isinstance(self, SetsFields):  # last, in the description's order
+            out.update({f.name: f.jsonable(self.new_values[f.name]) for f in self.settable
+                        if f.name in self.new_values})
         return out
 
 
@@ -114,6 +127,25 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value
+
+
+NAMESPACE, TABLE, VIEW = ObjectType.NAMESPACE, ObjectType.TABLE, ObjectType.VIEW
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetsFields(Op):
+    """An operation that sets whole new values of described fields (``new_values``: field
+    name -> value, for the fields in ``settable``), written flat and last in the JSON form;
+    a field in none of an operation's own keywords is one of these."""
+
+    new_values: Mapping[str, Any] = field(default_factory=dict)
+    settable: ClassVar[tuple[described.Field, ...]] = ()
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Op:
+        names = {f.name for f in cls.settable}
+        new = {k: values.pop(k) for k in list(values) if k in names}
+        return cls(**values, new_values={k: v for k, v in new.items() if v is not None})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,33 +166,46 @@ class ObjectOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class CreateNamespace(NamespaceOp):
+    """Create a namespace with its whole ``definition`` (its fields are those
+    :mod:`olympia.spec.fields` describes, written flat in the JSON form)."""
+
     op: Literal["create_namespace"] = "create_namespace"
-    properties: Mapping[str, str] = field(default_factory=dict)
-    comment: str = ""
-    protected: bool = False
+    definition: Namespace
     action_type = "NAMESPACE_CREATE"
-    schema = {"namespace": _NAME, "properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
-    required = ("namespace",)
+    schema = {"namespace": _NAME, **described.op_schema(NAMESPACE)}
+    required = ("namespace", *described.op_required(NAMESPACE))
+
+    @classmethod
+    def of(cls, namespace: Namespace) -> CreateNamespace:
+        """The operation creating ``namespace`` as it is."""
+        return cls(namespace=namespace.name, definition=described.normalized(namespace))
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Op:
+        name = values.pop("namespace")
+        return cls(namespace=name, definition=described.build(Namespace, (name,), values))
 
     def apply(self, txn: Transaction) -> None:
-        txn.create_namespace(self.namespace, self.properties, self.comment, self.protected)
+        txn.create_namespace(self.namespace, **described.arguments(self.definition))
 
 
 @dataclass(frozen=True, kw_only=True)
-class AlterNamespace(NamespaceOp):
+class AlterNamespace(NamespaceOp, SetsFields):
     op: Literal["alter_namespace"] = "alter_namespace"
     set_properties: Mapping[str, str] = field(default_factory=dict)
     unset_properties: tuple[str, ...] = ()
     comment: str | None = None
     protected: bool | None = None
     action_type = "NAMESPACE_ALTER"
+    settable = described.alterable(NAMESPACE)
     schema = {"namespace": _NAME, "set_properties": _PROPS, "unset_properties": _NAMES,
-              "comment": _nullable(_TEXT), "protected": _nullable(_BOOL)}
+              "comment": _nullable(_TEXT), "protected": _nullable(_BOOL),
+              **_settable_schema(settable)}
     required = ("namespace",)
 
     def apply(self, txn: Transaction) -> None:
         txn.alter_namespace(self.namespace, self.set_properties, self.unset_properties,
-                            self.comment, self.protected)
+                            self.comment, self.protected, **self.new_values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,40 +236,31 @@ class DropNamespace(NamespaceOp):
 
 @dataclass(frozen=True, kw_only=True)
 class CreateTable(ObjectOp):
+    """Create a table with its whole ``definition`` (its fields are those
+    :mod:`olympia.spec.fields` describes, written flat in the JSON form)."""
+
     op: Literal["create_table"] = "create_table"
-    columns: tuple[Column, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
-    format: str = "iceberg"
-    table_type: str = "external"
-    location: str = ""
-    format_properties: Mapping[str, str] = field(default_factory=dict)
-    comment: str = ""
-    protected: bool = False
+    definition: Table
     action_type = "TABLE_CREATE"
-    schema = {"identifier": _IDENT, "columns": _COLUMNS, "properties": _PROPS,
-              "format": _NAME, "table_type": _NAME, "location": _TEXT,
-              "format_properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
-    required = ("identifier", "columns")
+    schema = {"identifier": _IDENT, **described.op_schema(TABLE)}
+    required = ("identifier", *described.op_required(TABLE))
 
     @classmethod
     def of(cls, table: Table) -> CreateTable:
         """The operation creating ``table`` as it is (column ids aside)."""
-        return cls(identifier=(table.namespace, table.name),
-                   columns=tuple(c.without_ids() for c in table.columns),
-                   properties=dict(sorted(table.properties.items())), format=table.format,
-                   table_type=table.table_type, location=table.location,
-                   format_properties=dict(sorted(table.format_properties.items())),
-                   comment=table.comment, protected=table.protected)
+        return cls(identifier=table.identifier, definition=described.normalized(table))
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Op:
+        identifier = values.pop("identifier")
+        return cls(identifier=identifier, definition=described.build(Table, identifier, values))
 
     def apply(self, txn: Transaction) -> None:
-        txn.create_table(self.identifier, columns=self.columns, properties=self.properties,
-                         format=self.format, table_type=self.table_type,
-                         location=self.location, format_properties=self.format_properties,
-                         comment=self.comment, protected=self.protected)
+        txn.create_table(self.identifier, **described.arguments(self.definition))
 
 
 @dataclass(frozen=True, kw_only=True)
-class TableChanges(ObjectOp):
+class TableChanges(ObjectOp, SetsFields):
     """What every table alteration can change: properties, columns, comment, protection.
 
     Column updates are keyed by the column's new name."""
@@ -251,21 +287,20 @@ class TableChanges(ObjectOp):
 @dataclass(frozen=True, kw_only=True)
 class AlterTable(TableChanges):
     """An alteration of the Olympia definition itself (tables of formats other than
-    Iceberg, and Iceberg tables declared without metadata yet)."""
+    Iceberg, and Iceberg tables declared without metadata yet); ``new_values``: the whole
+    new values of the table's own fields (:func:`olympia.spec.fields.alterable`: location,
+    format properties)."""
 
     op: Literal["alter_table"] = "alter_table"
-    location: str | None = None
-    format_properties: Mapping[str, str] | None = None
-    schema = {**TableChanges.schema, "location": _nullable(_TEXT),
-              "format_properties": _nullable(_PROPS)}
+    settable = described.alterable(TABLE)
+    schema = {**TableChanges.schema, **_settable_schema(settable)}
 
     def apply(self, txn: Transaction) -> None:
         txn.alter_table(self.identifier, set_properties=self.set_properties,
                         unset_properties=self.unset_properties, add_columns=self.add_columns,
                         remove_columns=self.remove_columns, rename_columns=self.rename_columns,
                         update_columns=self.update_columns, column_order=self.column_order,
-                        comment=self.comment, location=self.location,
-                        format_properties=self.format_properties, protected=self.protected)
+                        comment=self.comment, protected=self.protected, **self.new_values)
 
 
 # Iceberg operations: partition and sort terms as written in specs (olympia.spec.iceberg)
@@ -275,10 +310,12 @@ _FORMAT_VERSION: dict[str, Any] = {"enum": [1, 2]}
 
 
 @dataclass(frozen=True, kw_only=True)
-class CreateIcebergTable(ObjectOp):
+class CreateIcebergTable(ObjectOp, SetsFields):
     """Create a real Iceberg table (metadata file and definition) through pyiceberg; an
     Iceberg table declared without metadata yet becomes one. ``location`` empty: derived
-    from the namespace's ``location`` property or the catalog's ``warehouse``."""
+    from the namespace's ``location`` property or the catalog's ``warehouse``.
+    ``new_values``: the fields only Olympia keeps beyond comment, protection and table type
+    (:func:`olympia.spec.fields.olympia_only`)."""
 
     op: Literal["create_iceberg_table"] = "create_iceberg_table"
     columns: tuple[Column, ...] = ()
@@ -294,8 +331,9 @@ class CreateIcebergTable(ObjectOp):
     schema = {"identifier": _IDENT, "columns": _COLUMNS, "properties": _PROPS,
               "table_type": _NAME, "location": _TEXT, "partition_by": _TERMS,
               "sort_by": _TERMS, "format_version": _FORMAT_VERSION, "comment": _TEXT,
-              "protected": _BOOL}
+              "protected": _BOOL, **_settable_schema(described.olympia_only(TABLE))}
     required = ("identifier", "columns")
+    settable = described.olympia_only(TABLE)
 
     def apply(self, txn: Transaction) -> None:
         staging = _iceberg_staging(txn, self)
@@ -305,15 +343,18 @@ class CreateIcebergTable(ObjectOp):
 @dataclass(frozen=True, kw_only=True)
 class AlterIcebergTable(TableChanges):
     """Evolve a real Iceberg table through pyiceberg (schema, partition spec, sort order,
-    properties, format version) in the transaction; comment and protection are Olympia's.
+    properties, format version) in the transaction; comment, protection and
+    ``new_values`` (:func:`olympia.spec.fields.olympia_only`) are Olympia's.
     ``partition_by``/``sort_by`` None: unchanged."""
 
     op: Literal["alter_iceberg_table"] = "alter_iceberg_table"
     partition_by: tuple[str, ...] | None = None
     sort_by: tuple[str, ...] | None = None
     format_version: int | None = None
+    settable = described.olympia_only(TABLE)
     schema = {**TableChanges.schema, "partition_by": _nullable(_TERMS),
-              "sort_by": _nullable(_TERMS), "format_version": _nullable(_FORMAT_VERSION)}
+              "sort_by": _nullable(_TERMS), "format_version": _nullable(_FORMAT_VERSION),
+              **_settable_schema(settable)}
 
     def apply(self, txn: Transaction) -> None:
         staging = _iceberg_staging(txn, self)
@@ -385,44 +426,29 @@ class DropTable(ObjectOp):
         txn.drop_table(self.identifier)
 
 
-_VIEW_SCHEMA = {"identifier": _IDENT, "sql": _TEXT, "dialect": _NAME, "columns": _COLUMNS,
-                "referenced_objects": {"type": "array", "items": _IDENT},
-                "default_namespace": {"type": "string", "maxLength": 4096},
-                "properties": _PROPS, "comment": _TEXT, "protected": _BOOL}
-
-
 @dataclass(frozen=True, kw_only=True)
 class ViewOp(ObjectOp):
-    """The whole definition of a view, as created or replaced."""
+    """The whole ``definition`` of a view, as created or replaced (its fields are those
+    :mod:`olympia.spec.fields` describes, written flat in the JSON form)."""
 
-    sql: str
-    dialect: str = "ansi"
-    columns: tuple[Column, ...] = ()
-    referenced_objects: tuple[Ident, ...] = ()
-    default_namespace: str = ""
-    properties: Mapping[str, str] = field(default_factory=dict)
-    comment: str = ""
-    protected: bool = False
-    schema = _VIEW_SCHEMA
-    required = ("identifier", "sql")
+    definition: View
+    schema = {"identifier": _IDENT, **described.op_schema(VIEW)}
+    required = ("identifier", *described.op_required(VIEW))
 
     @classmethod
     def of(cls, view: View) -> Self:
         """The operation giving ``view`` its whole definition as it is (column ids aside)."""
-        definition: dict[str, Any] = {
-            "sql": view.sql, "dialect": view.dialect,
-            "columns": tuple(c.without_ids() for c in view.columns),
-            "referenced_objects": tuple(view.referenced_objects),
-            "default_namespace": view.default_namespace,
-            "properties": dict(sorted(view.properties.items())), "comment": view.comment,
-            "protected": view.protected}
-        return cls(identifier=(view.namespace, view.name), **definition)
+        return cls._of(view.identifier, described.normalized(view))
 
-    def view_args(self) -> dict[str, Any]:
-        return {"sql": self.sql, "dialect": self.dialect, "columns": self.columns,
-                "referenced_objects": self.referenced_objects,
-                "default_namespace": self.default_namespace, "properties": self.properties,
-                "comment": self.comment, "protected": self.protected}
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Op:
+        identifier = values.pop("identifier")
+        return cls._of(identifier, described.build(View, identifier, values))
+
+    @classmethod
+    def _of(cls, identifier: Ident, view: View) -> Self:
+        args: dict[str, Any] = {"identifier": identifier, "definition": view}
+        return cls(**args)  # a subclass: its ``op`` has a default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -431,7 +457,7 @@ class CreateView(ViewOp):
     action_type = "VIEW_CREATE"
 
     def apply(self, txn: Transaction) -> None:
-        txn.create_view(self.identifier, **self.view_args())
+        txn.create_view(self.identifier, **described.arguments(self.definition))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -440,7 +466,7 @@ class ReplaceView(ViewOp):
     action_type = "VIEW_REPLACE"
 
     def apply(self, txn: Transaction) -> None:
-        txn.replace_view(self.identifier, **self.view_args())
+        txn.replace_view(self.identifier, **described.arguments(self.definition))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog.catalog import Catalog
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.reader import CatalogReader
 from olympia.plan import render
 from olympia.plan.apply import check_allowed
@@ -24,6 +25,7 @@ from olympia.plan.diff import Differ
 from olympia.plan.gate import UNPROTECT, Gate
 from olympia.plan.ops import AlterTable
 from olympia.plan.state import Scope, load_current
+from olympia.spec import fields as described
 from olympia.spec.model import NamespaceSpec, Spec, TableSpec, ViewSpec
 from olympia.spec.yamlpos import Position
 from olympia.versions import rollback as versions_rollback
@@ -119,7 +121,8 @@ def _as_spec(reader: CatalogReader, label: str) -> Spec:
         namespaces={n.name: NamespaceSpec(n, where) for n in namespaces},
         tables={(t.namespace, t.name): TableSpec(
             replace(t, columns=tuple(c.without_ids() for c in t.columns)), where,
-            manages_location=True, manages_format_properties=True) for t in tables},
+            managed=frozenset(f.name for f in described.kept_when_omitted(ObjectType.TABLE)))
+            for t in tables},
         views={(v.namespace, v.name): ViewSpec(
             replace(v, columns=tuple(c.without_ids() for c in v.columns)), where,
             reference_positions=tuple(where for _ in v.referenced_objects)) for v in views})

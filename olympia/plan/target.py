@@ -223,7 +223,7 @@ def _needed(ops: Iterable[Op]) -> tuple[set[str], set[Key]]:
         if isinstance(op, ObjectOp):
             namespaces.update(k[0] for k in touched(op))
         if isinstance(op, ViewOp):
-            objects.update(op.referenced_objects)
+            objects.update(op.definition.referenced_objects)
     return namespaces, objects
 
 
@@ -310,7 +310,8 @@ class TargetedScope(Scope):
         whole |= {k[0] for op in ops if isinstance(op, NamespaceOp) for k in touched(op)}
         keys = {k for op in ops if isinstance(op, ObjectOp) for k in touched(op)}
         keys |= {(t.namespace, t.name) for t in targets if t.kind != Kind.NAMESPACE}
-        keys |= {r for op in ops if isinstance(op, ViewOp) for r in op.referenced_objects}
+        keys |= {r for op in ops if isinstance(op, ViewOp)
+                 for r in op.definition.referenced_objects}
         return cls(scope.declared, scope.patterns, scope.references, tuple(sorted(targets)),
                    frozenset(whole), frozenset((k[0], k[1]) for k in keys))
 

@@ -26,19 +26,16 @@ from olympia.plan.changes import (
     column_details,
     column_text,
     detail,
-    property_details,
+    map_details,
+    value_names,
 )
 from olympia.plan.compat import is_safe_change
 from olympia.plan.ops import Action, Kind
+from olympia.spec import fields as described
 from olympia.versions.history import Diff, name_fields, namespace_moves
 from olympia.versions.history import diff as object_diff
 
 Definition = Namespace | Table | View
-_ATTRIBUTES = {
-    ObjectType.NAMESPACE: ("comment", "protected"),
-    ObjectType.TABLE: ("comment", "protected", "format", "table_type", "location"),
-    ObjectType.VIEW: ("comment", "protected", "dialect", "default_namespace"),
-}
 
 
 @dataclass
@@ -123,20 +120,16 @@ def version_diff(catalog: Catalog, from_version: int, to_version: int,
 def definition_details(before: Definition | None, after: Definition) -> list[dict[str, Any]]:
     """How ``after`` differs from ``before`` (None: everything ``after`` declares, as
     additions), attribute by attribute and column by column; same-kind objects only."""
-    kind = _TYPE_OF[type(after)]
     if before is None:
-        before = _empty(after)
-    out = attribute_details(before, after, _ATTRIBUTES[kind])
+        before = described.empty_like(after, keep=True)
+    out = attribute_details(before, after, value_names(described.kind_of(after)))
     if isinstance(before, View) and isinstance(after, View):
         if before.sql != after.sql:
             out.append(detail("sql", before.sql or None, after.sql))
         refs = [sorted(f"{a}.{b}" for a, b in o.referenced_objects) for o in (before, after)]
         if refs[0] != refs[1]:
             out.append(detail("referenced_objects", refs[0] or None, refs[1] or None))
-    out += property_details(before.properties, after.properties)
-    if isinstance(before, Table) and isinstance(after, Table):
-        out += property_details(before.format_properties, after.format_properties,
-                                "format_properties")
+    out += map_details(before, after)
     if isinstance(before, Table | View) and isinstance(after, Table | View):
         out += columns_details(before.columns, after.columns)
     return out
@@ -173,19 +166,6 @@ def columns_details(before: Iterable[Column], after: Iterable[Column],
     removed = [detail(f"column {c.name}", column_text(c), None, text=True)
                for c in old if c.name not in matched]
     return renamed + removed + added + changed
-
-
-_TYPE_OF: dict[type, ObjectType] = {Namespace: ObjectType.NAMESPACE, Table: ObjectType.TABLE,
-                                    View: ObjectType.VIEW}
-
-
-def _empty(like: Definition) -> Definition:
-    if isinstance(like, Namespace):
-        return Namespace(like.name)
-    if isinstance(like, Table):
-        return Table(like.namespace, like.name, format=like.format,
-                     table_type=like.table_type)
-    return View(like.namespace, like.name, "", dialect=like.dialect)
 
 
 def _kind(ref: ObjectRef) -> Kind:

@@ -46,6 +46,7 @@ from ruamel.yaml.resolver import VersionedResolver
 
 from olympia.exceptions import InvalidArgumentError, SpecError
 from olympia.inputs import MIB
+from olympia.spec import fields as described
 from olympia.spec.loader import spec_files
 from olympia.spec.rewrite import replace_file
 from olympia.spec.yamlpos import CoreLoader, Document, Problem, load_documents, read_text
@@ -53,13 +54,7 @@ from olympia.spec.yamlpos import CoreLoader, Document, Problem, load_documents, 
 _COLUMN = ("name", "renamed_from", "type", "nullable", "comment", "fields", "element", "key",
            "value", "properties")
 KEY_ORDER: dict[str, tuple[str, ...]] = {
-    "namespace": ("namespace", "renamed_from", "comment", "protected", "properties", "tables",
-                  "views", "manage"),
-    "table": ("renamed_from", "comment", "protected", "format", "table_type", "location",
-              "format_properties", "format_version", "partition_by", "sort_by", "properties",
-              "columns"),
-    "view": ("renamed_from", "comment", "protected", "dialect", "default_namespace",
-             "references", "properties", "columns", "sql"),
+    **{kind.label: described.spec_keys(kind) for kind in described.FIELDS},
     "column": _COLUMN,
     "reference": ("namespace", "name"),
 }

@@ -22,6 +22,7 @@ from typing import Any
 from olympia.catalog.keys import ObjectType, validate_name
 from olympia.catalog.objects import Column, Namespace, Table, View, canonical_type
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, SpecError
+from olympia.spec import fields as described
 from olympia.spec import iceberg, schema
 from olympia.spec import variables as spec_variables
 from olympia.spec.model import Key, NamespaceSpec, Spec, TableSpec, ViewSpec
@@ -180,9 +181,8 @@ class _Builder:
             self.problem(doc.at(("namespace",)), f"namespace {ns} is already declared at {first}")
             return
         old = self._rename_hint(doc, (), "namespace", "", ns)
-        self.spec.namespaces[ns] = NamespaceSpec(
-            Namespace(ns, _properties(doc, ("properties",)), data.get("comment", ""),
-                      bool(data.get("protected", False))), doc.at(("namespace",)), old)
+        namespace = _definition(doc, (), Namespace, (ns,))
+        self.spec.namespaces[ns] = NamespaceSpec(namespace, doc.at(("namespace",)), old)
         for kind, build in (("tables", self._table), ("views", self._view)):
             for name in data.get(kind) or {}:
                 if (kind, name) in broken:
@@ -226,18 +226,14 @@ class _Builder:
         if built is None:
             return
         columns, renames = built
-        table = Table(
-            ns, name, columns, _properties(doc, (*path, "properties")),
-            body.get("format", "iceberg").lower(), body.get("table_type", "external").lower(),
-            body.get("location", ""), _properties(doc, (*path, "format_properties")),
-            body.get("comment", ""), bool(body.get("protected", False)),
-        )
+        table = _definition(doc, path, Table, (ns, name), columns=columns)
         layout = self._layout(doc, path, table)
         if layout is None:
             return
+        managed = frozenset(f.name for f in described.kept_when_omitted(ObjectType.TABLE)
+                            if f.key in body)
         self.spec.tables[(ns, name)] = TableSpec(
-            table, doc.at_key(path), old, renames, "location" in body,
-            "format_properties" in body, layout, body.get("format_version"))
+            table, doc.at_key(path), old, renames, managed, layout, body.get("format_version"))
 
     def _layout(self, doc: Document, path: Path_, table: Table) -> iceberg.Layout | None:
         """The partitioning and sorting of an Iceberg table, its columns checked for types
@@ -303,10 +299,8 @@ class _Builder:
         raw = body.get("references") or []
         references = tuple((r["namespace"], r["name"]) if isinstance(r, dict)
                            else tuple(r.split(".", 1)) for r in raw)
-        view = View(ns, name, body["sql"].strip(), body.get("dialect", "ansi"), built[0],
-                    references, body.get("default_namespace", ""),
-                    _properties(doc, (*path, "properties")), body.get("comment", ""),
-                    bool(body.get("protected", False)))
+        view = _definition(doc, path, View, (ns, name), columns=built[0],
+                           referenced_objects=references)
         positions = tuple(doc.at((*path, "references", i)) for i in range(len(raw)))
         self.spec.views[(ns, name)] = ViewSpec(view, doc.at_key(path), old, positions)
 
@@ -495,6 +489,23 @@ def moved_from(hint: str, namespaces: set[str]) -> tuple[str, str] | None:
         if char == "." and hint[:i] in namespaces and hint[i + 1:]:
             return hint[:i], hint[i + 1:]
     return None
+
+
+def _definition(doc: Document, path: Path_, cls: type[described.D], key: tuple[str, ...],
+                **built: Any) -> described.D:
+    """The ``cls`` (Namespace, Table or View) named ``key`` the (schema-valid) body at
+    ``path`` declares: each described field the spec sets, read as the catalog object holds it;
+    ``built``: the fields read by the caller (columns, references)."""
+    body: dict[str, Any] = doc.get(path)
+    values = dict(built)
+    for f in described.stored(described.KINDS[cls]):
+        if f.compare == described.Compare.NAME or f.name in built:
+            continue
+        if f.compare == described.Compare.MAP:
+            values[f.name] = _properties(doc, (*path, f.key))
+        elif f.key in body:
+            values[f.name] = body[f.key] if f.read is None else f.read(body[f.key])
+    return described.build(cls, key, values)
 
 
 def _properties(doc: Document, path: Path_) -> dict[str, str]:

@@ -26,10 +26,15 @@ class TableSpec:
     position: Position
     renamed_from: str | None = None
     column_renames: Mapping[str, str] = field(default_factory=dict)  # new name -> old name
-    manages_location: bool = False  # omitted: the catalog's value is left alone
-    manages_format_properties: bool = False
+    # the fields a spec may omit to leave the catalog's value alone that it declares
+    managed: frozenset[str] = frozenset()
     layout: Layout = field(default_factory=Layout)  # Iceberg: partitioning and sorting
     format_version: int | None = None  # Iceberg tables; None: not declared
+
+    def manages(self, name: str) -> bool:
+        """Whether the spec declares the table's field ``name`` (a field it may omit to
+        leave the catalog's value alone: location, format properties)."""
+        return name in self.managed
 
     @property
     def iceberg(self) -> bool:

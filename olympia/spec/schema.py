@@ -11,7 +11,7 @@ import difflib
 import itertools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -22,8 +22,10 @@ import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import MAX_TYPE_PARAMETER, TYPE_NAMES, canonical_type
 from olympia.exceptions import InvalidArgumentError
+from olympia.spec import fields as described
 from olympia.spec.yamlpos import MAX_PROBLEMS, Document, Path_, Problem, excerpt
 
 SCHEMA_FILE_NAME = "olympia-spec.schema.json"
@@ -249,3 +251,38 @@ def _message(error: ValidationError, key: str | None) -> str:
         message = error.message
     where = _where(path)
     return f"{where}: {message}" if where else message
+
+
+# --- the keys olympia.spec.fields describes, written into the file -------------------------
+
+SCHEMA_SECTIONS: dict[ObjectType, tuple[str, ...]] = {
+    ObjectType.NAMESPACE: ("properties",), ObjectType.TABLE: ("$defs", "table", "properties"),
+    ObjectType.VIEW: ("$defs", "view", "properties")}
+
+
+def with_described_keys(document: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (the spec's JSON Schema) with each kind's keys as
+    :mod:`olympia.spec.fields` describes them."""
+    out = json.loads(json.dumps(document))
+    for kind, path in SCHEMA_SECTIONS.items():
+        node = out
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = described.spec_schema(kind)
+    written: dict[str, Any] = out
+    return written
+
+
+def schema_text(document: Mapping[str, Any]) -> str:
+    """The schema file's text: two-space indents, a final newline."""
+    return json.dumps(document, indent=2) + "\n"
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "specs" / "olympia-spec.schema.json"
+
+
+def write_schema(path: Path = SCHEMA_FILE) -> None:
+    """Write the described keys into the spec's JSON Schema file at ``path`` (by default
+    specs/olympia-spec.schema.json of this source tree; ``make schema``)."""
+    path.write_text(schema_text(with_described_keys(json.loads(path.read_text("utf-8")))),
+                    "utf-8")

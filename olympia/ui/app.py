@@ -27,6 +27,7 @@ from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import InvalidArgumentError, InvalidNameError, NotFoundError, OlympiaError
 from olympia.plan.render import SIGNS
+from olympia.spec import fields as described
 from olympia.ui import pages
 from olympia.ui.timeline import timeline
 from olympia.versions.dtxn import summarize_transactions
@@ -171,7 +172,8 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                   dependencies=list(dependencies))
     app.add_middleware(SecurityHeaders)
     templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis)
+    templates.env.globals.update(title=title, signs=SIGNS, format_millis=format_millis,
+                                 facts=described.facts)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
     def render(request: Request, template: str, code: int = 200, **values: Any,
