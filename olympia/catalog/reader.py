@@ -78,38 +78,8 @@ class CatalogReader(ABC):
         ref = _ref(ObjectType.VIEW, identifier, name)
         return View.from_proto(self._require(ref, pb.ViewDef), ref.namespace, ref.name)
 
-    def table_paths(self, namespace: str, after: str | None = None,
-                    ) -> Iterator[tuple[str, str]]:
-        """The tables of a namespace by name, without reading their definitions.
-
-        Args:
-            namespace: The namespace.
-            after: Only the tables named after this (any string; None: every table).
-
-        Returns:
-            (name, definition file path) in name order, read as iterated: a caller that
-            stops early reads only the nodes it passed. A path names one definition for
-            good (definition files are immutable and carry their checksum).
-
-        Raises:
-            NoSuchNamespaceError: The namespace does not exist.
-        """
-        if not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
-        entries = self._scan_after(ObjectType.TABLE, namespace, after)
-        # every key scanned is the namespace's prefix and a name padded with spaces
-        start = len(self._prefix(ObjectType.TABLE, namespace))
-        names = ((key[start:].rstrip(" "), path) for key, path in entries)
-        return names if after is None else ((n, p) for n, p in names if n > after)
-
-    def _scan_after(self, kind: ObjectType, namespace: str, after: str | None,
-                    ) -> Iterator[tuple[str, str]]:
-        """:meth:`_scan` of ``namespace``, where it may start at the keys of names after
-        ``after`` (a reader that can start there does)."""
-        return self._scan(kind, namespace)
-
     def table_definitions(self, paths: list[str]) -> list[pb.TableDef]:
-        """The table definitions at ``paths`` (from :meth:`table_paths`), not decoded,
+        """The table definitions at ``paths`` (from :meth:`names`), not decoded,
         the uncached ones read concurrently.
 
         Raises:
@@ -349,15 +319,6 @@ class Snapshot(CatalogReader):
 
     def _scan(self, kind: ObjectType, namespace: str | None) -> Iterator[tuple[str, str]]:
         return btree.scan_prefix(self.nodes, self.root.node, self._prefix(kind, namespace))
-
-    def _scan_after(self, kind: ObjectType, namespace: str, after: str | None,
-                    ) -> Iterator[tuple[str, str]]:
-        # a key is its prefix and its name padded with spaces, which sort below every
-        # character a name may hold: the key of every name after ``after`` is at least
-        # the prefix followed by ``after``
-        prefix = self._prefix(kind, namespace)
-        return btree.scan(self.nodes, self.root.node, prefix + (after or ""),
-                          btree.prefix_end(prefix))
 
     def _refs_range(self, kind: ObjectType, after: ObjectRef | None,
                     ) -> Iterator[tuple[str, str]]:
