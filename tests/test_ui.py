@@ -866,10 +866,16 @@ def test_a_table_page_reads_top_down_with_snapshots_linked_to_their_versions(
                       page.text, re.S)
     assert rows == [(str(second), "version 4"), (str(first), "version 3")]
     assert "made current by catalog version 4" in text
-    used = client.get(re.search(r'class="used-by" href="([^"]+)"', page.text).group(1)
-                      .replace("&amp;", "&"))
-    assert re.findall(r'name=(v\d)"', used.text) == ["v0", "v1", "v2"]
+    listed = re.search(r'<dd class="used-by-views">(.*?)</dd>', page.text, re.S).group(1)
+    assert re.findall(r'name=(v\d)"', listed) == ["v0", "v1", "v2"]  # w read, not listed
+    assert 'class="used-by"' not in listed  # every view was read: nothing to go on to
     monkeypatch.setattr(pages, "USED_BY_READS", 2)
+    page = client.get("/table", params={"ns": "lake", "name": "events"})
+    listed = re.search(r'<dd class="used-by-views">(.*?)</dd>', page.text, re.S).group(1)
+    assert re.findall(r'name=(v\d)"', listed) == ["v0", "v1"]
+    rest = client.get(re.search(r'class="used-by" href="([^"]+)"', listed).group(1)
+                      .replace("&amp;", "&"))
+    assert re.findall(r'name=(v\d)"', rest.text) == ["v2"]
     seen = [re.findall(r'name=(v\d)"', got.text)
             for got in pages_from(client, "/used-by?ns=lake&name=events")]
     assert seen == [["v0", "v1"], ["v2"]]  # w read, not listed

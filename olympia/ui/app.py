@@ -307,6 +307,8 @@ def create_ui(open_catalog: Callable[[Request], Catalog], *,
                       columns=pages.column_rows(found.columns),
                       changed=last_change(ctx, ObjectType.TABLE, ns, name), iceberg=iceberg,
                       owner=pages.owner_of(ctx.snapshot, found, iceberg),
+                      used=pages.used_by(ctx.snapshot, ObjectRef(ObjectType.TABLE, ns, name),
+                                         None, pages.USED_BY_READS),
                       format_properties={k: v for k, v in found.format_properties.items()
                                          if iceberg is None or k not in pages.SHOWN_IN_OVERVIEW},
                       recent=pages.RECENT_SNAPSHOTS)
