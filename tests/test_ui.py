@@ -728,6 +728,11 @@ def test_a_big_diff_shows_its_summary_then_pages_of_changes(
     assert "Objects 1 to 4 of 4" in text_of(small.text)
     assert '<span class="line add"> + column note: varchar</span>' in \
         re.sub(r" +", " ", small.text)
+    # one object a page: the rename's two names fall on pages 3 and 4, and each shows it
+    shown = [re.findall(r'aria-label="(\w+ table [^"]+)"', got.text)
+             for got in pages_from(client, "/diff?to=3&limit=1")]
+    assert shown == [["update table a.t000"], ["drop table b.t000"],
+                     ["rename table c.t999"], ["rename table c.t999"]]
 
 
 @pytest.mark.parametrize("query", [

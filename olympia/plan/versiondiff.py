@@ -82,18 +82,24 @@ def version_diff(catalog: Catalog, from_version: int, to_version: int,
         from_version: the older version.
         to_version: the newer version.
         within: when given, only the objects it accepts are compared and listed (the
-            others' definitions are not read), and the catalog definition is left out.
+            others' definitions are not read), and the catalog definition is left out. A
+            rename is listed when it accepts either name.
 
     Raises:
         VersionNotFoundError: either version does not exist (or has expired).
     """
     coarse = object_diff(catalog, from_version, to_version)
+    renamed = _renames(catalog, from_version, to_version, coarse.added, coarse.removed)
     if within is not None:
-        keep = within
+        other_name = {**renamed, **{old: new for new, old in renamed.items()}}
+
+        def keep(ref: ObjectRef) -> bool:
+            return within(ref) or (ref in other_name and within(other_name[ref]))
+
         coarse = Diff(from_version, to_version, [r for r in coarse.added if keep(r)],
                       [r for r in coarse.removed if keep(r)],
                       [r for r in coarse.changed if keep(r)])
-    renamed = _renames(catalog, from_version, to_version, coarse.added, coarse.removed)
+        renamed = {new: old for new, old in renamed.items() if new in coarse.added}
     gone = set(renamed.values())
     old = _load_all(catalog.at_version(from_version), [*coarse.changed, *gone])
     new = _load_all(catalog.at_version(to_version), [*coarse.changed, *coarse.added])

@@ -552,8 +552,8 @@ def diff_page(catalog: Catalog, older: int, newer: int, namespace: str | None,
     """The summary of the diff from ``older`` to ``newer``, then up to ``limit`` of its
     changes (of ``namespace`` only, when given) after the cursor ``after``. The summary and
     the page's choice read only the two trees' differing nodes; definitions are read for the
-    page's objects only (:func:`olympia.plan.versiondiff.version_diff` with ``within``), so a
-    rename shows as one only when both of its names fall on the page.
+    page's objects only (:func:`olympia.plan.versiondiff.version_diff` with ``within``); a
+    rename shows, as one, on the page of each of its names.
 
     Raises:
         InvalidArgumentError: a malformed cursor.
