@@ -9,14 +9,14 @@ import pytest
 from cli_helpers import Cli
 
 from olympia import Catalog, versions
-from olympia.cli.actor import _CI_SYSTEMS, USER_ENV, actor_info
+from olympia.cli.actor import CI_SYSTEMS, USER_ENV, actor_info
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = str(ROOT / "examples" / "catalog")
 #: No CI system and no OLYMPIA_USER, whatever runs this suite.
 PLAIN: dict[str, str | None] = {USER_ENV: None, "NO_COLOR": "1", "CI_JOB_URL": None,
-                                **{s.marker: None for s in _CI_SYSTEMS},
-                                **{s.actor: None for s in _CI_SYSTEMS}}
+                                **{s.marker: None for s in CI_SYSTEMS},
+                                **{s.actor: None for s in CI_SYSTEMS}}
 GITHUB = {"GITHUB_ACTIONS": "true", "GITHUB_ACTOR": "octocat",
           "GITHUB_SERVER_URL": "https://github.example", "GITHUB_REPOSITORY": "data/catalog",
           "GITHUB_RUN_ID": "42", "GITHUB_TOKEN": "ghs_secret"}

@@ -27,7 +27,7 @@ from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import LocationInUseError
 from olympia.iceberg import OlympiaCatalog
-from olympia.iceberg.session import _LiveCache
+from olympia.iceberg.live import LiveTables
 from olympia.server import CatalogService
 from olympia.server.paging import Page
 
@@ -359,7 +359,7 @@ def test_moved_live_tables_equal_tables_read_afresh(tmp_path_factory: Any,
     store = Catalog.create(uri, order=ORDER)
     store.create_namespace("ns")
     places = _places(path)
-    cache, fresh_versions = _LiveCache(), []
+    cache, fresh_versions = LiveTables(), []
     for kind, table, where, version in steps:
         name = f"t{table}"
         exists = store.table_exists("ns", name)
@@ -374,7 +374,7 @@ def test_moved_live_tables_equal_tables_read_afresh(tmp_path_factory: Any,
         tree = store.at_version(target)
         with cache.lock:
             moved = _holders(cache.at(tree), places)
-        assert moved == _holders(_LiveCache().at(tree), places), f"at version {target}"
+        assert moved == _holders(LiveTables().at(tree), places), f"at version {target}"
     store.close()
 
 
@@ -425,6 +425,6 @@ def test_a_failed_move_forgets_the_live_tables(tmp_path: Path,
     places = [f"file://{tmp_path}/wh-5/ns/{t}" for t in ("first", "second", "t0001")]
     with cache.lock:
         moved = _holders(cache.at(tree), places)
-    assert moved == _holders(_LiveCache().at(tree), places)
+    assert moved == _holders(LiveTables().at(tree), places)
     assert all(moved)  # every one is there
 

@@ -33,7 +33,8 @@ def _github_run(env: Mapping[str, str]) -> str:
     return f"{parts[0]}/{parts[1]}/actions/runs/{parts[2]}" if all(parts) else ""
 
 
-_CI_SYSTEMS = (
+#: The CI systems whose actor and run a version records, checked in this order.
+CI_SYSTEMS = (
     _CISystem("GitHub Actions", "GITHUB_ACTIONS", "GITHUB_ACTOR", _github_run),
     _CISystem("GitLab CI", "GITLAB_CI", "GITLAB_USER_LOGIN", lambda e: e.get("CI_JOB_URL", "")),
     _CISystem("Buildkite", "BUILDKITE", "BUILDKITE_BUILD_CREATOR",
@@ -63,7 +64,7 @@ def actor_info(user: str | None, env: Mapping[str, str] | None = None) -> dict[s
     """
     env = os.environ if env is None else env
     info: dict[str, str] = {}
-    system = next((s for s in _CI_SYSTEMS if env.get(s.marker)), None)
+    system = next((s for s in CI_SYSTEMS if env.get(s.marker)), None)
     if system is not None:
         info["ci"] = system.name
         if run := system.run_url(env):

@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Self, TypeVar
 
@@ -55,11 +53,11 @@ from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
 from olympia.iceberg.files import check_placement
+from olympia.iceberg.live import KeptCache, KeptTables, LiveTables, table_changes
 from olympia.iceberg.locations import (
     Key,
     LiveIndex,
     LiveTable,
-    Place,
     derived_location,
     inside,
     place,
@@ -83,7 +81,6 @@ from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.iceberg.retention import Retention
 from olympia.lru import LruCache
 from olympia.versions import timetravel
-from olympia.versions.history import changes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -113,8 +110,8 @@ class CatalogSession(MetastoreCatalog):
     _max_metadata_bytes: int
     _index: LiveIndex | None  # a transaction's staged tables over its base's (_live)
     _seen: int  # the staged actions of the transaction _index includes
-    _live_tables: _LiveCache  # the live tables of the tree last checked, shared by copies
-    _kept: _KeptCache  # the tables of kept versions (_kept_tables), shared by copies
+    _live_tables: LiveTables  # the live tables of the tree last checked, shared by copies
+    _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
@@ -166,8 +163,8 @@ class CatalogSession(MetastoreCatalog):
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
         self._index, self._seen = None, 0
-        self._live_tables = _LiveCache()
-        self._kept = _KeptCache()
+        self._live_tables = LiveTables()
+        self._kept = KeptCache()
         self._iceberg_paths = LruCache(ICEBERG_PATHS)
         self._confined = False
         self._root = False
@@ -555,7 +552,7 @@ class CatalogSession(MetastoreCatalog):
     @contextlib.contextmanager
     def _live(self) -> Iterator[LiveIndex]:
         """The live tables as this session reads them, held while the caller checks: those
-        of the latest or pinned version or the transaction's base (:class:`_LiveCache`
+        of the latest or pinned version or the transaction's base (:class:`LiveTables`
         moves to it from the tree checked before, reading what differs); in a transaction,
         with the tables its staged actions touched read again as the actions come (so the
         many creates of one apply stay cheap)."""
@@ -584,7 +581,7 @@ class CatalogSession(MetastoreCatalog):
             yield self._index
 
     @contextlib.contextmanager
-    def _kept_tables(self) -> Iterator[_Kept]:
+    def _kept_tables(self) -> Iterator[KeptTables]:
         """Every table of every kept catalog version (oldest kept to latest, and every
         exported version), by location and metadata file, held while the caller checks.
         Kept between calls: a later call reads only the versions made since (one root read
@@ -598,7 +595,7 @@ class CatalogSession(MetastoreCatalog):
             kept = self._kept.state
             if kept is None or kept.since != since or kept.through.version > latest:
                 first = store.at_version(since[0])
-                kept = _Kept(since, first, LiveIndex())
+                kept = KeptTables(since, first, LiveIndex())
                 exported = [timetravel.at_export(store, name)
                             for name in store.catalog_def.exported_snapshots]
                 for snapshot in [first, *(s for s in exported if s.version < since[0])]:
@@ -607,7 +604,7 @@ class CatalogSession(MetastoreCatalog):
                                     snapshot.version, once=snapshot is not first)
             for version in range(kept.through.version + 1, latest + 1):
                 snapshot = Snapshot(store.files, store.files.read_root(version))
-                for key, changed in _table_changes(kept.through, snapshot):
+                for key, changed in table_changes(kept.through, snapshot):
                     kept.record(key, changed, version)
                 kept.through = snapshot
             self._kept.state = kept
@@ -743,107 +740,3 @@ class CatalogSession(MetastoreCatalog):
                    if inside(entry.metadata_file, metadata.location)]
             MetastoreCatalog._delete_old_metadata(
                 io, base.model_copy(update={"metadata_log": own}), metadata)
-
-
-Claim = tuple[Key, str, Place]  # a table's name, uuid and location
-
-
-class _KeptCache:
-    """The :class:`_Kept` a catalog and its copies share, and the lock guarding it."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.state: _Kept | None = None
-
-
-@dataclass
-class _Kept:
-    """The tables of the kept versions through ``through``; ``since``: the oldest kept
-    version and the exported roots when it was built. ``spans``: the first and last
-    version each table had each location at (last ``-1``: it still has it at
-    ``through``); ``holds``: what each table of ``through`` has."""
-
-    since: tuple[int, tuple[str, ...]]
-    through: Snapshot
-    index: LiveIndex
-    spans: dict[Claim, list[int]] = field(default_factory=dict)
-    holds: dict[Key, Claim] = field(default_factory=dict)
-
-    def record(self, key: Key, definition: TableDef | None, version: int, *,
-               once: bool = False) -> None:
-        """What table ``key`` uses from ``version`` on (``None``: nothing, it is gone);
-        ``once``: at that version only (an exported one)."""
-        table = None if definition is None else LiveTable.of(definition)
-        claim = None if table is None else (table.key, table.uuid, table.place)
-        if not once:
-            held = self.holds.pop(key, None)
-            if held is not None and held != claim:
-                self.spans[held][1] = version - 1
-        if table is None or claim is None:
-            return
-        self.index.add(table)
-        span = self.spans.setdefault(claim, [version, version])
-        span[0] = min(span[0], version)
-        if not once:
-            self.holds[key], span[1] = claim, -1
-        elif span[1] != -1:
-            span[1] = max(span[1], version)
-
-    def versions(self, table: LiveTable) -> str:
-        """The catalog versions ``table`` had its location at, in words."""
-        first, last = self.spans[(table.key, table.uuid, table.place)]
-        if last == -1:
-            return f"catalog versions {first} and later (the latest)"
-        return (f"catalog version {first}" if first == last
-                else f"catalog versions {first} to {last}")
-
-
-class _LiveCache:
-    """The live tables of one catalog tree, which a catalog and its copies share: a check
-    against another tree first moves them there by the difference of the two trees (a
-    tree difference skips the subtrees both share), so a create costs what changed since
-    the tree checked before, never a read of every definition. They are derived only from
-    the trees' node files and definition files: immutable, named by a uuid, verified by
-    their checksums when read. A tree is the root node object a caller read, never a
-    version number (a restored prefix may give a number other content)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self._tree: Snapshot | None = None
-        self._index = LiveIndex()
-
-    def at(self, tree: Snapshot) -> LiveIndex:
-        """The live tables of ``tree``, valid while the caller holds :attr:`lock`.
-
-        Raises:
-            CorruptFileError, StorageError: a node or definition could not be read (the
-                tables are then forgotten, and read afresh by the next check).
-        """
-        known = self._tree
-        try:
-            if (known is None or known.codec.limits != tree.codec.limits
-                    or known.catalog_def.order != tree.catalog_def.order):
-                self._tree = None
-                self._index.clear()
-                _, tables, _ = tree.load_all()
-                for definition in tables:
-                    self._index.put((definition.namespace, definition.name),
-                                    LiveTable.of(definition))
-            elif known.root.node is not tree.root.node:
-                self._tree = None
-                for key, changed in _table_changes(known, tree):
-                    self._index.put(key, None if changed is None else LiveTable.of(changed))
-        except BaseException:
-            self._index.clear()
-            raise
-        self._tree = tree
-        return self._index
-
-
-def _table_changes(old: Snapshot, new: Snapshot) -> Iterator[tuple[Key, TableDef | None]]:
-    """The tables that differ between two trees, each with its definition in ``new``
-    (None: it is not there)."""
-    for ref, _, after in changes(old, new):
-        if ref.type == ObjectType.TABLE:
-            yield ((ref.namespace, ref.name),
-                   None if after is None else new.load_table(ref.namespace, ref.name))
