@@ -13,7 +13,8 @@ Storage options: ``account_name`` (``adls.account-name``), ``account_key``
 (``adls.connection-string``) and ``endpoint_url``, the account's Blob endpoint
 (``https://<account>.blob.core.windows.net`` by default; Azurite's is
 ``http://127.0.0.1:<port>/<account>``), which pyiceberg spells as
-``adls.blob-storage-scheme`` and ``adls.blob-storage-authority``. Without a key, SAS token
+``adls.blob-storage-scheme`` and ``adls.blob-storage-authority`` (and the Data Lake
+endpoint's ``adls.dfs-storage-*``, derived from it). Without a key, SAS token
 or connection string the client uses Azure's default credential chain. Any other option is
 refused.
 """
@@ -42,6 +43,7 @@ from olympia.storage.retry import StorageSettings
 PROPERTIES = {"adls.account-name": "account_name", "adls.account-key": "account_key",
               "adls.sas-token": "sas_token", "adls.connection-string": "connection_string"}
 AUTHORITY, URL_SCHEME = "adls.blob-storage-authority", "adls.blob-storage-scheme"
+DFS_AUTHORITY, DFS_SCHEME = "adls.dfs-storage-authority", "adls.dfs-storage-scheme"
 OPTIONS = (*PROPERTIES.values(), "endpoint_url")
 PUBLIC_AUTHORITY = ".blob.core.windows.net"
 
@@ -221,7 +223,8 @@ def storage_options(properties: Mapping[str, Any]) -> dict[str, Any]:
         InvalidArgumentError: An ``adls.*`` property the catalog's files could not honour.
     """
     endpoint = {AUTHORITY: properties.get(AUTHORITY), URL_SCHEME: properties.get(URL_SCHEME)}
-    options = flat_storage_options({k: v for k, v in properties.items() if k not in endpoint},
+    ignored = (*endpoint, DFS_AUTHORITY, DFS_SCHEME)  # the catalog's files use the Blob API
+    options = flat_storage_options({k: v for k, v in properties.items() if k not in ignored},
                                    PROPERTIES, "adls.", "abfs")
     if endpoint[AUTHORITY]:
         authority, scheme = str(endpoint[AUTHORITY]), str(endpoint[URL_SCHEME] or "https")
@@ -255,7 +258,10 @@ def _endpoint_properties(options: Mapping[str, Any]) -> dict[str, str]:
     account = str(options.get("account_name") or "")
     host = url.netloc
     authority = host[len(account):] if account and host.startswith(account + ".") else host
-    return {URL_SCHEME: url.scheme, AUTHORITY: authority}
+    # the Data Lake endpoint pyarrow asks first: Azure's is the account's .dfs. host; an
+    # emulator's (Azurite) is its one endpoint
+    return {URL_SCHEME: url.scheme, AUTHORITY: authority, DFS_SCHEME: url.scheme,
+            DFS_AUTHORITY: authority.replace(".blob.", ".dfs.", 1)}
 
 # Login and Password of an Airflow connection: the account name and key
 CONNECTION = ("account_name", "account_key")
