@@ -249,3 +249,35 @@ def test_local_expiry(cloud_location: Location) -> None:
 @pytest.mark.spark
 def test_spark_expiry(spark: Any, cloud_location: Location) -> None:
     expire_spark.test_spark_expiry_keeps_every_live_file(spark, cloud_location)
+
+
+# --- the profiles' mappings ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("uri", "options"), [
+    ("gs://b/p", {"endpoint_url": "http://127.0.0.1:1", "project": "pr", "token": "tk"}),
+    ("abfs://c/p", {"account_name": "acct", "account_key": "k",
+                    "endpoint_url": "http://127.0.0.1:1/acct"}),
+    ("abfs://c/p", {"account_name": "acct", "sas_token": "sv=1",
+                    "endpoint_url": "https://acct.blob.core.windows.net"}),
+])
+def test_options_survive_the_data_source_and_the_connection(uri: str,
+                                                            options: dict[str, str]) -> None:
+    """Storage options -> the Spark data source's properties -> storage options again, by
+    the scheme's profile; the Airflow connection's Login and Password land on the scheme's
+    options; the Asset of the catalog is named by the scheme."""
+    from olympia.iceberg.options import storage_options
+    from olympia.spark import properties_from_storage_options
+    from olympia_provider.assets import catalog_asset_uri
+    from olympia_provider.hooks.olympia import settings_from_connection
+
+    properties = properties_from_storage_options(options, uri)
+    assert storage_options(uri, properties) == options
+    conn = type("Conn", (), {"conn_id": "c", "host": uri, "login": "L", "password": "P",
+                             "extra_dejson": {}})()
+    scheme = uri.partition(":")[0]
+    login, password = {"gs": ("project", "token"), "abfs": ("account_name", "account_key")}[
+        scheme]
+    assert settings_from_connection(conn) == (uri, {login: "L", password: "P"})
+    assert catalog_asset_uri(uri) == f"olympia://{scheme}/{uri.partition('://')[2]}"
+    assert catalog_asset_uri(uri.replace("abfs://", "az://")) == catalog_asset_uri(uri)
