@@ -27,7 +27,12 @@ from pyiceberg.exceptions import BadRequestError
 from restserver import RestServer
 
 from olympia import Catalog
-from olympia.exceptions import FileAlreadyExists, FileNotFound, TableLocationError
+from olympia.exceptions import (
+    FileAlreadyExists,
+    FileNotFound,
+    InvalidArgumentError,
+    TableLocationError,
+)
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.options import iceberg_properties
 from olympia.storage import Storage
@@ -122,11 +127,16 @@ def test_exactly_one_racing_create_wins(cloud_location: Location) -> None:
 
 
 def test_unknown_options_and_foreign_properties_are_refused(cloud_location: Location) -> None:
+    """What a scheme cannot honour exactly is refused, naming it."""
     scheme = cloud_location.kind
-    with pytest.raises(Exception, match=f"storage option endpoint is not one a {scheme}://"):
+    with pytest.raises(InvalidArgumentError, match=f"storage option endpoint is not one a {scheme}://"):
         Storage(cloud_location.uri, {**cloud_location.storage_options, "endpoint": "x"})
+    if scheme == "abfs":  # an account in the URI that the options contradict
+        with pytest.raises(InvalidArgumentError, match="names account 'other'"):
+            Storage("abfs://olympia@other.dfs.core.windows.net/x",
+                    cloud_location.storage_options)
     prefix = {"gs": "gcs.requester-pays", "abfs": "adls.tenant-id"}[scheme]
-    with pytest.raises(Exception, match=f"property {prefix} is not supported"):
+    with pytest.raises(InvalidArgumentError, match=f"property {prefix} is not supported"):
         OlympiaCatalog("c", uri=cloud_location.uri, **{prefix: "x"},
                        **_properties(cloud_location))
 

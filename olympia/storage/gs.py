@@ -170,8 +170,16 @@ def open_backend(uri: str, options: dict[str, Any], settings: StorageSettings) -
             from google.oauth2.credentials import Credentials
 
             credentials = Credentials(token=str(given["token"]))  # type: ignore[no-untyped-call]
-        return storage.Client(project=given.get("project"), credentials=credentials,
-                              client_options={"api_endpoint": endpoint} if endpoint else None)
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            return storage.Client(project=given.get("project"), credentials=credentials,
+                                  client_options={"api_endpoint": endpoint} if endpoint
+                                  else None)
+        except DefaultCredentialsError:
+            raise InvalidArgumentError(
+                f"no Google Cloud credentials for {uri}: give the storage option token "
+                "(gcs.oauth2.token) or set up Application Default Credentials") from None
 
     backend = GcsBackend(make_client, endpoint,
                          (settings.connect_timeout, settings.read_timeout))
