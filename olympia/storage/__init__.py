@@ -11,8 +11,8 @@ The package: :mod:`olympia.storage.backends` (the backend contract),
 :mod:`olympia.storage.schemes` (the scheme table) and one module per scheme
 (:mod:`~olympia.storage.file`, :mod:`~olympia.storage.memory`, :mod:`~olympia.storage.s3`,
 :mod:`~olympia.storage.gs`, :mod:`~olympia.storage.abfs`), :mod:`olympia.storage.retry`
-(settings and failure classification), and here the :class:`Storage` facade every layer
-above uses.
+(settings and failure classification), :mod:`olympia.storage.stats` (operation counts),
+and here the :class:`Storage` facade every layer above uses.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -45,6 +43,7 @@ from olympia.storage.retry import (
     classify,
 )
 from olympia.storage.schemes import SCHEMES, scheme_of, supported
+from olympia.storage.stats import StorageStats
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "SCHEMES", "Backend", "FileInfo", "LocalBackend", "MemoryBackend",
@@ -53,43 +52,6 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@dataclass
-class StorageStats:
-    """Counts of storage operations; stable where timings are not (used by benchmarks).
-
-    Every operation issued counts, whatever its outcome: a read of an absent file is a
-    round trip too. ``misses`` counts the reads that found no file, ``failures`` the
-    operations that ended in any other error (after retries), ``retries`` the tries made
-    again after a transient failure.
-    """
-
-    reads: int = 0
-    writes: int = 0
-    exists: int = 0
-    lists: int = 0
-    deletes: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    misses: int = 0
-    failures: int = 0
-    retries: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
-
-    def snapshot(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
-
-    def reset(self) -> None:
-        with self._lock:
-            for f in fields(self):
-                if not f.name.startswith("_"):
-                    setattr(self, f.name, 0)
 
 
 class Storage:
