@@ -9,14 +9,15 @@ Modified when the object is unchanged).
 Storage options (each also a pyiceberg property): ``endpoint_url`` (``gcs.service.host``,
 e.g. an emulator), ``project`` (``gcs.project-id``), ``token`` (``gcs.oauth2.token``, an
 OAuth2 access token) and ``token_expires_at`` (``gcs.oauth2.token-expires-at``, epoch
-milliseconds). Without a token the client finds Application Default Credentials. Any other
-option is refused.
+milliseconds: the token is not used after it). Without a token the client finds
+Application Default Credentials. Any other option is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -149,6 +150,21 @@ class GcsBackend(Backend):
         return "gs", self._endpoint, root
 
 
+def _expiry(millis: Any) -> datetime | None:
+    """A token's expiry (epoch milliseconds) as google-auth keeps it: naive UTC.
+
+    Raises:
+        InvalidArgumentError: Not a whole number of milliseconds.
+    """
+    if millis in (None, ""):
+        return None
+    try:
+        return datetime.fromtimestamp(int(str(millis)) / 1000, UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError, OSError):
+        raise InvalidArgumentError("storage option token_expires_at must be epoch "
+                                   "milliseconds") from None
+
+
 def open_backend(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
     """The backend of ``gs://bucket/prefix``.
 
@@ -161,16 +177,18 @@ def open_backend(uri: str, options: dict[str, Any], settings: StorageSettings) -
         raise InvalidArgumentError(f"a gs:// catalog URI names its bucket: {uri!r}")
     endpoint = options.get("endpoint_url")
     given = dict(options)
+    expiry = _expiry(given.get("token_expires_at"))
 
     def make_client() -> Any:
+        from google.auth.exceptions import DefaultCredentialsError
         from google.cloud import storage
 
         credentials = None
         if given.get("token"):
             from google.oauth2.credentials import Credentials
 
-            credentials = Credentials(token=str(given["token"]))  # type: ignore[no-untyped-call]
-        from google.auth.exceptions import DefaultCredentialsError
+            credentials = Credentials(  # type: ignore[no-untyped-call]
+                token=str(given["token"]), expiry=expiry)
 
         try:
             return storage.Client(project=given.get("project"), credentials=credentials,
