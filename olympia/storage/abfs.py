@@ -93,17 +93,14 @@ class AzureBackend(Backend):
 
     def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
         """The tag is the blob's ETag; a GET with ``If-None-Match`` on it sends no body
-        while the blob keeps it (304; a 412, a failed condition, means the same with this
-        one condition)."""
+        (304) while the blob keeps it."""
         from azure.core import MatchConditions
         from azure.core.exceptions import HttpResponseError
 
         condition = {"etag": tag, "match_condition": MatchConditions.IfModified} if tag else {}
         try:
             return self._download(path, **condition)
-        except FileExistsError:
-            return None, tag
-        except HttpResponseError as exc:
+        except HttpResponseError as exc:  # the client's class for a 304 varies by its code
             if exc.status_code == 304:
                 return None, tag
             raise
