@@ -100,29 +100,44 @@ def test_the_backend_behaves_as_a_map_of_files(cloud_location: Location,
     assert {f.path: storage.read(f.path) for f in storage.list()} == model
 
 
-def test_exactly_one_racing_create_wins(cloud_location: Location) -> None:
-    """Put-if-absent under a race: threads sharing one Storage, then processes (each with
-    its own client) create one file; exactly one of each race wins, and the file holds the
-    winner's content."""
-    storage = Storage(cloud_location.uri, cloud_location.storage_options)
+@settings(max_examples=5, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writers=st.integers(2, 8), publishing=st.sets(st.integers(0, 7)),
+       taken=st.booleans())
+def test_exactly_one_racing_create_wins(cloud_location: Location, writers: int,
+                                        publishing: set[int], taken: bool) -> None:
+    """Put-if-absent under a race of threads sharing one Storage, some creating the root
+    alone and some publishing files first (as a commit does): exactly one wins (none if
+    the root was taken before), and the root holds the winner's content."""
+    storage = Storage(f"{cloud_location.uri}/{uuid.uuid4().hex[:8]}",
+                      cloud_location.storage_options)
+    if taken:
+        storage.create_exclusive("vn/1", b"before")
     wins: list[int] = []
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(writers)
 
     def go(i: int) -> None:
         barrier.wait()
         try:
-            storage.create_exclusive("threads/file", f"writer {i}".encode())
+            if i in publishing:
+                storage.publish({f"node/{i}": b"n"}, "vn/1", f"writer {i}".encode())
+            else:
+                storage.create_exclusive("vn/1", f"writer {i}".encode())
             wins.append(i)
         except FileAlreadyExists:
             pass
 
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(writers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(wins) == 1
-    assert storage.read("threads/file") == f"writer {wins[0]}".encode()
+    assert len(wins) == (0 if taken else 1)
+    assert storage.read("vn/1") == (b"before" if taken else f"writer {wins[0]}".encode())
+
+
+def test_exactly_one_racing_process_wins(cloud_location: Location) -> None:
+    """The same race between processes, each with its own client."""
     concurrency.test_exclusive_create_race(cloud_location, 4)
 
 
