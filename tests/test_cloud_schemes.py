@@ -20,6 +20,7 @@ import test_commit_restore as restore
 import test_concurrency as concurrency
 import test_expire_rules as expire_rules
 import test_expire_spark as expire_spark
+import test_spark_source as spark_source
 from conftest import Location
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,7 @@ from olympia.exceptions import (
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.options import iceberg_properties
 from olympia.storage import Storage
+from olympia.storage.gs import FAR_FUTURE_MS
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 NAMES = ("a", "vn/1", "node/x")
@@ -297,7 +299,10 @@ def test_options_survive_the_data_source_and_the_connection(uri: str,
     from olympia_provider.hooks.olympia import settings_from_connection
 
     properties = properties_from_storage_options(options, uri)
-    assert storage_options(uri, properties) == options
+    assert properties["py-io-impl"] == "pyiceberg.io.pyarrow.PyArrowFileIO"
+    # a token gets the expiry pyarrow's FileIO needs with it
+    expiry = {"token_expires_at": FAR_FUTURE_MS} if "token" in options else {}
+    assert storage_options(uri, properties) == {**options, **expiry}
     conn = type("Conn", (), {"conn_id": "c", "host": uri, "login": "L", "password": "P",
                              "extra_dejson": {}})()
     scheme = uri.partition(":")[0]
@@ -306,3 +311,28 @@ def test_options_survive_the_data_source_and_the_connection(uri: str,
     assert settings_from_connection(conn) == (uri, {login: "L", password: "P"})
     assert catalog_asset_uri(uri) == f"olympia://{scheme}/{uri.partition('://')[2]}"
     assert catalog_asset_uri(uri.replace("abfs://", "az://")) == catalog_asset_uri(uri)
+
+
+# --- the PySpark data source -------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_the_spark_data_source_writes_and_reads(spark: Any, cloud_location: Location) -> None:
+    """The ``olympia`` data source on a cloud catalog and warehouse: its catalog properties
+    made from the storage options by the scheme's profile; an append is one catalog
+    version and reads back whole, through Spark and through pyiceberg."""
+    import olympia.spark
+
+    olympia.spark.register(spark)
+    properties = {**olympia.spark.properties_from_storage_options(
+        cloud_location.storage_options, cloud_location.uri),
+        "uri": f"{cloud_location.uri}/catalog", "warehouse": f"{cloud_location.uri}/tables",
+        "olympia.create": "true"}
+    table, catalog = spark_source.new_table(properties)
+    version = catalog.olympia.refresh()
+    df = spark_source.rows(spark, 2000)
+    spark_source.write(df, properties, table)
+    assert catalog.olympia.refresh() == version + 1
+    assert catalog.load_table(table).scan().to_arrow().num_rows == 2000
+    back = spark_source.read(spark, properties, table)
+    assert spark_source.checksum(back) == spark_source.checksum(df)

@@ -243,9 +243,10 @@ def iceberg_properties(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def data_source_properties(options: Mapping[str, Any]) -> dict[str, str]:
-    """The ``adls.*`` properties (the endpoint as its scheme and authority)."""
+    """The FileIO properties (:func:`iceberg_properties`); other options as
+    ``olympia.storage.<option>``."""
     rest = {k: v for k, v in options.items() if k != "endpoint_url"}
-    return {**flat_properties(rest, PROPERTIES, others=True), **_endpoint_properties(options)}
+    return {**iceberg_properties(options), **flat_properties(rest, PROPERTIES, others=True)}
 
 
 def _endpoint_properties(options: Mapping[str, Any]) -> dict[str, str]:

@@ -224,8 +224,9 @@ def iceberg_properties(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def data_source_properties(options: Mapping[str, Any]) -> dict[str, str]:
-    """The ``gcs.*`` properties; other options as ``olympia.storage.<option>``."""
-    return flat_properties(options, PROPERTIES, others=True)
+    """The FileIO properties (:func:`iceberg_properties`); other options as
+    ``olympia.storage.<option>``."""
+    return {**iceberg_properties(options), **flat_properties(options, PROPERTIES, others=True)}
 
 # Login and Password of an Airflow connection: the project and an OAuth2 token
 CONNECTION = ("project", "token")
