@@ -79,9 +79,10 @@ def get_provider_info() -> dict[str, Any]:
                 "relabeling": {"host": "Catalog URI", "login": "Access key id",
                                "password": "Secret access key"},
                 "placeholders": {
-                    "host": "s3://bucket/catalog, file:///path or /path",
-                    "login": "AKIA... (S3 only; empty for local catalogs)",
-                    "password": "S3 secret access key",
+                    "host": "s3://bucket/catalog, gs://bucket/catalog, "
+                            "abfs://container/catalog, file:///path or /path",
+                    "login": "S3: access key id; Azure: account name; GCS: project",
+                    "password": "S3: secret access key; Azure: account key; GCS: OAuth2 token",
                     "storage_options": '{"endpoint_url": "https://s3.example", '
                                        '"region": "eu-west-1"}',
                     "spark_master": "local[2]",

@@ -5,7 +5,9 @@ A catalog at ``s3://bucket/lake`` is the Asset ``olympia://s3/bucket/lake``; its
 ``olympia://file/<absolute path>``. The provider registers the ``olympia`` scheme with
 :func:`normalize_asset_uri`, so every spelling of one catalog (``s3a://``, a trailing or
 doubled slash, a relative path, ``file://``) gives one Asset, whichever connection reaches it.
-This module imports nothing heavy: DAG files and the API server load it.
+Storage names come from the scheme table (:mod:`olympia.storage.schemes`): ``gs://b/p`` is
+``olympia://gs/b/p``, ``abfs://container/p`` ``olympia://abfs/container/p``. This module
+imports nothing heavy: DAG files and the API server load it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from airflow.sdk import Asset, AssetAlias
 
+from olympia.storage.schemes import SCHEMES, TABLE, supported
+
 SCHEME = "olympia"
-# storage scheme -> the name the asset URI uses (olympia.storage accepts these)
-_STORAGES = {"": "file", "file": "file", "local": "file", "s3": "s3", "s3a": "s3",
-             "memory": "memory"}
+# storage scheme -> the name the asset URI uses (the scheme table's)
+_STORAGES = {alias: scheme.name for alias, scheme in SCHEMES.items()}
 
 
 def _location(storage: str, path: str) -> str:
@@ -37,8 +40,7 @@ def catalog_asset_uri(catalog_uri: str) -> str:
     parts = urlsplit(catalog_uri)
     scheme = parts.scheme.lower() if len(parts.scheme) > 1 else ""
     if scheme not in _STORAGES:
-        raise ValueError(f"unsupported catalog URI {catalog_uri!r}: use a path, file://, "
-                         "s3:// or memory://")
+        raise ValueError(f"unsupported catalog URI {catalog_uri!r}: use {supported()}")
     storage = _STORAGES[scheme]
     if storage == "file":
         local = parts.path if scheme else catalog_uri
@@ -58,8 +60,9 @@ def normalize_asset_uri(parts: SplitResult) -> SplitResult:
     """
     storage = _STORAGES.get(parts.netloc.lower()) if parts.netloc else None
     if storage is None:
+        names = ", ".join(scheme.name for scheme in TABLE)
         raise ValueError(f"an olympia:// Asset URI starts with the catalog's storage "
-                         f"(file, s3, memory), not {parts.netloc!r}")
+                         f"({names}), not {parts.netloc!r}")
     query = parse_qsl(parts.query)
     if any(key != "object" for key, _ in query) or len(query) > 1:
         raise ValueError("the only query key of an olympia:// Asset URI is 'object'")

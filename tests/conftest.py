@@ -57,9 +57,47 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Loca
         return Location(f"memory://{unique}", {}, kind)
     if kind == "local":
         return Location(str(tmp_path / "warehouse"), {}, kind)
+    if kind in CLOUD:
+        uri, options = request.getfixturevalue(f"{kind}_store")
+        return Location(f"{uri}/{unique}", dict(options), kind)
     server = request.getfixturevalue("s3_server")
     options = dict(server.storage_options)
     return Location(f"s3://{server.bucket}/{unique}", options, kind)
+
+
+# the cloud schemes tested on their emulators: scheme -> emulator (tests/emulators.py)
+CLOUD = ("gs", "abfs")
+
+
+@pytest.fixture(scope="session")
+def gs_store() -> Iterator[tuple[str, dict[str, str]]]:
+    """One fake-gcs-server for the run, with a bucket: (its gs:// URI, storage options)."""
+    from emulators import FakeGcsServer, create_gcs_bucket, gcs_storage_options
+
+    if not FakeGcsServer.available():
+        pytest.skip("fake-gcs-server is not installed (make install)")
+    with FakeGcsServer() as gcs:
+        create_gcs_bucket(gcs, "olympia")
+        yield "gs://olympia", gcs_storage_options(gcs)
+
+
+@pytest.fixture(scope="session")
+def abfs_store() -> Iterator[tuple[str, dict[str, str]]]:
+    """One Azurite for the run, with a container: (its abfs:// URI, storage options)."""
+    from emulators import Azurite, azure_storage_options, create_azure_container
+
+    if not Azurite.available():
+        pytest.skip("Azurite is not installed (make install)")
+    with Azurite() as azure:
+        create_azure_container(azure, "olympia")
+        yield "abfs://olympia", azure_storage_options(azure)
+
+
+@pytest.fixture(params=CLOUD)
+def cloud_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    """A fresh catalog location on each cloud scheme's emulator (skipped where it is
+    missing)."""
+    return _location(request.param, tmp_path, request)
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])

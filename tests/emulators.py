@@ -131,3 +131,34 @@ class Azurite(Emulator):
         return [str(self.binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
                 "--location", str(self.workdir / "data"), "--skipApiVersionCheck", "--silent"]
 
+
+
+#: Azurite's well-known development account key (public, in Azure's documentation).
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+               "KBHBeksoGMGw==")
+
+
+def gcs_storage_options(gcs: FakeGcsServer) -> dict[str, str]:
+    """Olympia storage options for a gs:// catalog on ``gcs`` (it takes any token)."""
+    return {"endpoint_url": gcs.endpoint_url, "token": "emulator", "project": "test"}
+
+
+def create_gcs_bucket(gcs: FakeGcsServer, name: str) -> None:
+    request = urllib.request.Request(f"{gcs.endpoint_url}/storage/v1/b?project=test",
+                                     data=f'{{"name": "{name}"}}'.encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def azure_storage_options(azure: Azurite) -> dict[str, str]:
+    """Olympia storage options for an abfs:// catalog on ``azure``."""
+    return {"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY,
+            "endpoint_url": f"{azure.endpoint_url}/{AZURITE_ACCOUNT}"}
+
+
+def create_azure_container(azure: Azurite, name: str) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    options = azure_storage_options(azure)
+    BlobServiceClient(options["endpoint_url"], credential={
+        "account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY}).create_container(name)

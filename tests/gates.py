@@ -5,16 +5,23 @@ runs, fails transiently, runs and then loses its answer, or crashes its writer t
 
 from __future__ import annotations
 
+import builtins
 import threading
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
+
+from hypothesis import strategies as st
 
 from olympia import Catalog
 from olympia.storage import Backend, FileInfo
 from olympia.storage.backends import RunAll, run_in_turn
 
 T = TypeVar("T")
+R = TypeVar("R")
 OPTIONS = {"fsync": False, "retry_attempts": 2, "retry_backoff": 0}
+#: OPTIONS without those gs:// and abfs:// refuse: fsync (an object store has no file to
+#: sync; an object is durable once its write is answered)
+CLOUD_OPTIONS = {k: v for k, v in OPTIONS.items() if k != "fsync"}
 
 
 class Crashed(BaseException):
@@ -44,7 +51,9 @@ class Gate(Backend):
         self.waiter: int | None = None  # the thread whose operation is pending
         self._decision: str | None = None
 
-    def _op(self, name: str, path: str, run: Callable[[], T], creates: bool = False) -> T:
+    def _decide(self, name: str, path: str) -> str:
+        """The machine's decision on an operation ("go" where it does not wait); a crash
+        is raised here."""
         decision = "go"
         if self.crashed:
             raise Crashed()
@@ -56,6 +65,10 @@ class Gate(Backend):
         if decision == "crash":
             self.crashed = True
             raise Crashed()
+        return decision
+
+    def _op(self, name: str, path: str, run: Callable[[], T], creates: bool = False) -> T:
+        decision = self._decide(name, path)
         if decision == "fail":
             raise TimeoutError("injected: the store did not answer")
         result = run()
@@ -76,6 +89,23 @@ class Gate(Backend):
         the prefix before letting it end; "fail" interrupts the writer there (an
         exception, as a task timeout raises), "crash" kills it."""
         self._op("pause", "", lambda: None)
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
+        """The storage's ``map`` (a batch of concurrent operations, as a remote store's
+        reads are): run on the writer's thread one at a time, in an order the machine
+        decides (``order <n>`` pending; "go" keeps the given order, else the decision is
+        :func:`order_decision`'s), since a store may answer them in any order. The first
+        failure is raised and the rest never start, as ``Storage.map`` cancels them."""
+        items = builtins.list(items)
+        order = builtins.list(range(len(items)))
+        if len(items) > 1:
+            decision = self._decide("order", str(len(items)))
+            if decision != "go":
+                order = [int(i) for i in decision.split(",")]
+        results: dict[int, R] = {}
+        for i in order:
+            results[i] = fn(items[i])
+        return [results[i] for i in range(len(items))]
 
     def decide(self, decision: str) -> None:
         """Let the pending operation go with ``decision`` (the machine's side)."""
@@ -119,16 +149,25 @@ class Gate(Backend):
         return self.inner.place(root)
 
 
+def order_decision(size: int) -> st.SearchStrategy[str]:
+    """The machine's decision for an ``order <size>`` pending: an order of the batch."""
+    return st.permutations(range(size)).map(lambda order: ",".join(map(str, order)))
+
+
 def gated_catalog(uri: str, coalesce: bool = False,
                   ask: Callable[[str], str] | None = None,
-                  gated: Container[str] | None = None) -> tuple[Catalog, Gate]:
-    """A catalog object whose storage operations (those named in ``gated``; default all)
-    and pauses after lost races wait at a :class:`Gate`."""
-    catalog = Catalog.open(uri, OPTIONS, commit_timeout=3600, coalesce_commits=coalesce)
+                  gated: Container[str] | None = None,
+                  options: Mapping[str, Any] = OPTIONS) -> tuple[Catalog, Gate]:
+    """A catalog object on ``uri`` (with storage ``options``) whose storage operations
+    (those named in ``gated``; default all) and pauses after lost races wait at a
+    :class:`Gate`."""
+    catalog = Catalog.open(uri, options, commit_timeout=3600, coalesce_commits=coalesce)
     gate = Gate(catalog.storage.backend, ask, gated)
     catalog.commit_options = type(catalog.commit_options)(
         timeout_s=3600, sleep=gate.pause, jitter=lambda bound: 0.0, coalesce=coalesce)
     catalog.storage.backend = gate
+    if gated is None:  # every operation waits: so does a batch's order (Gate.map)
+        catalog.storage.map = gate.map  # type: ignore[method-assign]
     return catalog, gate
 
 

@@ -1,18 +1,19 @@
 """The commit protocol under random interleavings (issue 33): a hypothesis state machine.
 
-Several writers commit to one catalog on local disk: a thread with a catalog object of
-its own, two threads sharing one catalog object (no queue: they race as separate writers
-do), three threads sharing one coalescing catalog object (its queue: olympia/catalog/
-coalesce.py), and a writer in another process; so every example runs both paths, the
-protocol alone (the default) and the queue (``coalesce_commits``), against each other.
-Every storage operation of every writer, and every pause after a lost race, passes
-through a gate (a wrapper around the real backend) that waits for the machine's decision,
-so the machine chooses the interleaving one step at a time, and for each storage operation
-whether it runs, fails transiently, runs and then loses its answer (a create that
-succeeded is reported as a timeout), or crashes the writer there (that operation and
-every later one of that writer never reach the store); a pause may end, be interrupted
-(an exception, as a task timeout raises) or crash its writer. Out of band, the machine
-backs the prefix up and restores it in place, while transactions are open and while
+Several writers commit to one catalog (on local disk, or on gs:// or abfs://): a thread
+with a catalog object of its own, two threads sharing one catalog object (no queue: they
+race as separate writers do), three threads sharing one coalescing catalog object (its
+queue: olympia/catalog/coalesce.py), and a writer in another process; so every example
+runs both paths, the protocol alone (the default) and the queue (``coalesce_commits``),
+against each other. Every storage operation of every writer, and every pause after a lost
+race, passes through a gate (a wrapper around the real backend) that waits for the
+machine's decision, so the machine chooses the interleaving one step at a time, and for
+each storage operation whether it runs, fails transiently, runs and then loses its answer
+(a create that succeeded is reported as a timeout), or crashes the writer there (that
+operation and every later one of that writer never reach the store), and for a batch of
+concurrent reads (a remote store's) the order they run in, one at a time; a pause may end,
+be interrupted (an exception, as a task timeout raises) or crash its writer. Out of band,
+the machine backs the prefix up and restores it in place, while transactions are open and while
 every commit under way is pausing after a lost race (never mid-attempt: a copy is
 whole; as a writer begins its pause, the others' operations run until they pause or end,
 and in the teardown the newest copy comes back the first time a writer pauses), and
@@ -33,12 +34,21 @@ After every run:
   tables are the previous version's with its commits' changes applied;
 - every version reads back and passes ``olympia verify``'s checks.
 
-The suite runs a bounded number of derandomized examples; a long run is
-``benchmarks/commit_history.py`` (OLYMPIA_COMMIT_HISTORY_EXAMPLES examples).
+The machine runs over local disk (``TestCommitHistory``, the long run's subject) and over
+the cloud schemes' emulators (``test_the_history_holds_on_a_cloud_scheme``: gs:// on
+fake-gcs-server, abfs:// on Azurite, one emulator of each per test run, skipped only where
+its binary is missing), with the same moves and checks; a copy of the prefix is taken and
+put back with the file system on local disk, through the object API on a cloud store.
+
+The suite runs a bounded number of derandomized examples (OLYMPIA_COMMIT_HISTORY_EXAMPLES
+sets how many each run of the machine makes; unset, 40 on local disk and 8 on each cloud
+scheme); a long run is ``benchmarks/commit_history.py``, whose ``--machine`` picks the
+scheme.
 """
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import inspect
 import multiprocessing
@@ -49,12 +59,22 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from gates import OPTIONS, Crashed, Gate, Interrupted, gated_catalog
+from conftest import Location
+from gates import (
+    CLOUD_OPTIONS,
+    OPTIONS,
+    Crashed,
+    Gate,
+    Interrupted,
+    gated_catalog,
+    order_decision,
+)
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -63,22 +83,26 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from olympia import Catalog
-from olympia._proto import actions_pb2 as apb
+from olympia.catalog.actions import A
 from olympia.catalog.coalesce import commit_group
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, OlympiaError
-from olympia.storage import Backend, FileInfo
+from olympia.storage import Backend, FileInfo, Storage
 from olympia.storage.backends import RunAll, run_in_turn
 from olympia.tree import btree
 
 T = TypeVar("T")
+R = TypeVar("R")
 NAMES = ("a", "b", "c")
 DECISIONS = ("go",) * 8 + ("fail", "lost-ack", "crash")
 QUIET_S = 60.0  # a bounded wait for a writer to reach its next operation (not a timing)
-EXAMPLES = int(os.environ.get("OLYMPIA_COMMIT_HISTORY_EXAMPLES", "40"))
+_GIVEN = os.environ.get("OLYMPIA_COMMIT_HISTORY_EXAMPLES")  # examples per run of the machine
+EXAMPLES = int(_GIVEN or "40")  # on local disk
+CLOUD_EXAMPLES = int(_GIVEN or "8")  # on each cloud scheme
 COALESCING = 2  # the writer whose threads share one coalescing catalog object
 SHARED = (1, 4)  # the writers whose threads share one catalog object without a queue
 
@@ -129,6 +153,7 @@ def process_writer(conn: Connection) -> None:
     catalog: Catalog | None = None
     gate: Gate | None = None
     txn: Any = None
+    options: dict[str, Any] = {}
 
     def ask(what: str) -> str:
         conn.send(("op", what))
@@ -140,12 +165,13 @@ def process_writer(conn: Connection) -> None:
         if message[0] == "stop":
             return
         if message[0] == "open":
-            catalog, gate = gated_catalog(message[1], ask=ask)
+            options = message[2]
+            catalog, gate = gated_catalog(message[1], ask=ask, options=options)
             conn.send(("ok",))
         elif message[0] == "begin":
             assert catalog is not None and gate is not None
             if gate.crashed:  # the process was restarted: a new catalog object
-                catalog, gate = gated_catalog(catalog.uri, ask=ask)
+                catalog, gate = gated_catalog(catalog.uri, ask=ask, options=options)
             txn, base, ops = stage(catalog, message[1], message[2])
             conn.send(("staged", base, ops))
         elif message[0] == "commit":
@@ -224,14 +250,18 @@ class Threads(Backend):
     def place(self, root: str) -> Hashable:
         return self.gate.place(root)
 
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
+        return self.gate.map(fn, items)
 
-def shared_catalog(uri: str) -> tuple[Catalog, Gate, Gate]:
+
+def shared_catalog(uri: str, options: Mapping[str, Any]) -> tuple[Catalog, Gate, Gate]:
     """A catalog object (not coalescing) whose two committing threads each wait at a gate
     of their own."""
-    catalog, first = gated_catalog(uri)
+    catalog, first = gated_catalog(uri, options=options)
     second = Gate(first.inner)
     threads = Threads([first, second])
     catalog.storage.backend = threads
+    catalog.storage.map = threads.map  # type: ignore[method-assign]
     catalog.commit_options = replace(catalog.commit_options, sleep=threads.pause)
     return catalog, first, second
 
@@ -263,15 +293,69 @@ class Backup:
     expected: dict[str, int] = field(default_factory=dict)
 
 
+class Folder:
+    """The catalog in a folder of its own on local disk, copied and put back with the file
+    system (the folder removed, the copy's files written again)."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="olympia-history-")
+        self.uri = os.path.join(self.folder, "c")
+        self.options: Mapping[str, Any] = OPTIONS
+
+    def copy(self) -> dict[str, bytes]:
+        files = {}
+        for dirpath, _dirs, names in os.walk(self.uri):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    files[os.path.relpath(path, self.uri)] = f.read()
+        return files
+
+    def put_back(self, files: Mapping[str, bytes]) -> None:
+        shutil.rmtree(self.uri)
+        for path, content in files.items():
+            full = os.path.join(self.uri, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(content)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Objects:
+    """The catalog under a prefix of its own on a cloud store, copied and put back through
+    the store's object API as a copy tool does (the objects the copy lacks deleted, each
+    object of the copy written again)."""
+
+    def __init__(self, location: Location) -> None:
+        self.uri = f"{location.uri}/{uuid.uuid4().hex[:12]}"
+        self.options: Mapping[str, Any] = {**CLOUD_OPTIONS, **location.storage_options}
+        self.storage = Storage(self.uri, self.options)
+
+    def copy(self) -> dict[str, bytes]:
+        paths = [f.path for f in self.storage.list()]
+        return dict(zip(paths, self.storage.read_many(paths), strict=True))
+
+    def put_back(self, files: Mapping[str, bytes]) -> None:
+        self.storage.delete_many([f.path for f in self.storage.list() if f.path not in files])
+        self.storage.write_many(files)
+
+    def remove(self) -> None:
+        self.storage.delete_many([f.path for f in self.storage.list()])
+        self.storage.close()
+
+
 class CommitHistory(RuleBasedStateMachine):
     """Writer 0: a thread with a catalog object; writers 1 and 4: a thread each, sharing
     one catalog object (no queue); writer 2: three threads sharing one coalescing catalog
-    object; writer 3: another process."""
+    object; writer 3: another process. The catalog is on local disk, or on the cloud
+    store of ``location``."""
 
-    def __init__(self) -> None:
+    def __init__(self, location: Location | None = None) -> None:
         super().__init__()
-        self.folder = tempfile.mkdtemp(prefix="olympia-history-")
-        self.uri = os.path.join(self.folder, "c")
+        self.prefix = Objects(location) if location else Folder()
+        self.uri = self.prefix.uri
         self.catalogs: dict[int, tuple[Catalog, Gate]] = {}
         self.slots = [Slot(0), Slot(1), Slot(4), Slot(2), Slot(2), Slot(2), Slot(3)]
         self.txns: dict[str, Txn] = {}
@@ -288,13 +372,14 @@ class CommitHistory(RuleBasedStateMachine):
 
     @initialize()
     def create(self) -> None:
-        catalog = Catalog.create(self.uri, OPTIONS)
+        catalog = Catalog.create(self.uri, self.prefix.options)
         catalog.create_namespace("s")
         for writer in (0, COALESCING):
-            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == COALESCING)
+            self.catalogs[writer] = gated_catalog(self.uri, coalesce=writer == COALESCING,
+                                                  options=self.prefix.options)
         self._open_shared()
         _, conn = worker()
-        conn.send(("open", self.uri))
+        conn.send(("open", self.uri, dict(self.prefix.options)))
         assert conn.recv() == ("ok",)
         self.backup()  # a copy to restore is always at hand
 
@@ -339,11 +424,12 @@ class CommitHistory(RuleBasedStateMachine):
                 self._open_shared()
             else:
                 self.catalogs[writer] = gated_catalog(self.uri,
-                                                      coalesce=writer == COALESCING)
+                                                      coalesce=writer == COALESCING,
+                                                      options=self.prefix.options)
         return self.catalogs[writer]
 
     def _open_shared(self) -> None:
-        catalog, first, second = shared_catalog(self.uri)
+        catalog, first, second = shared_catalog(self.uri, self.prefix.options)
         self.catalogs[SHARED[0]], self.catalogs[SHARED[1]] = (catalog, first), (catalog, second)
 
     @rule(data=st.data())
@@ -418,7 +504,11 @@ class CommitHistory(RuleBasedStateMachine):
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
         writer = data.draw(st.sampled_from(self._pending_writers()))
-        self._step(writer, data.draw(st.sampled_from(DECISIONS)))
+        pending = self._pending_of(writer)
+        if pending.startswith("order "):  # a batch of concurrent reads (remote stores)
+            self._step(writer, data.draw(order_decision(int(pending.split()[1]))))
+        else:
+            self._step(writer, data.draw(st.sampled_from(DECISIONS)))
         if self._pending_of(writer).startswith("pause ") and data.draw(st.booleans()):
             self._restore_while_pausing(data)  # as the writer begins its pause
 
@@ -476,13 +566,7 @@ class CommitHistory(RuleBasedStateMachine):
     @precondition(lambda self: self._no_attempt_under_way())
     @rule()
     def backup(self) -> None:
-        files = {}
-        for dirpath, _dirs, names in os.walk(self.uri):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                with open(path, "rb") as f:
-                    files[os.path.relpath(path, self.uri)] = f.read()
-        self.backups.append(Backup(files, dict(self.expected)))
+        self.backups.append(Backup(self.prefix.copy(), dict(self.expected)))
 
     @precondition(lambda self: self._no_attempt_under_way() and self.backups)
     @rule(data=st.data())
@@ -492,12 +576,7 @@ class CommitHistory(RuleBasedStateMachine):
     def _restore(self, data: st.DataObject | None) -> None:
         """Restore a drawn copy (without ``data``: the newest one)."""
         backup = data.draw(st.sampled_from(self.backups)) if data else self.backups[-1]
-        shutil.rmtree(self.uri)
-        for path, content in backup.files.items():
-            full = os.path.join(self.uri, path)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            with open(full, "wb") as f:
-                f.write(content)
+        self.prefix.put_back(backup.files)
         self.expected = dict(backup.expected)
         self.restores += 1
         event("restore: " + ("while a commit pauses" if self._pausing() else
@@ -563,7 +642,7 @@ class CommitHistory(RuleBasedStateMachine):
     # --- what must hold -----------------------------------------------------------------
 
     def _history(self) -> list[Snapshot]:
-        reader = Catalog.open(self.uri, OPTIONS)
+        reader = Catalog.open(self.uri, self.prefix.options)
         return [reader.at_version(v) for v in range(reader.version + 1)]
 
     def _present(self) -> set[str]:
@@ -596,7 +675,7 @@ class CommitHistory(RuleBasedStateMachine):
             _WORKERS.clear()
             raise
         finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            self.prefix.remove()
 
     def _check(self) -> None:
         history = self._history()
@@ -638,7 +717,7 @@ class CommitHistory(RuleBasedStateMachine):
 def _commits(snap: Snapshot) -> list[str]:
     """The commit ids the version records (one TRANSACTION_INFO row per member)."""
     return [a.info["commit"] for a in snap.actions()
-            if a.type == apb.TRANSACTION_INFO and "commit" in a.info]
+            if a.type == A.TRANSACTION_INFO and "commit" in a.info]
 
 
 def _stacks(threads: Sequence[threading.Thread]) -> str:
@@ -676,6 +755,18 @@ CommitHistory.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestCommitHistory = CommitHistory.TestCase
+
+
+def test_the_history_holds_on_a_cloud_scheme(cloud_location: Location) -> None:
+    """The machine over gs:// (fake-gcs-server) and abfs:// (Azurite): the same writers,
+    moves and checks as on local disk, a restore putting a copy of the prefix back
+    through the object API."""
+    class OnCloud(CommitHistory):
+        def __init__(self) -> None:
+            super().__init__(cloud_location)
+
+    run_state_machine_as_test(OnCloud, settings=settings(CommitHistory.TestCase.settings,
+                                                         max_examples=CLOUD_EXAMPLES))
 
 
 def test_the_writer_process_stops(tmp_path: Any) -> None:

@@ -517,19 +517,26 @@ def test_a_dead_endpoint_fails_every_command_quickly_and_clearly() -> None:
 
 
 def test_backends_come_from_the_scheme_table(tmp_path: Any) -> None:
-    from olympia.storage import SCHEMES, FsspecBackend, LocalBackend, MemoryBackend
+    from olympia.storage import SCHEMES, LocalBackend, MemoryBackend
+    from olympia.storage.abfs import AzureBackend
+    from olympia.storage.gs import GcsBackend
+    from olympia.storage.s3 import S3Backend
 
-    assert {k: v.__name__ for k, v in SCHEMES.items()} == {
-        "": "_open_local", "file": "_open_local", "local": "_open_local",
-        "memory": "_open_memory", "s3": "_open_s3", "s3a": "_open_s3"}
+    assert {k: v.name for k, v in SCHEMES.items()} == {
+        "": "file", "file": "file", "local": "file", "memory": "memory", "s3": "s3",
+        "s3a": "s3", "gs": "gs", "abfs": "abfs", "abfss": "abfs", "az": "abfs"}
     local = Storage(str(tmp_path / "a"))
     assert isinstance(local.backend, LocalBackend)
     assert local.uri == f"file://{tmp_path}/a"
     assert isinstance(Storage("memory://x").backend, MemoryBackend)
     assert isinstance(Storage("s3://bucket/p", {"endpoint_url": "http://127.0.0.1:1"}).backend,
-                      FsspecBackend)
-    with pytest.raises(StorageError, match="unsupported storage scheme 'gs'"):
-        Storage("gs://bucket/p")
+                      S3Backend)
+    assert isinstance(Storage("gs://bucket/p", {"endpoint_url": "http://127.0.0.1:1",
+                                                "token": "t"}).backend, GcsBackend)
+    assert isinstance(Storage("az://c/p", {"endpoint_url": "http://127.0.0.1:1/acct",
+                                           "sas_token": "sv=x"}).backend, AzureBackend)
+    with pytest.raises(StorageError, match="unsupported storage scheme 'hdfs'"):
+        Storage("hdfs://host/p")
 
 
 def test_same_place_however_spelled(tmp_path: Any) -> None:

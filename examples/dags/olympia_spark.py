@@ -43,7 +43,7 @@ def _spark_and_options() -> tuple[Any, dict[str, str]]:
     hook = OlympiaHook()
     uri, storage = hook.settings()
     extra = hook.get_connection(hook.olympia_conn_id).extra_dejson or {}
-    options = {**olympia.spark.properties_from_storage_options(storage),
+    options = {**olympia.spark.properties_from_storage_options(storage, uri),
                **{k: str(v) for k, v in (extra.get("iceberg_properties") or {}).items()},
                "catalog": uri}
     spark = local_session(hook.spark_master, app_name="olympia-spark-example")

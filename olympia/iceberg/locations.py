@@ -2,15 +2,16 @@
 
 Every location that comes from outside (a client's table location, ``write.*.path``, a
 registered metadata file, the files a table's metadata names) is parsed ONCE, by
-:func:`place`, into a normalised place: scheme (``file`` is ``""``, ``s3a``/``s3n`` are
-``s3``), bucket or host, and the path's steps. It refuses every form a FileIO could read
-differently from the catalog: a relative path (resolved from the working directory), a query
-or fragment (``?``, ``#``; ``;`` parameters: dropped), a ``.`` or ``..`` step before or after
-percent-decoding, a step that decodes to a separator, a backslash, control characters, blank
-edges, and a host in a local location. Places are compared step by step, never as strings.
-:func:`confine` also requires the place to lie under a root (the server's warehouse, a
-table's own location): same scheme and bucket or host, and on local disk still under it
-once symlinks are resolved.
+:func:`place`, into a normalised place: scheme (the scheme table's name for its spellings:
+``file`` is ``""``, ``s3a``/``s3n`` are ``s3``, ``gcs`` is ``gs``, ``abfss``/``az`` are
+``abfs``), bucket, container or host, and the path's steps. It refuses every form a FileIO
+could read differently from the catalog: a relative path (resolved from the working
+directory), a query or fragment (``?``, ``#``; ``;`` parameters: dropped), a ``.`` or ``..``
+step before or after percent-decoding, a step that decodes to a separator, a backslash,
+control characters, blank edges, and a host in a local location. Places are compared step by
+step, never as strings. :func:`confine` also requires the place to lie under a root (the
+server's warehouse, a table's own location): same scheme and bucket or host, and on local
+disk still under it once symlinks are resolved.
 
 A default table location is built from ESCAPED name parts, so a name such as ``../x``,
 ``..``, ``a/b`` or ``s3://other/x`` is one folder name: RFC 3986 unreserved characters stay,
@@ -34,10 +35,10 @@ from urllib.parse import quote, unquote
 
 from olympia.catalog.objects import Table as TableDef
 from olympia.exceptions import LocationInUseError, TableLocationError
+from olympia.storage.schemes import LOCATION_SCHEMES
 
 Place = tuple[str, str, tuple[str, ...]]  # scheme, bucket or host, path steps
 
-_SCHEMES = {"file": "", "s3a": "s3", "s3n": "s3"}
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # what pyiceberg's URL parsing cuts off at (the rest of the location is dropped)
@@ -94,7 +95,7 @@ def _parse(location: str) -> tuple[Place, str]:
         scheme, authority, path = "", "", location
     else:
         return root, "it is a relative path (resolved from the working directory)"
-    scheme = _SCHEMES.get(scheme, scheme)
+    scheme = LOCATION_SCHEMES.get(scheme, scheme)
     if scheme == "" and authority:
         return root, f"a local location names a host ({authority})"
     if any(char in authority for char in (*_CUT, "\\")) or _CONTROL.search(authority):

@@ -34,6 +34,7 @@ from olympia.spark.write_options import (
     WRITE_OPTION_NAMES,
     WriteOptions,
 )
+from olympia.storage.schemes import scheme_of, supported
 
 CONF_PREFIX = "spark.olympia."
 CATALOG = "catalog"
@@ -298,39 +299,23 @@ def _at_most_one(given: Mapping[str, str], names: tuple[str, ...], what: str,
             f"{where}: options {' and '.join(chosen)} both choose {what}: give one")
 
 
-# s3fs option path (as Olympia storage options spell it) -> pyiceberg property
-_S3_PROPERTIES = {("key",): "s3.access-key-id", ("secret",): "s3.secret-access-key",
-                  ("token",): "s3.session-token", ("profile",): "s3.profile-name",
-                  ("anon",): "s3.anonymous", ("client_kwargs", "endpoint_url"): "s3.endpoint",
-                  ("client_kwargs", "region_name"): "s3.region"}
-
-
-def properties_from_storage_options(options: Mapping[str, Any]) -> dict[str, str]:
+def properties_from_storage_options(options: Mapping[str, Any],
+                                    catalog_uri: str = "s3://") -> dict[str, str]:
     """Catalog properties for the data source from Olympia storage options (what the CLI's
-    ``-o`` and the Airflow connection hold): S3 credentials, endpoint and region become the
-    pyiceberg ``s3.*`` properties (which reach both the catalog files and the table files);
-    other scalar options pass as ``olympia.storage.<option>``.
+    ``-o`` and the Airflow connection hold), by the catalog's scheme: on S3 (the default)
+    credentials, endpoint and region become the pyiceberg ``s3.*`` properties (which reach
+    both the catalog files and the table files), on Google Cloud Storage ``gcs.*``, on Azure
+    ``adls.*``; other scalar options pass as ``olympia.storage.<option>``.
 
     Raises:
-        InvalidArgumentError: an option Olympia passes to s3fs that has no pyiceberg
-            counterpart (a nested dict other than the endpoint and region), naming it.
+        InvalidArgumentError: an option that has no pyiceberg counterpart (on S3 a nested
+            dict other than the endpoint and region), naming it, or an unsupported scheme.
     """
-    out: dict[str, str] = {}
-    for key, value in options.items():
-        if isinstance(value, Mapping):
-            for inner, inner_value in value.items():
-                prop = _S3_PROPERTIES.get((key, inner))
-                if prop is None:
-                    raise InvalidArgumentError(
-                        f"storage option {key}.{inner} has no pyiceberg counterpart: give the "
-                        "data source its s3.* properties directly")
-                out[prop] = str(inner_value)
-        elif (key,) in _S3_PROPERTIES:
-            prop = _S3_PROPERTIES[(key,)]
-            out[prop] = str(value).lower() if isinstance(value, bool) else str(value)
-        else:
-            out[f"olympia.storage.{key}"] = str(value)
-    return out
+    scheme = scheme_of(catalog_uri)
+    if scheme is None:
+        raise InvalidArgumentError(f"unsupported catalog URI {catalog_uri!r} (use "
+                                   f"{supported()})")
+    return scheme.profile.data_source_properties(options)
 
 
 def _number(options: Mapping[str, str], key: str, where: str,

@@ -1,4 +1,5 @@
-"""Storage: the files of one catalog prefix on local disk, in memory, or on S3 (fsspec/s3fs).
+"""Storage: the files of one catalog prefix on local disk, in memory, on S3, Google Cloud
+Storage or Azure Blob Storage.
 
 Every path given to :class:`Storage` is relative to the catalog prefix (``vn/latest``,
 ``node/<uuid>.arrow``), and nothing is ever written outside it. The one operation that
@@ -6,10 +7,12 @@ makes commits safe is :meth:`Storage.create_exclusive` (and :meth:`Storage.publi
 ends with one): atomic (no reader ever sees a partial file) and exclusive (of N racing
 writers exactly one wins; the others get :class:`FileAlreadyExists`).
 
-The package: :mod:`olympia.storage.backends` (the backend contract, local disk, memory
-and the scheme table), :mod:`olympia.storage.s3` (S3 through s3fs),
-:mod:`olympia.storage.retry` (settings and failure classification), and here the
-:class:`Storage` facade every layer above uses.
+The package: :mod:`olympia.storage.backends` (the backend contract),
+:mod:`olympia.storage.schemes` (the scheme table) and one module per scheme
+(:mod:`~olympia.storage.file`, :mod:`~olympia.storage.memory`, :mod:`~olympia.storage.s3`,
+:mod:`~olympia.storage.gs`, :mod:`~olympia.storage.abfs`), :mod:`olympia.storage.retry`
+(settings and failure classification), :mod:`olympia.storage.stats` (operation counts),
+and here the :class:`Storage` facade every layer above uses.
 """
 
 from __future__ import annotations
@@ -17,11 +20,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -32,65 +33,25 @@ from olympia.exceptions import (
     StorageError,
     TransientStorageError,
 )
-from olympia.storage.backends import (
-    SCHEMES,
-    Backend,
-    FileInfo,
-    LocalBackend,
-    MemoryBackend,
-)
+from olympia.storage.backends import Backend, FileInfo
+from olympia.storage.file import LocalBackend
+from olympia.storage.memory import MemoryBackend
 from olympia.storage.retry import (
     DEFAULT_CONCURRENCY,
     StorageSettings,
     _not_deleted,
     classify,
 )
-from olympia.storage.s3 import FsspecBackend
+from olympia.storage.schemes import SCHEMES, scheme_of, supported
+from olympia.storage.stats import StorageStats
 
 __all__ = [
-    "DEFAULT_CONCURRENCY", "SCHEMES", "Backend", "FileInfo", "FsspecBackend", "LocalBackend",
-    "MemoryBackend", "Storage", "StorageSettings", "StorageStats", "classify",
+    "DEFAULT_CONCURRENCY", "SCHEMES", "Backend", "FileInfo", "LocalBackend", "MemoryBackend",
+    "Storage", "StorageSettings", "StorageStats", "classify",
 ]
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@dataclass
-class StorageStats:
-    """Counts of storage operations; stable where timings are not (used by benchmarks).
-
-    Every operation issued counts, whatever its outcome: a read of an absent file is a
-    round trip too. ``misses`` counts the reads that found no file, ``failures`` the
-    operations that ended in any other error (after retries), ``retries`` the tries made
-    again after a transient failure.
-    """
-
-    reads: int = 0
-    writes: int = 0
-    exists: int = 0
-    lists: int = 0
-    deletes: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    misses: int = 0
-    failures: int = 0
-    retries: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
-
-    def snapshot(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
-
-    def reset(self) -> None:
-        with self._lock:
-            for f in fields(self):
-                if not f.name.startswith("_"):
-                    setattr(self, f.name, 0)
 
 
 class Storage:
@@ -103,15 +64,13 @@ class Storage:
         self.concurrency = self.settings.max_concurrency
         self.uri = uri.rstrip("/")
         self.stats = StorageStats()
-        parts = urlsplit(uri)
-        scheme = parts.scheme if len(parts.scheme) > 1 else ""  # "C:" is not a scheme
-        opener = SCHEMES.get(scheme)
-        if opener is None:
-            raise StorageError(
-                f"unsupported storage scheme {scheme!r} (use a local path, file://, memory:// "
-                "or s3://)", uri)
+        scheme = scheme_of(uri)
+        if scheme is None:
+            raise StorageError(f"unsupported storage scheme {urlsplit(uri).scheme!r} (use "
+                               f"{supported()})", uri)
         self.backend: Backend
-        self.root, self.backend, canonical = opener(uri, options, self.settings)
+        self.root, self.backend, canonical = scheme.profile.open_backend(uri, options,
+                                                                          self.settings)
         self.uri = canonical or self.uri
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0  # a pool's threads do not survive fork(): one pool per process
@@ -172,7 +131,8 @@ class Storage:
     def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
         """The file's content and a tag of it, or ``(None, tag)`` when it still has the
         content ``tag`` came with (``""``: read it in any case): one conditional request
-        (S3: a GET with If-None-Match on the ETag; local disk: a ``stat``), counted as a
+        (S3 and Azure: a GET with If-None-Match on the ETag; Google Cloud Storage: on the
+        generation; local disk: a ``stat``), counted as a
         read whose bytes count only when it sends them.
 
         Raises:

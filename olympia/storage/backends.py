@@ -1,33 +1,26 @@
-"""Storage backends (local disk, memory, S3 through s3fs) and the scheme table that picks
-one for a URI (:data:`SCHEMES`). A backend takes full paths (the root joined with a
-relative path) and raises its own errors; :class:`olympia.storage.Storage` adds the prefix,
-retries and error types.
+"""The backend contract every storage scheme implements, and the helpers scheme modules
+share. A backend takes full paths (the root joined with a relative path) and raises its own
+errors; :class:`olympia.storage.Storage` adds the prefix, retries and error types.
 
 The contract (:class:`Backend`) is the size of fsspec's or pyiceberg's FileIO: read, write,
 create exclusively, replace if unchanged (compare-and-swap), exists, list, delete many, and
 publish (write a commit's files, then create its root exclusively; the default does exactly
-that). A new backend is one class
-and one line in :data:`SCHEMES`.
+that). Each scheme's module (:mod:`olympia.storage.schemes` lists them) owns its backend
+and the mapping of its options.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
-import hashlib
 import os
-import threading
-import time
-import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Generic, TypeVar
 
-from olympia.storage.retry import StorageSettings
+from olympia.exceptions import InvalidArgumentError
 
+T = TypeVar("T")
 Job = Callable[[], object]
 # how a backend runs a batch of requests (calls of a Job): every call ends before it
 # returns (Storage.map, or run_in_turn)
@@ -38,11 +31,6 @@ def run_in_turn(fn: Callable[[Job], object], items: list[Job]) -> None:
     """A :data:`RunAll` that runs the calls one after the other on this thread."""
     for item in items:
         fn(item)
-
-
-def _stat_tag(st: os.stat_result) -> str:
-    """What a local file's ``stat`` says of its content's identity."""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def _run(job: Job) -> object:
@@ -167,274 +155,124 @@ class Backend:
                                     missing[0])
 
 
-class LocalBackend(Backend):
-    """Local disk. Every file is written whole, synced, and then given its name, so a
-    reader or a crash never leaves a partly written file under a name: a new file is
-    written unnamed in its folder (Linux ``O_TMPFILE``) and hard-linked at its name, which
-    fails if the name exists (the exclusive create); elsewhere, and to replace a file, it
-    is written as a named temp file (``.tmp-<hex>``, ignored by listings) and linked or
-    renamed into place."""
-
-    def __init__(self, fsync: bool = True) -> None:
-        self.fsync = fsync
-        # unnamed files need O_TMPFILE and /proc to link them; a file system without them
-        # turns this off at its first refusal
-        self._unnamed = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
-
-    def read(self, path: str) -> bytes:
-        with open(path, "rb") as f:
-            return f.read()
-
-    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
-        """The tag is the file's device, inode, size, modification and change times (a
-        ``stat``; a file replaced, or written in place, gets another); the content is read
-        from the file that was stat-ed."""
-        if tag and _stat_tag(os.stat(path)) == tag:
-            return None, tag
-        with open(path, "rb") as f:
-            tag = _stat_tag(os.fstat(f.fileno()))
-            return f.read(), tag
-
-    @staticmethod
-    def _folder(path: str) -> str:
-        directory = os.path.dirname(path)
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except FileExistsError:  # a parent is a file: no "file already exists" for `path`
-            raise NotADirectoryError(errno.ENOTDIR, "a parent folder is a file", path) from None
-        return directory
-
-    def _fill(self, fd: int, data: bytes, durable: bool) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if self.fsync and durable:
-            os.fsync(fd)
-
-    def _temp(self, path: str, data: bytes, durable: bool = True) -> str:
-        tmp = os.path.join(self._folder(path), f".tmp-{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            self._fill(fd, data, durable)
-        except BaseException:
-            os.close(fd)
-            _unlink_quietly(tmp)
-            raise
-        os.close(fd)
-        return tmp
-
-    def _link_unnamed(self, path: str, data: bytes, durable: bool = True) -> bool:
-        """Create ``path`` holding ``data`` by writing an unnamed file in its folder and
-        linking it there: the folder gains its one entry last, so a crash leaves nothing.
-        Returns False where unnamed files are not available (the caller writes a named
-        temp file instead, and so does every later write).
-
-        Raises:
-            FileExistsError: ``path`` exists.
-        """
-        fd = self._open_unnamed(path) if self._unnamed else None
-        if fd is None:
-            return False
-        try:
-            self._fill(fd, data, durable)
-            # linkat(2) follows /proc/self/fd/N to the open file; src_dir_fd only makes
-            # os.link call linkat (an absolute source ignores the folder it names)
-            os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
-        except FileExistsError:
-            raise
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS):
-                raise  # the disk's answer, not a refusal of unnamed files
-            self._unnamed = False  # no linking through /proc here: named temps will do
-            return False
-        finally:
-            os.close(fd)
-        return True
-
-    def _open_unnamed(self, path: str) -> int | None:
-        """An unnamed file open for writing in ``path``'s folder (created if missing), or
-        None where the file system does not offer them."""
-        folder, flags = os.path.dirname(path) or ".", os.O_TMPFILE | os.O_WRONLY
-        try:
-            try:
-                return os.open(folder, flags, 0o666)
-            except FileNotFoundError:
-                self._folder(path)
-                return os.open(folder, flags, 0o666)
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
-                raise
-            self._unnamed = False
-            return None
-
-    def write(self, path: str, data: bytes, durable: bool = True) -> None:
-        if not os.path.lexists(path):  # a new file (every node and definition file)
-            try:
-                if self._link_unnamed(path, data, durable):
-                    return
-            except FileExistsError:
-                pass  # created meanwhile: replace it as below
-        tmp = self._temp(path, data, durable)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            _unlink_quietly(tmp)
-            raise
-
-    def create_exclusive(self, path: str, data: bytes) -> None:
-        # no look first: the commit asked whether the path is taken once already (before
-        # writing its other files); a loss since costs one small doomed write
-        if self._link_unnamed(path, data):  # fails with EEXIST if another writer was first
-            return
-        tmp = self._temp(path, data)
-        try:
-            os.link(tmp, path)  # fails with EEXIST if another writer published first
-        finally:
-            _unlink_quietly(tmp)
-
-    def replace(self, path: str, data: bytes, expected: bytes) -> None:
-        """Under an exclusive ``flock`` of the file now at ``path`` (the kernel releases it
-        if the process dies): a writer that locked a file someone renamed away meanwhile
-        starts again on the new one, so replacements of one path take turns and each
-        compares against the content it replaces. Needs a file system whose locks work
-        across processes (local disks do; some network file systems do not)."""
-        while True:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if os.fstat(fd).st_ino != os.stat(path).st_ino:
-                    continue  # replaced while we waited for the lock: lock the new file
-                with os.fdopen(os.dup(fd), "rb") as f:
-                    if f.read() != expected:
-                        raise FileExistsError(errno.EEXIST, "the file was replaced", path)
-                tmp = self._temp(path, data)
-                try:
-                    os.replace(tmp, path)
-                except BaseException:
-                    _unlink_quietly(tmp)
-                    raise
-                return
-            finally:
-                os.close(fd)
-
-    def exists(self, path: str) -> bool:
-        return os.path.isfile(path)
-
-    def list(self, prefix: str) -> list[FileInfo]:
-        out: list[FileInfo] = []
-        root = prefix if os.path.isdir(prefix) else os.path.dirname(prefix)
-        for dirpath, _dirs, files in os.walk(root):
-            for name in files:
-                full = os.path.join(dirpath, name)
-                if name.startswith(".tmp-") or not full.startswith(prefix):
-                    continue
-                try:
-                    st = os.stat(full)
-                except FileNotFoundError:
-                    continue
-                out.append(FileInfo(full, st.st_size, st.st_mtime))
-        return out
-
-    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
-        for path in paths:
-            _unlink_quietly(path)
-        return {}
-
-    def place(self, root: str) -> Hashable:
-        return "file", os.path.realpath(root)
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-class MemoryBackend(Backend):
-    """An in-process store, shared by every Storage opened on the same ``memory://name``;
-    so is the lock that makes exclusive creates exclusive."""
-
-    _stores: dict[str, dict[str, tuple[bytes, float]]] = {}
-    _locks: dict[str, threading.Lock] = {}
-    _registry_lock = threading.Lock()
-
-    def __init__(self, name: str) -> None:
-        with self._registry_lock:
-            self.files = self._stores.setdefault(name, {})
-            self.lock = self._locks.setdefault(name, threading.Lock())
-
-    def read(self, path: str) -> bytes:
-        try:
-            return self.files[path][0]
-        except KeyError:
-            raise FileNotFoundError(path) from None
-
-    def write(self, path: str, data: bytes, durable: bool = True) -> None:
-        self.files[path] = (bytes(data), time.time())
-
-    def create_exclusive(self, path: str, data: bytes) -> None:
-        with self.lock:
-            if path in self.files:
-                raise FileExistsError(path)
-            self.files[path] = (bytes(data), time.time())
-
-    def replace(self, path: str, data: bytes, expected: bytes) -> None:
-        with self.lock:
-            if self.read(path) != expected:
-                raise FileExistsError(path)
-            self.files[path] = (bytes(data), time.time())
-
-    def read_if_changed(self, path: str, tag: str) -> tuple[bytes | None, str]:
-        """The tag is the SHA-256 of the content (reading it is free)."""
-        data = self.read(path)
-        now = hashlib.sha256(data).hexdigest()
-        return (None, tag) if now == tag else (data, now)
-
-    def exists(self, path: str) -> bool:
-        return path in self.files
-
-    def list(self, prefix: str) -> list[FileInfo]:
-        items = list(self.files.items())
-        return [FileInfo(p, len(d), m) for p, (d, m) in items if p.startswith(prefix)]
-
-    def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
-        for path in paths:
-            self.files.pop(path, None)
-        return {}
-
-    def place(self, root: str) -> Hashable:
-        return "memory", id(self.files), root
-
-
 Opened = tuple[str, Backend, str | None]
 """What a scheme's opener gives: the root (prefix with a trailing ``/``, as the backend
 addresses it), the backend, and the canonical URI (None: as given)."""
 
 
-def _open_local(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
-    parts = urlsplit(uri)
-    local = parts.path if len(parts.scheme) > 1 else uri
-    root = os.path.abspath(os.path.expanduser(local)).rstrip("/") + "/"
-    backend = LocalBackend(fsync=bool(options.pop("fsync", True)))
-    return root, backend, "file://" + root.rstrip("/")
+def convert_property(prop: str, value: str, kind: str) -> Any:
+    """A catalog property's string value as ``kind`` (``str``, ``bool`` or ``float``).
+
+    Raises:
+        InvalidArgumentError: The value has the wrong form (names the property, never the
+            value).
+    """
+    if kind == "bool":
+        lowered = value.strip().lower()
+        if lowered not in ("true", "false"):
+            raise InvalidArgumentError(f"property {prop} must be true or false")
+        return lowered == "true"
+    if kind == "float":
+        try:
+            return float(value)
+        except ValueError:
+            raise InvalidArgumentError(f"property {prop} must be a number of seconds") from None
+    return value
 
 
-def _open_memory(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
-    parts = urlsplit(uri)
-    return "/", MemoryBackend((parts.netloc + parts.path).strip("/")), None
+def refuse_unknown(options: Mapping[str, Any], known: Sequence[str], scheme: str) -> None:
+    """Refuse a storage option the scheme does not know (it could not be honoured).
+
+    Raises:
+        InvalidArgumentError: Naming the first unknown option and the known ones.
+    """
+    for key in options:
+        if key not in known:
+            raise InvalidArgumentError(
+                f"storage option {key} is not one a {scheme}:// catalog knows "
+                f"(known: {', '.join(sorted(known))})")
 
 
-def _open_s3(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
-    from olympia.storage.s3 import FsspecBackend, s3_filesystem  # s3fs only when used
+def flat_storage_options(properties: Mapping[str, Any], table: Mapping[str, str],
+                         prefix: str, scheme: str) -> dict[str, Any]:
+    """A scheme's storage options from pyiceberg properties, where each option is one
+    property (``table``: property -> option).
 
-    parts = urlsplit(uri)
-    root = (parts.netloc + parts.path).strip("/") + "/"
-    return root, FsspecBackend(lambda: s3_filesystem(options, settings)), None
+    Raises:
+        InvalidArgumentError: A property of the scheme's family (``prefix``) that has no
+            option here (the catalog's files could not honour it).
+    """
+    out: dict[str, Any] = {}
+    for prop, value in properties.items():
+        if value is None:
+            continue
+        if prop in table:
+            out[table[prop]] = str(value)
+        elif prop.startswith(prefix):
+            raise InvalidArgumentError(
+                f"property {prop} is not supported for {scheme}:// catalogs "
+                f"(supported: {', '.join(sorted(table))})")
+    return out
 
 
-# The backend of each URI scheme ("": a plain local path); options are the storage options
-# left after Olympia's own (StorageSettings) were taken out.
-SCHEMES: dict[str, Callable[[str, dict[str, Any], StorageSettings], Opened]] = {
-    "": _open_local, "file": _open_local, "local": _open_local,
-    "memory": _open_memory,
-    "s3": _open_s3, "s3a": _open_s3,
-}
+def flat_properties(options: Mapping[str, Any], table: Mapping[str, str],
+                    others: bool = False) -> dict[str, str]:
+    """The inverse of :func:`flat_storage_options`: the options that are properties, as
+    pyiceberg spells them; with ``others``, every other option too, as
+    ``olympia.storage.<option>``."""
+    inverse = {option: prop for prop, option in table.items()}
+    return {inverse.get(key, f"olympia.storage.{key}"): _text(value)
+            for key, value in options.items() if others or key in inverse}
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def no_options(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage options of a scheme no pyiceberg property configures: none."""
+    return {}
+
+
+def no_properties(options: Mapping[str, Any]) -> dict[str, str]:
+    """The FileIO properties of a scheme whose tables need none."""
+    return {}
+
+
+def passthrough(options: Mapping[str, Any]) -> dict[str, str]:
+    """Data source properties of a scheme without pyiceberg counterparts: every option as
+    ``olympia.storage.<option>``."""
+    return flat_properties(options, {}, others=True)
+
+
+class PerProcess(Generic[T]):
+    """A client made anew in each process: a forked process never uses its parent's
+    connections (the inherited client stays referenced, never used or closed)."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._value = make()
+        self._pid = os.getpid()
+        self._inherited: list[T] = []
+
+    def get(self) -> T:
+        if self._pid != os.getpid():
+            self._inherited.append(self._value)
+            self._value, self._pid = self._make(), os.getpid()
+        return self._value
+
+
+def http_error(status: int | None, path: str, what: str) -> OSError | None:
+    """The error a backend raises for a cloud store's HTTP ``status`` on ``path`` (None:
+    keep the store's own error, a permanent failure): 404 missing, 412 a precondition
+    that failed (the file exists or changed), 408, 429 and 5xx transient, 507 out of
+    room."""
+    if status == 404:
+        return FileNotFoundError(errno.ENOENT, what, path)
+    if status == 412:
+        return FileExistsError(errno.EEXIST, what, path)
+    if status == 507:
+        return OSError(errno.ENOSPC, what, path)
+    if status in (408, 429) or (status is not None and 500 <= status < 600):
+        return OSError(errno.EAGAIN, what, path)
+    return None

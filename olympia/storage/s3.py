@@ -1,4 +1,6 @@
-"""The S3 backend, through s3fs (fsspec): one request per operation."""
+"""The ``s3`` scheme (``s3://``, ``s3a://``): the S3 backend through s3fs (fsspec), one
+request per operation, and the mapping of its options to pyiceberg's ``s3.*`` FileIO
+properties (which the Spark data source and the Airflow connection use too)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,23 @@ import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 from fsspec.asyn import sync
 
 from olympia.exceptions import InvalidArgumentError
-from olympia.storage.backends import Backend, FileInfo, RunAll, run_in_turn
+from olympia.storage.backends import (
+    Backend,
+    FileInfo,
+    Opened,
+    RunAll,
+    convert_property,
+    run_in_turn,
+)
 from olympia.storage.retry import StorageSettings
 
 
-class FsspecBackend(Backend):
+class S3Backend(Backend):
     """S3 through s3fs: exclusive creates with ``pipe_file(mode="create")`` (If-None-Match).
 
     The filesystem (its S3 client is bound to fsspec's event loop) is never used across
@@ -188,3 +198,93 @@ def s3_filesystem(options: Mapping[str, Any], settings: StorageSettings) -> Any:
     return fs
 
 
+
+
+def open_backend(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
+    """The S3 backend of ``s3://bucket/prefix`` (s3fs is imported on first use)."""
+    parts = urlsplit(uri)
+    root = (parts.netloc + parts.path).strip("/") + "/"
+    return root, S3Backend(lambda: s3_filesystem(options, settings)), None
+
+
+# pyiceberg property -> (s3fs option path, value kind)
+PROPERTIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "s3.endpoint": (("client_kwargs", "endpoint_url"), "str"),
+    "s3.region": (("client_kwargs", "region_name"), "str"),
+    "s3.access-key-id": (("key",), "str"),
+    "s3.secret-access-key": (("secret",), "str"),
+    "s3.session-token": (("token",), "str"),
+    "s3.profile-name": (("profile",), "str"),
+    "s3.anonymous": (("anon",), "bool"),
+    "s3.connect-timeout": (("config_kwargs", "connect_timeout"), "float"),
+    "s3.request-timeout": (("config_kwargs", "read_timeout"), "float"),
+}
+# the options the Spark data source and the Airflow connection translate back (the
+# timeouts are Olympia's own settings there)
+_DATA_SOURCE = {path: prop for prop, (path, _) in PROPERTIES.items()
+                if path[0] != "config_kwargs"}
+
+
+def storage_options(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """s3fs options from pyiceberg's ``s3.*`` properties (endpoint, region, credentials,
+    timeouts, virtual addressing).
+
+    Raises:
+        InvalidArgumentError: A value has the wrong form (names the property).
+    """
+    options: dict[str, Any] = {}
+    for prop, (path, kind) in PROPERTIES.items():
+        if properties.get(prop) is not None:
+            _set(options, path, convert_property(prop, str(properties[prop]), kind))
+    if convert_property("s3.force-virtual-addressing",
+                        str(properties.get("s3.force-virtual-addressing", "false")), "bool"):
+        _set(options, ("config_kwargs", "s3", "addressing_style"), "virtual")
+    return options
+
+
+def iceberg_properties(options: Mapping[str, Any]) -> dict[str, str]:
+    """The endpoint, region and credentials as ``s3.*``, read through pyiceberg's fsspec
+    FileIO (the s3fs client the catalog files use too)."""
+    out = {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    for prop, (path, _) in PROPERTIES.items():
+        value: Any = options
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None:
+            out[prop] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def data_source_properties(options: Mapping[str, Any]) -> dict[str, str]:
+    """S3 credentials, endpoint and region as ``s3.*`` (which reach both the catalog files
+    and the table files); other scalar options as ``olympia.storage.<option>``.
+
+    Raises:
+        InvalidArgumentError: A nested s3fs option other than the endpoint and region (it
+            has no pyiceberg counterpart), naming it.
+    """
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            for inner, inner_value in value.items():
+                prop = _DATA_SOURCE.get((key, inner))
+                if prop is None:
+                    raise InvalidArgumentError(
+                        f"storage option {key}.{inner} has no pyiceberg counterpart: give the "
+                        "data source its s3.* properties directly")
+                out[prop] = str(inner_value)
+        elif (key,) in _DATA_SOURCE:
+            prop = _DATA_SOURCE[(key,)]
+            out[prop] = str(value).lower() if isinstance(value, bool) else str(value)
+        else:
+            out[f"olympia.storage.{key}"] = str(value)
+    return out
+
+
+def _set(options: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        options = options.setdefault(part, {})
+    options[path[-1]] = value
+
+# Login and Password of an Airflow connection: the access key id and secret
+CONNECTION = ("key", "secret")

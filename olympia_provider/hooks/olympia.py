@@ -28,6 +28,7 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.distributed import MAX_ID_BYTES, TRANSACTION_ID
 from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.exceptions import CatalogError, NoSuchTransactionError, OlympiaError
+from olympia.storage.schemes import scheme_of
 from olympia.versions.history import version_info
 from olympia.versions.policy import parse_duration
 from olympia_provider.assets import catalog_asset
@@ -75,7 +76,10 @@ def committed_version(catalog: Catalog, transaction_id: str, since: datetime) ->
 
 
 def settings_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
-    """(catalog URI, storage options) from a connection; secrets stay in the options only."""
+    """(catalog URI, storage options) from a connection; secrets stay in the options only.
+    Login and Password become the storage options the scheme's profile names
+    (``CONNECTION``: S3's key and secret, Azure's account name and key, Google Cloud
+    Storage's project and OAuth2 token)."""
     extra = conn.extra_dejson or {}
     uri = conn.host
     legacy = extra.get("catalog_uri")
@@ -97,10 +101,12 @@ def settings_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"connection {conn.conn_id!r}: storage_options is not JSON "
                              f"({exc.msg})") from None
     options = dict(options)
+    scheme = scheme_of(str(uri))
+    login, password = scheme.profile.CONNECTION if scheme else ("key", "secret")
     if conn.login:
-        options.setdefault("key", conn.login)
+        options.setdefault(login, conn.login)
     if conn.password:
-        options.setdefault("secret", conn.password)
+        options.setdefault(password, conn.password)
     return str(uri), options
 
 
