@@ -1,18 +1,23 @@
 """Which tables hold which places: the live tables of a catalog tree, kept up to date from
 the tree checked before, and the tables of every kept catalog version with the versions
 each held its location at. OlympiaCatalog reads both before a table takes a location
-(:mod:`olympia.iceberg.locations` has the places and the index that answers the checks).
+(:mod:`olympia.iceberg.locations` has the places and the index that answers the checks),
+and a transaction's :class:`Claims` check the places it took again against each version
+its commit rebases onto.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from olympia._proto import actions_pb2 as apb
 from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import Snapshot
+from olympia.catalog.transaction import Transaction
+from olympia.exceptions import LocationInUseError
 from olympia.iceberg.locations import Key, LiveIndex, LiveTable, Place
 from olympia.versions.history import changes
 
@@ -118,3 +123,76 @@ def table_changes(old: Snapshot, new: Snapshot) -> Iterator[tuple[Key, TableDef 
         if ref.type == ObjectType.TABLE:
             yield ((ref.namespace, ref.name),
                    None if after is None else new.load_table(ref.namespace, ref.name))
+
+
+def action_tables(actions: Iterable[apb.ActionDef]) -> Iterator[Key]:
+    """The tables ``actions`` touch (a rename: both names)."""
+    for action in actions:
+        if action.object.type == int(ObjectType.TABLE):
+            yield action.object.namespace, action.object.name
+            if action.HasField("rename"):
+                yield action.object.namespace, action.rename.to_name
+
+
+class Claims:
+    """The places one transaction's tables took (a create, a register, a new location),
+    each checked free at staging, and checked again against every version its commit
+    rebases onto (:meth:`Transaction.require`): a table such a version changed, under a
+    name the transaction does not stage, may not use a place a claim still holds. Each
+    check decodes only the tables that version changed (:func:`table_changes`).
+
+    Args:
+        txn: The transaction (it must land its own version: ``checks_rebases``).
+    """
+
+    def __init__(self, txn: Transaction) -> None:
+        self._txn = txn
+        self._claims: list[tuple[str, LiveTable]] = []  # what took it, and what it took
+        self._held: list[tuple[str, LiveTable]] = []
+        self._ours: set[Key] = set()
+        self.refused = False  # a check refused the commit: nothing of it landed
+
+    def add(self, what: str, table: LiveTable) -> None:
+        """``table`` took its location and metadata file (``what``: it, for the error)."""
+        if not self._claims:
+            self._txn.before_commit.append(lambda _: self._settle())
+            self._txn.require(self.recheck)
+        self._claims.append((what, table))
+
+    def _settle(self) -> None:
+        """At commit, the claims the staged tables still hold (a table created and
+        then dropped or moved holds nothing; one committed to again since its claim no
+        longer uses the metadata file it claimed), and the tables it stages."""
+        txn, self._held = self._txn, []
+        for what, claim in self._claims:
+            now = LiveTable.of(txn.load_table(*claim.key)) if txn.table_exists(*claim.key) \
+                else None
+            if now is not None and now.place == claim.place:
+                kept = claim.metadata_file if now.metadata_place == claim.metadata_place else ""
+                self._held.append((what, LiveTable(claim.key, claim.location, kept,
+                                                   claim.uuid)))
+        self._ours = set(action_tables(txn.actions))
+
+    def recheck(self, before: Snapshot, after: Snapshot) -> None:
+        """Check the held claims against the tables ``after`` changed since ``before``.
+
+        Raises:
+            LocationInUseError: such a table (under another name, not staged here) uses a
+                claimed location or metadata file, as the check at staging would have
+                refused had ``after`` been the transaction's base.
+        """
+        if not self._held:
+            return
+        changed = LiveIndex()
+        for key, definition in table_changes(before, after):
+            if key not in self._ours and definition is not None:
+                changed.put(key, LiveTable.of(definition))
+        for what, claim in self._held:
+            for other, clash in changed.conflicts(what, claim.location, claim.metadata_file,
+                                                  claim.key):
+                self.refused = True
+                raise LocationInUseError(
+                    f"{what}: {clash} table {other.name}, which took it in catalog version "
+                    f"{after.version}, committed after this transaction began on version "
+                    f"{self._txn.base.version}: nothing was committed; give the table "
+                    "another location (or none: a free one is derived)", other.name)

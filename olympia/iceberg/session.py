@@ -48,12 +48,18 @@ from pyiceberg.utils.datetime import datetime_to_millis
 from olympia import exceptions as oe
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.distributed import DistributedTransaction
-from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
 from olympia.iceberg.files import check_placement
-from olympia.iceberg.live import KeptCache, KeptTables, LiveTables, table_changes
+from olympia.iceberg.live import (
+    Claims,
+    KeptCache,
+    KeptTables,
+    LiveTables,
+    action_tables,
+    table_changes,
+)
 from olympia.iceberg.locations import (
     Key,
     LiveIndex,
@@ -110,6 +116,7 @@ class CatalogSession(MetastoreCatalog):
     _max_metadata_bytes: int
     _index: LiveIndex | None  # a transaction's staged tables over its base's (_live)
     _seen: int  # the staged actions of the transaction _index includes
+    _claims: Claims | None  # the places this transaction-bound session's tables took
     _live_tables: LiveTables  # the live tables of the tree last checked, shared by copies
     _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
@@ -162,7 +169,7 @@ class CatalogSession(MetastoreCatalog):
         self._written = []
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
-        self._index, self._seen = None, 0
+        self._index, self._seen, self._claims = None, 0, None
         self._live_tables = LiveTables()
         self._kept = KeptCache()
         self._iceberg_paths = LruCache(ICEBERG_PATHS)
@@ -246,7 +253,7 @@ class CatalogSession(MetastoreCatalog):
               txn: Transaction | None = None) -> Self:
         other = copy.copy(self)
         other._pinned, other._txn, other._written, other._root = pinned, txn, [], False
-        other._index, other._seen = None, 0
+        other._index, other._seen, other._claims = None, 0, None
         return other
 
     def close(self) -> None:
@@ -345,7 +352,8 @@ class CatalogSession(MetastoreCatalog):
         (``olympia apply`` creating and evolving Iceberg tables in its one version).
 
         Metadata files written for the transaction are deleted if it is aborted before its
-        commit starts; a commit that may have landed never deletes them.
+        commit starts, or if its commit is refused because a table took a place it claims
+        (:class:`Claims`); a commit that may have landed never deletes them.
         """
         bound = self._copy(txn=txn)
         committing = False
@@ -355,7 +363,8 @@ class CatalogSession(MetastoreCatalog):
             committing = True
 
         def ended(done: Transaction) -> None:
-            if done.state == "aborted" and not committing:
+            refused = bound._claims is not None and bound._claims.refused
+            if done.state == "aborted" and (refused or not committing):
                 bound._discard_written()
 
         txn.before_commit.append(started)
@@ -567,16 +576,10 @@ class CatalogSession(MetastoreCatalog):
             if self._index is None:
                 self._index, self._seen = LiveIndex(index), 0
             staged = txn.actions
-            for action in staged[self._seen:]:
-                if action.object.type != int(ObjectType.TABLE):
-                    continue
-                ns, names = action.object.namespace, [action.object.name]
-                if action.HasField("rename"):
-                    names.append(action.rename.to_name)
-                for name in names:
-                    exists = txn.table_exists(ns, name)
-                    self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
-                                    if exists else None)
+            for ns, name in action_tables(staged[self._seen:]):
+                exists = txn.table_exists(ns, name)
+                self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
+                                if exists else None)
             self._seen = len(staged)
             yield self._index
 
@@ -617,6 +620,10 @@ class CatalogSession(MetastoreCatalog):
         its files there, and Iceberg's orphan-file removal on the new table would delete
         them.
 
+        In a transaction that lands its own version, the place is then claimed
+        (:class:`Claims`): its commit checks it again against each version it rebases
+        onto. (A distributed transaction's statement cannot carry that check.)
+
         Raises:
             LocationInUseError: the location or metadata file is taken.
             TableLocationError: a refused form.
@@ -631,6 +638,11 @@ class CatalogSession(MetastoreCatalog):
                 f"table {other.name} at kept {versions}, which read its files there: give "
                 "the table another location (or none: a free one is derived), or wait until "
                 "those versions are expired", other.name)
+        txn = self._txn
+        if txn is not None and txn.checks_rebases:
+            if self._claims is None:
+                self._claims = Claims(txn)
+            self._claims.add(what, LiveTable(key, location, metadata_file, table_uuid))
 
     def _kept_holders(self, location: str, what: str, table_uuid: str,
                       ) -> list[tuple[LiveTable, str]]:
