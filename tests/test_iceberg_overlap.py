@@ -9,14 +9,22 @@ if the other writer had committed first.
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from cli_helpers import Cli
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.table.update import SetLocationUpdate
 
-from olympia.exceptions import LocationInUseError
+from olympia.catalog.transaction import Transaction
+from olympia.exceptions import CommitConflict, LocationInUseError
 from olympia.iceberg import OlympiaCatalog
+from olympia.iceberg.locations import LiveIndex, LiveTable
 
 
 def _two_writers(tmp_path: Path) -> tuple[OlympiaCatalog, OlympiaCatalog, str]:
@@ -41,3 +49,114 @@ def test_nested_creates_staged_on_one_base_do_not_both_land(tmp_path: Path) -> N
     assert one.load_table("ns.b").scan().to_arrow().num_rows == 3
     result = Cli({})("verify", "-c", local_properties(tmp_path)["uri"])
     assert result.exit_code == 0, result.output
+
+
+# --- racing writers: the property --------------------------------------------------------
+
+SEEDED = ("a", "b")  # live before the writers start, at <wh>/u/<name>
+NEW = ("c", "d", "e", "f")
+PLACES = ("p", "p/q", "p/q/r", "p/z", "s", "u")  # nested and disjoint, under the warehouse
+Op = tuple[str, str, str]  # create/rename/drop/relocate, table, place or new name
+CREATE = st.tuples(st.just("create"), st.sampled_from(NEW), st.sampled_from(PLACES))
+RELOCATE = st.tuples(st.just("relocate"), st.sampled_from(SEEDED), st.sampled_from(PLACES))
+OPS = st.one_of(  # mostly places taken: the races that matter
+    CREATE, CREATE, CREATE, RELOCATE, RELOCATE,
+    st.tuples(st.just("rename"), st.sampled_from(SEEDED + NEW), st.sampled_from(NEW)),
+    st.tuples(st.just("drop"), st.sampled_from(SEEDED + NEW), st.just("")))
+# per writer: its transactions, each a few staged operations
+WRITERS = st.lists(st.lists(st.lists(OPS, min_size=1, max_size=2), min_size=1, max_size=2),
+                   min_size=2, max_size=3)
+
+
+@dataclass
+class _Writer:
+    """One writer (its own OlympiaCatalog object) running its transactions in turn."""
+
+    catalog: OlympiaCatalog
+    wh: str
+    todo: list[list[Op]]
+    txn: Transaction | None = None
+    bound: OlympiaCatalog | None = None
+    tag: str = ""
+    staged: int = 0
+
+    def step(self, outcomes: dict[str, int | None]) -> None:
+        """Begin the next transaction, stage its next operation, or commit it."""
+        if self.txn is None:
+            if not self.todo:
+                return
+            self.txn = self.catalog.olympia.transaction()
+            self.bound, self.staged = self.catalog.bound_to(self.txn), 0
+            self.tag = f"{self.catalog.name}-{len(outcomes)}"
+            outcomes[self.tag] = None
+            self.txn.annotate(test_tag=self.tag)
+        if self.staged < len(self.todo[0]):
+            self._stage(self.todo[0][self.staged])
+            self.staged += 1
+            return
+        self.todo.pop(0)
+        txn, self.txn = self.txn, None
+        changes = bool(txn.actions)  # (a transaction with none commits no version)
+        try:
+            version = txn.commit()
+            outcomes[self.tag] = version if changes else None
+        except (LocationInUseError, CommitConflict):
+            assert txn.state == "aborted"  # told it failed: it must have left nothing
+
+    def _stage(self, op: Op) -> None:
+        kind, name, arg = op
+        bound = self.bound
+        assert bound is not None
+        try:
+            if kind == "create":
+                bound.create_table(("ns", name), SCHEMA, location=f"{self.wh}/{arg}")
+            elif kind == "drop":
+                bound.drop_table(("ns", name))
+            elif kind == "rename":
+                bound.rename_table(("ns", name), ("ns", arg))
+            else:
+                table = bound.load_table(("ns", name))
+                bound.commit_table(table, (), (SetLocationUpdate(location=f"{self.wh}/{arg}"),))
+        except (LocationInUseError, TableAlreadyExistsError, NoSuchTableError):
+            pass  # refused at staging: nothing staged
+
+
+def _history_holds(catalog: OlympiaCatalog, outcomes: dict[str, int | None]) -> None:
+    """At no version do two live tables share files; each commit reported is in the
+    history at its version, and nothing else is."""
+    store = catalog.olympia
+    found: dict[str, int] = {}
+    for version in range(1, store.refresh() + 1):
+        snapshot = store.at_version(version)
+        tables = [t for d in snapshot.load_all()[1] if (t := LiveTable.of(d)) is not None]
+        index = LiveIndex()
+        for table in tables:
+            index.put(table.key, table)
+        for table in tables:
+            index.check_free(table.name, table.location, table.metadata_file, table.key)
+        found.update((a.info["test_tag"], version) for a in snapshot.actions()
+                     if "test_tag" in a.info)
+    assert found == {tag: v for tag, v in outcomes.items() if v is not None}
+
+
+@settings(max_examples=30, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(writers=WRITERS, schedule=st.lists(st.integers(0, 2), min_size=6, max_size=16))
+@example(writers=[[[("create", "c", "p")]], [[("relocate", "a", "p/q")]]],
+         schedule=[0, 1, 0, 1])  # the race of the deterministic test above
+def test_racing_writers_never_leave_two_tables_sharing_files(
+        tmp_path: Path, writers: list[list[list[Op]]], schedule: list[int]) -> None:
+    props = local_properties(tmp_path / uuid.uuid4().hex)
+    setup = open_catalog(props, "setup")
+    setup.create_namespace("ns")
+    for name in SEEDED:
+        setup.create_table(("ns", name), SCHEMA, location=f"{props['warehouse']}/u/{name}")
+    running = [_Writer(open_catalog(props, f"w{i}"), props["warehouse"], todo)
+               for i, todo in enumerate(writers)]
+    outcomes: dict[str, int | None] = {}
+    for turn in schedule:
+        running[turn % len(running)].step(outcomes)
+    for writer in running:  # then each finishes, in turn
+        while writer.todo:
+            writer.step(outcomes)
+    _history_holds(setup, outcomes)
