@@ -31,20 +31,37 @@ def _two_writers(tmp_path: Path) -> tuple[OlympiaCatalog, OlympiaCatalog, str]:
     props = local_properties(tmp_path)
     first = open_catalog(props, "one")
     first.create_namespace("ns")
+    first.create_table("ns.s", SCHEMA, location=f"{props['warehouse']}/s")  # version 2
     return first, open_catalog(props, "two"), props["warehouse"]
 
 
-def test_nested_creates_staged_on_one_base_do_not_both_land(tmp_path: Path) -> None:
+def _take(how: str, tx: OlympiaCatalog, wh: str) -> None:
+    """Stage a table's taking ``<wh>/x``: by a create, a create and a rename, or a move."""
+    if how == "relocate":
+        table = tx.load_table("ns.s")
+        tx.commit_table(table, (), (SetLocationUpdate(location=f"{wh}/x"),))
+        return
+    tx.create_table("ns.a", SCHEMA, location=f"{wh}/x")
+    if how == "create, rename":
+        tx.rename_table("ns.a", "ns.c")
+
+
+@pytest.mark.parametrize(("how", "taker"), [("create", "ns.a"), ("create, rename", "ns.c"),
+                                            ("relocate", "ns.s")])
+def test_places_taken_on_one_base_do_not_both_land(tmp_path: Path, how: str,
+                                                   taker: str) -> None:
     one, two, wh = _two_writers(tmp_path)
-    with (pytest.raises(LocationInUseError, match=r"ns\.a.*ns\.b.*version 2") as refused,
+    expected = rf"table {taker}: location .* of table ns\.b, which took it in catalog version 3"
+    with (pytest.raises(LocationInUseError, match=expected) as refused,
           one.transaction() as outer):
-        outer.create_table("ns.a", SCHEMA, location=f"{wh}/x")
+        _take(how, outer, wh)
         with two.transaction() as inner:  # staged on the same base, lands first
             inner.create_table("ns.b", SCHEMA, location=f"{wh}/x/y")
     assert refused.value.other == "ns.b"
-    assert [t for _, t in one.list_tables("ns")] == ["b"]
-    assert one.olympia.refresh() == 2  # the refused create left no version
-    assert not list((tmp_path / "warehouse" / "x" / "metadata").glob("*"))  # nor its metadata
+    assert sorted(t for _, t in one.list_tables("ns")) == ["b", "s"]
+    assert one.olympia.refresh() == 3  # the refused commit left no version
+    assert not list((tmp_path / "warehouse" / "x" / "metadata").glob("*"))  # nor metadata
+    assert one.load_table("ns.s").location() == f"{wh}/s"
     two.load_table("ns.b").append(rows(0))
     assert one.load_table("ns.b").scan().to_arrow().num_rows == 3
     result = Cli({})("verify", "-c", local_properties(tmp_path)["uri"])

@@ -138,8 +138,8 @@ class Claims:
     """The places one transaction's tables took (a create, a register, a new location),
     each checked free at staging, and checked again against every version its commit
     rebases onto (:meth:`Transaction.require`): a table such a version changed, under a
-    name the transaction does not stage, may not use a place a claim still holds. Each
-    check decodes only the tables that version changed (:func:`table_changes`).
+    name the transaction does not stage, may not use a place one of its tables still
+    holds. Each check decodes only the tables that version changed (:func:`table_changes`).
 
     Args:
         txn: The transaction (it must land its own version: ``checks_rebases``).
@@ -147,39 +147,39 @@ class Claims:
 
     def __init__(self, txn: Transaction) -> None:
         self._txn = txn
-        self._claims: list[tuple[str, LiveTable]] = []  # what took it, and what it took
-        self._held: list[tuple[str, LiveTable]] = []
+        self._claims: dict[tuple[str, Place], LiveTable] = {}  # by uuid and location
+        self._held: list[LiveTable] = []
         self._ours: set[Key] = set()
         self.refused = False  # a check refused the commit: nothing of it landed
 
-    def add(self, what: str, table: LiveTable) -> None:
-        """``table`` took its location and metadata file (``what``: it, for the error)."""
+    def add(self, table: LiveTable) -> None:
+        """``table`` (as staged) took its location and metadata file."""
         if not self._claims:
             self._txn.before_commit.append(lambda _: self._settle())
             self._txn.require(self.recheck)
-        self._claims.append((what, table))
+        self._claims[(table.uuid, table.place)] = table
 
     def _settle(self) -> None:
-        """At commit, the claims the staged tables still hold (a table created and
-        then dropped or moved holds nothing; one committed to again since its claim no
-        longer uses the metadata file it claimed), and the tables it stages."""
-        txn, self._held = self._txn, []
-        for what, claim in self._claims:
-            now = LiveTable.of(txn.load_table(*claim.key)) if txn.table_exists(*claim.key) \
-                else None
-            if now is not None and now.place == claim.place:
+        """At commit, the tables this transaction stages, and those of them that still
+        hold a claimed place, under the name they have now (a table created and then
+        renamed keeps its place; one dropped or moved again holds nothing, and one
+        committed to again no longer uses the metadata file it claimed)."""
+        txn = self._txn
+        self._ours, self._held = set(action_tables(txn.actions)), []
+        for key in sorted(self._ours):
+            now = LiveTable.of(txn.load_table(*key)) if txn.table_exists(*key) else None
+            claim = None if now is None else self._claims.get((now.uuid, now.place))
+            if now is not None and claim is not None:
                 kept = claim.metadata_file if now.metadata_place == claim.metadata_place else ""
-                self._held.append((what, LiveTable(claim.key, claim.location, kept,
-                                                   claim.uuid)))
-        self._ours = set(action_tables(txn.actions))
+                self._held.append(LiveTable(key, now.location, kept, now.uuid))
 
     def recheck(self, before: Snapshot, after: Snapshot) -> None:
-        """Check the held claims against the tables ``after`` changed since ``before``.
+        """Check the held places against the tables ``after`` changed since ``before``.
 
         Raises:
-            LocationInUseError: such a table (under another name, not staged here) uses a
-                claimed location or metadata file, as the check at staging would have
-                refused had ``after`` been the transaction's base.
+            LocationInUseError: such a table (under a name this transaction does not
+                stage) uses a held location or metadata file, as the check at staging
+                would have refused had ``after`` been the transaction's base.
         """
         if not self._held:
             return
@@ -187,9 +187,10 @@ class Claims:
         for key, definition in table_changes(before, after):
             if key not in self._ours and definition is not None:
                 changed.put(key, LiveTable.of(definition))
-        for what, claim in self._held:
-            for other, clash in changed.conflicts(what, claim.location, claim.metadata_file,
-                                                  claim.key):
+        for held in self._held:
+            what = f"table {held.name}"
+            for other, clash in changed.conflicts(what, held.location, held.metadata_file,
+                                                  held.key):
                 self.refused = True
                 raise LocationInUseError(
                     f"{what}: {clash} table {other.name}, which took it in catalog version "

@@ -642,7 +642,7 @@ class CatalogSession(MetastoreCatalog):
         if txn is not None and txn.checks_rebases:
             if self._claims is None:
                 self._claims = Claims(txn)
-            self._claims.add(what, LiveTable(key, location, metadata_file, table_uuid))
+            self._claims.add(LiveTable(key, location, metadata_file, table_uuid))
 
     def _kept_holders(self, location: str, what: str, table_uuid: str,
                       ) -> list[tuple[LiveTable, str]]:
