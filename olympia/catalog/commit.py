@@ -173,7 +173,8 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
            options: CommitOptions = CommitOptions()) -> Root:
     """Commit ``change`` as the version after ``base`` or, after lost races, after the
     versions that won them (with :attr:`CommitOptions.coalesce`, through the catalog
-    object's queue: :func:`olympia.catalog.coalesce.commit`).
+    object's queue: :func:`olympia.catalog.coalesce.commit`; a change with a check never
+    goes through it: it races the queue's batches as another writer would).
 
     Returns:
         The committed root.
@@ -196,7 +197,7 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
             it is, whatever the change's fate.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
-    if options.coalesce:  # the opt-in queue, loaded only where it is used
+    if options.coalesce and change.check is None:  # the opt-in queue, loaded where used
         from olympia.catalog import coalesce
 
         return coalesce.commit(files, base, change, options)
