@@ -38,8 +38,15 @@ def _two_writers(tmp_path: Path) -> tuple[OlympiaCatalog, OlympiaCatalog, str]:
     return first, open_catalog(props, "two"), props["warehouse"]
 
 
-def _take(how: str, tx: OlympiaCatalog, wh: str) -> None:
-    """Stage a table's taking ``<wh>/x``: by a create, a create and a rename, or a move."""
+def _take(how: str, tx: OlympiaCatalog, wh: str, elsewhere: Path) -> None:
+    """Stage a table's taking ``<wh>/x``: by a create, a create and a rename, a move, or a
+    register of a table another catalog (at ``elsewhere``) made there."""
+    if how == "register":
+        made = open_catalog({**local_properties(elsewhere), "warehouse": wh}, "elsewhere")
+        made.create_namespace("ns")
+        tx.register_table("ns.a", made.create_table("ns.r", SCHEMA,
+                                                    location=f"{wh}/x").metadata_location)
+        return
     if how == "relocate":
         table = tx.load_table("ns.s")
         tx.commit_table(table, (), (SetLocationUpdate(location=f"{wh}/x"),))
@@ -50,20 +57,22 @@ def _take(how: str, tx: OlympiaCatalog, wh: str) -> None:
 
 
 @pytest.mark.parametrize(("how", "taker"), [("create", "ns.a"), ("create, rename", "ns.c"),
-                                            ("relocate", "ns.s")])
+                                            ("relocate", "ns.s"), ("register", "ns.a")])
 def test_places_taken_on_one_base_do_not_both_land(tmp_path: Path, how: str,
                                                    taker: str) -> None:
     one, two, wh = _two_writers(tmp_path)
     expected = rf"table {taker}: location .* of table ns\.b, which took it in catalog version 3"
     with (pytest.raises(LocationInUseError, match=expected) as refused,
           one.transaction() as outer):
-        _take(how, outer, wh)
+        _take(how, outer, wh, tmp_path / "elsewhere")
+        written = set((tmp_path / "warehouse" / "x" / "metadata").glob("*"))
         with two.transaction() as inner:  # staged on the same base, lands first
             inner.create_table("ns.b", SCHEMA, location=f"{wh}/x/y")
     assert refused.value.other == "ns.b"
     assert sorted(t for _, t in one.list_tables("ns")) == ["b", "s"]
     assert one.olympia.refresh() == 3  # the refused commit left no version
-    assert not list((tmp_path / "warehouse" / "x" / "metadata").glob("*"))  # nor metadata
+    left = set((tmp_path / "warehouse" / "x" / "metadata").glob("*"))
+    assert left == (written if how == "register" else set())  # nor metadata files
     assert one.load_table("ns.s").location() == f"{wh}/s"
     two.load_table("ns.b").append(rows(0))
     assert one.load_table("ns.b").scan().to_arrow().num_rows == 3
