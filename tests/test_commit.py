@@ -25,6 +25,7 @@ from olympia.exceptions import (
     CommitConflict,
     CommitOutcomeUnknown,
     InvalidArgumentError,
+    NoSuchTransactionError,
 )
 from olympia.tree import btree
 
@@ -425,9 +426,42 @@ def test_a_change_with_a_check_does_not_join_the_queue() -> None:
     assert coalesce_module._GROUPS.get(queued.files) is None  # no queue was made
 
 
-def test_a_statement_of_a_distributed_transaction_takes_no_check() -> None:
+def test_a_statement_is_checked_against_the_statements_added_since_it_read() -> None:
     ours, _ = _two_writers()
-    statement = ours.transaction(name=ours.begin_transaction().id)
-    assert not statement.checks_rebases
-    with pytest.raises(CatalogError, match="statement of a distributed transaction"):
-        _checked(statement)
+    name = ours.begin_transaction().id
+    statement = ours.transaction(name=name)
+    statement.create_table("s", "mine", columns=COLUMNS)
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def check(before: Snapshot, after: Snapshot) -> None:
+        seen.append((before.list_tables("s"), after.list_tables("s")))
+        raise CatalogError("refused: a statement took what it needs")
+
+    statement.require(check)
+    with ours.transaction(name=name) as other:  # same running view, added first
+        other.create_table("s", "a", columns=COLUMNS)
+    with pytest.raises(CatalogError, match="refused: a statement"):
+        statement.commit()
+    assert seen == [([], ["a"])]  # once, with the view it read and the newer one
+    assert statement.state == "aborted" and statement.refusal is not None
+    assert ours.distributed_transaction(name).view().list_tables("s") == ["a"]
+
+
+def test_a_landing_requirement_sees_every_version_since_the_beginning() -> None:
+    """A rule the catalog object holds landings to checks each version landed since the
+    distributed transaction began; refusing one aborts it with the rule's error."""
+    ours, theirs = _two_writers()
+    dtx = ours.begin_transaction()
+    with ours.transaction(name=dtx.id) as statement:
+        statement.create_table("s", "mine", columns=COLUMNS)
+    for name in ("a", "b"):
+        theirs.create_table("s", name, columns=COLUMNS)  # versions 2, 3
+    seen: list[list[tuple[int, int]]] = []
+    ours.require_on_landing(lambda txn: seen.append(_checked(txn, refuse_at=3)))
+    with pytest.raises(CatalogError, match="refused: version 3"):
+        ours.distributed_transaction(dtx.id).commit()
+    assert seen == [[(1, 2), (2, 3)]]
+    with pytest.raises(NoSuchTransactionError):
+        ours.distributed_transaction(dtx.id)  # aborted: its record is gone
+    final = Catalog.open(ours.uri)
+    assert final.version == 3 and final.list_tables("s") == ["a", "b"]

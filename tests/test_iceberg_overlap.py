@@ -9,7 +9,7 @@ if the other writer had committed first.
 
 from __future__ import annotations
 
-import contextlib
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from restserver import RestServer, version
 
 from olympia.catalog.reader import Snapshot
 from olympia.catalog.transaction import Transaction
-from olympia.exceptions import CommitConflict, LocationInUseError, OlympiaError
+from olympia.exceptions import CommitConflict, LocationInUseError, NoSuchTransactionError
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.locations import LiveIndex, LiveTable
 
@@ -100,17 +100,76 @@ def test_a_server_client_taking_the_place_first_refuses_the_library_commit(
     assert not any("Traceback" in line for line in server.log), "".join(server.log)
 
 
-@pytest.mark.xfail(strict=True, reason="a distributed transaction's statements are checked "
-                   "only against its running view; its landing, maybe by another process, "
-                   "cannot carry the in-memory check (not built: see docs/ARCHITECTURE.md)")
-def test_a_distributed_transaction_is_not_rechecked_when_it_lands(tmp_path: Path) -> None:
+def _dtxn_and_outsider(tmp_path: Path) -> tuple[OlympiaCatalog, str, str]:
+    """A distributed transaction (begun on version 2) whose statement created ``ns.b`` at
+    ``<wh>/x/y``, and versions landed outside since: an unrelated one, ``ns.a`` at
+    ``<wh>/x`` (version 4), another unrelated one. Returns the outside writer, the
+    warehouse and the transaction's id."""
     one, two, wh = _two_writers(tmp_path)
     dtx = one.olympia.begin_transaction()
     one.in_transaction(dtx.id).create_table("ns.b", SCHEMA, location=f"{wh}/x/y")
-    two.create_table("ns.a", SCHEMA, location=f"{wh}/x")  # lands before the transaction
-    with contextlib.suppress(OlympiaError):
-        one.olympia.distributed_transaction(dtx.id).commit()
-    _no_two_share_files(one.olympia.at_version(one.olympia.refresh()))
+    two.create_table("ns.z1", SCHEMA, location=f"{wh}/z1")  # version 3
+    two.create_table("ns.a", SCHEMA, location=f"{wh}/x")  # version 4: took an enclosing place
+    two.create_table("ns.z2", SCHEMA, location=f"{wh}/z2")  # version 5
+    return two, wh, dtx.id
+
+
+def _refused_and_aborted(outside: OlympiaCatalog, txn_id: str) -> None:
+    """Nothing of transaction ``txn_id`` landed, its record is gone, no two tables share
+    files."""
+    store = outside.olympia
+    assert store.refresh() == 5
+    assert sorted(t for _, t in outside.list_tables("ns")) == ["a", "s", "z1", "z2"]
+    with pytest.raises(NoSuchTransactionError):
+        store.distributed_transaction(txn_id)
+    _no_two_share_files(store.at_version(5))
+
+
+LANDING_REFUSED = (r"table ns\.b: location .*/x/y overlaps the location .*/x of table ns\.a, "
+                   r"which took it in catalog version 4, committed after this transaction "
+                   r"began on version 2")
+
+
+def test_a_distributed_transaction_is_rechecked_against_every_version_since_it_began(
+        tmp_path: Path) -> None:
+    """Landed by a catalog object that staged nothing of it (as another process would):
+    the places it claims are read from the store, and every version since its beginning
+    is checked, not only those since a lost race."""
+    outside, _, txn_id = _dtxn_and_outsider(tmp_path)
+    lander = open_catalog(local_properties(tmp_path), "lander")
+    with pytest.raises(LocationInUseError, match=LANDING_REFUSED) as refused:
+        lander.olympia.distributed_transaction(txn_id).commit()
+    assert refused.value.other == "ns.a"
+    _refused_and_aborted(outside, txn_id)
+
+
+def test_olympia_txn_commit_rechecks_the_places_the_transaction_takes(tmp_path: Path) -> None:
+    outside, _, txn_id = _dtxn_and_outsider(tmp_path)
+    result = Cli({})("txn", "commit", "-c", local_properties(tmp_path)["uri"], txn_id)
+    assert result.exit_code != 0
+    assert re.search(LANDING_REFUSED, result.output), result.output
+    _refused_and_aborted(outside, txn_id)
+
+
+def test_statements_racing_in_one_transaction_do_not_both_take_a_place(tmp_path: Path) -> None:
+    """Two statements staged on the same running view: the second to be added is checked
+    against the statement added meanwhile, and refused (nothing of it added)."""
+    one, two, wh = _two_writers(tmp_path)
+    dtx = one.olympia.begin_transaction()
+    with (pytest.raises(LocationInUseError, match=r"table ns\.a: location .* overlaps the "
+                        r"location .*/x/y of table ns\.b, which took it in a statement added "
+                        r"to the distributed transaction meanwhile") as refused,
+          one.in_transaction(dtx.id).transaction() as first):
+        first.create_table("ns.a", SCHEMA, location=f"{wh}/x")
+        written = set((tmp_path / "warehouse" / "x" / "metadata").glob("*"))
+        assert written
+        with two.in_transaction(dtx.id).transaction() as second:  # same view, added first
+            second.create_table("ns.b", SCHEMA, location=f"{wh}/x/y")
+    assert refused.value.other == "ns.b"
+    assert not set((tmp_path / "warehouse" / "x" / "metadata").glob("*"))  # deleted
+    assert [t for _, t in one.in_transaction(dtx.id).list_tables("ns")] == ["b", "s"]
+    assert one.olympia.distributed_transaction(dtx.id).commit() == 3
+    _no_two_share_files(one.olympia.at_version(3))
 
 
 # --- racing writers: the property --------------------------------------------------------

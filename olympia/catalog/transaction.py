@@ -61,7 +61,8 @@ class Transaction(ObjectWrites):
         self._options = options or CommitOptions()
         self._lands = lands or (lambda change: commit(self.files, self.base, change,
                                                       self._options))
-        self._checks: list[Check] | None = None if lands else []  # (a statement: none)
+        self._checks: list[Check] = []
+        self._refusal: OlympiaError | None = None  # what a check raised, ending the commit
         self._pending: dict[str, str | None] = {}
         self._new_defs: dict[str, bytes] = {}
         self._actions: list[apb.ActionDef] = []
@@ -161,19 +162,15 @@ class Transaction(ObjectWrites):
         self._check_open()
         self._info.update({k: str(v) for k, v in info.items()})
 
-    @property
-    def checks_rebases(self) -> bool:
-        """Whether :meth:`require` is honoured: the commit lands this transaction's own
-        version (a statement of a distributed transaction lands later, elsewhere)."""
-        return self._checks is not None
-
     def require(self, check: Check) -> None:
         """Add a condition every version the commit lands after must meet beyond the
         actions' conflicts: after a lost race, ``check(before, after)`` is called with each
         version landed since the last attempt's base (``after``) and the one before it,
         before the next attempt writes anything; what it raises ends the commit, nothing of
-        it landed. A transaction with a check never shares a version with other threads'
-        changes (``coalesce_commits``).
+        it landed (:attr:`refusal`). A transaction with a check never shares a version with
+        other threads' changes (``coalesce_commits``). A statement of a distributed
+        transaction is checked the same way against the running view of the statements
+        added since it read (``before`` and ``after`` are then running views).
 
         Args:
             check: Raises the caller's error (an :class:`OlympiaError`) when this
@@ -181,18 +178,23 @@ class Transaction(ObjectWrites):
                 ``after`` been the base.
 
         Raises:
-            CatalogError: The transaction is not open, or it is a statement of a
-                distributed transaction (:attr:`checks_rebases`).
+            CatalogError: The transaction is not open.
         """
         self._check_open()
-        if self._checks is None:
-            raise CatalogError("a statement of a distributed transaction cannot carry a "
-                               "check: the version it lands in is made later, elsewhere")
         self._checks.append(check)
 
+    @property
+    def refusal(self) -> OlympiaError | None:
+        """What a check (:meth:`require`) raised to end the commit, if one did."""
+        return self._refusal
+
     def _check_all(self, before: Snapshot, after: Snapshot) -> None:
-        for check in self._checks or ():
-            check(before, after)
+        try:
+            for check in self._checks:
+                check(before, after)
+        except OlympiaError as exc:
+            self._refusal = exc
+            raise
 
     # --- catalog-level changes (used by versions and exports) -----------------------------
 

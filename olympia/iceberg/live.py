@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from olympia._proto import actions_pb2 as apb
-from olympia.catalog.keys import ObjectType
+from olympia.catalog.keys import ObjectType, path_version
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import Snapshot
 from olympia.catalog.transaction import Transaction
@@ -135,43 +135,49 @@ def action_tables(actions: Iterable[apb.ActionDef]) -> Iterator[Key]:
 
 
 class Claims:
-    """The places one transaction's tables took (a create, a register, a new location),
-    each checked free at staging, and checked again against every version its commit
-    rebases onto (:meth:`Transaction.require`): a table such a version changed, under a
-    name the transaction does not stage, may not use a place one of its tables still
-    holds. Each check decodes only the tables that version changed (:func:`table_changes`).
+    """The places a transaction's tables take, checked again against every version (or
+    distributed transaction's statement) its commit lands after (:meth:`Transaction.require`).
 
-    Args:
-        txn: The transaction (it must land its own version: ``checks_rebases``).
+    At commit they are derived from the transaction's staged state against its base, never
+    from how they were staged: each table its actions touch that is live as staged and has
+    a uuid or location other than the one it has in the base under that name (a create, a
+    register, a rename, a location change) holds its location and metadata file. So a
+    distributed transaction's landing, whose staged state is read from the store (the
+    running tree against the beginning version), claims the same places as the session
+    that staged them would. A later version (or statement) that gave one of them to a
+    table under a name the transaction does not stage refuses the commit, as the check at
+    staging would have had it been the base. Each check decodes only the tables that
+    version changed (:func:`table_changes`). Use :meth:`on`.
     """
 
     def __init__(self, txn: Transaction) -> None:
         self._txn = txn
-        self._claims: dict[tuple[str, Place], LiveTable] = {}  # by uuid and location
         self._held: list[LiveTable] = []
         self._ours: set[Key] = set()
-        self.refused = False  # a check refused the commit: nothing of it landed
+        self._required = False
 
-    def add(self, table: LiveTable) -> None:
-        """``table`` (as staged) took its location and metadata file."""
-        if not self._claims:
-            self._txn.before_commit.append(lambda _: self._settle())
-            self._txn.require(self.recheck)
-        self._claims[(table.uuid, table.place)] = table
+    @classmethod
+    def on(cls, txn: Transaction) -> None:
+        """Hold ``txn``'s commit to the places its tables take (once per transaction)."""
+        if not any(isinstance(getattr(hook, "__self__", None), cls)
+                   for hook in txn.before_commit):
+            txn.before_commit.append(cls(txn).settle)
 
-    def _settle(self) -> None:
-        """At commit, the tables this transaction stages, and those of them that still
-        hold a claimed place, under the name they have now (a table created and then
-        renamed keeps its place; one dropped or moved again holds nothing, and one
-        committed to again no longer uses the metadata file it claimed)."""
-        txn = self._txn
+    def settle(self, txn: Transaction) -> None:
+        """At commit, find the places the staged tables take; if there are any, require
+        their check (a transaction taking none keeps sharing versions: ``coalesce``)."""
+        base = txn.base
         self._ours, self._held = set(action_tables(txn.actions)), []
         for key in sorted(self._ours):
             now = LiveTable.of(txn.load_table(*key)) if txn.table_exists(*key) else None
-            claim = None if now is None else self._claims.get((now.uuid, now.place))
-            if now is not None and claim is not None:
-                kept = claim.metadata_file if now.metadata_place == claim.metadata_place else ""
-                self._held.append(LiveTable(key, now.location, kept, now.uuid))
+            if now is None:
+                continue
+            was = LiveTable.of(base.load_table(*key)) if base.table_exists(*key) else None
+            if was is None or (was.uuid, was.place) != (now.uuid, now.place):
+                self._held.append(now)
+        if self._held and not self._required:
+            self._required = True
+            txn.require(self.recheck)
 
     def recheck(self, before: Snapshot, after: Snapshot) -> None:
         """Check the held places against the tables ``after`` changed since ``before``.
@@ -191,9 +197,11 @@ class Claims:
             what = f"table {held.name}"
             for other, clash in changed.conflicts(what, held.location, held.metadata_file,
                                                   held.key):
-                self.refused = True
+                when = (f"in catalog version {after.version}, committed after this "
+                        f"transaction began on version {self._txn.base.version}"
+                        if path_version(after.root.path) is not None else
+                        "in a statement added to the distributed transaction meanwhile")
                 raise LocationInUseError(
-                    f"{what}: {clash} table {other.name}, which took it in catalog version "
-                    f"{after.version}, committed after this transaction began on version "
-                    f"{self._txn.base.version}: nothing was committed; give the table "
-                    "another location (or none: a free one is derived)", other.name)
+                    f"{what}: {clash} table {other.name}, which took it {when}: nothing was "
+                    "committed; give the table another location (or none: a free one is "
+                    "derived)", other.name)

@@ -116,7 +116,6 @@ class CatalogSession(MetastoreCatalog):
     _max_metadata_bytes: int
     _index: LiveIndex | None  # a transaction's staged tables over its base's (_live)
     _seen: int  # the staged actions of the transaction _index includes
-    _claims: Claims | None  # the places this transaction-bound session's tables took
     _live_tables: LiveTables  # the live tables of the tree last checked, shared by copies
     _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
@@ -162,6 +161,7 @@ class CatalogSession(MetastoreCatalog):
         if not properties.get(WAREHOUSE) and store.properties.get(WAREHOUSE):
             properties[WAREHOUSE] = store.properties[WAREHOUSE]
         super().__init__(name, **properties)
+        store.require_on_landing(Claims.on)  # a distributed transaction it lands, too
         self._store = store
         self._pinned = None
         self._txn = None
@@ -169,7 +169,7 @@ class CatalogSession(MetastoreCatalog):
         self._written = []
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
-        self._index, self._seen, self._claims = None, 0, None
+        self._index, self._seen = None, 0
         self._live_tables = LiveTables()
         self._kept = KeptCache()
         self._iceberg_paths = LruCache(ICEBERG_PATHS)
@@ -253,7 +253,7 @@ class CatalogSession(MetastoreCatalog):
               txn: Transaction | None = None) -> Self:
         other = copy.copy(self)
         other._pinned, other._txn, other._written, other._root = pinned, txn, [], False
-        other._index, other._seen, other._claims = None, 0, None
+        other._index, other._seen = None, 0
         return other
 
     def close(self) -> None:
@@ -351,11 +351,14 @@ class CatalogSession(MetastoreCatalog):
         """This catalog staging every change in an Olympia transaction someone else commits
         (``olympia apply`` creating and evolving Iceberg tables in its one version).
 
-        Metadata files written for the transaction are deleted if it is aborted before its
-        commit starts, or if its commit is refused because a table took a place it claims
-        (:class:`Claims`); a commit that may have landed never deletes them.
+        Its commit is held to the places its tables take (:class:`Claims`): a version (or,
+        in a distributed transaction, a statement) landed since its base that gave one of
+        them to another table refuses it. Metadata files written for the transaction are
+        deleted if it is aborted before its commit starts, or if its commit is refused so;
+        a commit that may have landed never deletes them.
         """
         bound = self._copy(txn=txn)
+        Claims.on(txn)
         committing = False
 
         def started(_: Transaction) -> None:
@@ -363,8 +366,7 @@ class CatalogSession(MetastoreCatalog):
             committing = True
 
         def ended(done: Transaction) -> None:
-            refused = bound._claims is not None and bound._claims.refused
-            if done.state == "aborted" and (refused or not committing):
+            if done.state == "aborted" and (done.refusal is not None or not committing):
                 bound._discard_written()
 
         txn.before_commit.append(started)
@@ -620,9 +622,8 @@ class CatalogSession(MetastoreCatalog):
         its files there, and Iceberg's orphan-file removal on the new table would delete
         them.
 
-        In a transaction that lands its own version, the place is then claimed
-        (:class:`Claims`): its commit checks it again against each version it rebases
-        onto. (A distributed transaction's statement cannot carry that check.)
+        The transaction's commit checks the place again against what landed since its
+        base (:class:`Claims`).
 
         Raises:
             LocationInUseError: the location or metadata file is taken.
@@ -638,11 +639,6 @@ class CatalogSession(MetastoreCatalog):
                 f"table {other.name} at kept {versions}, which read its files there: give "
                 "the table another location (or none: a free one is derived), or wait until "
                 "those versions are expired", other.name)
-        txn = self._txn
-        if txn is not None and txn.checks_rebases:
-            if self._claims is None:
-                self._claims = Claims(txn)
-            self._claims.add(LiveTable(key, location, metadata_file, table_uuid))
 
     def _kept_holders(self, location: str, what: str, table_uuid: str,
                       ) -> list[tuple[LiveTable, str]]:
