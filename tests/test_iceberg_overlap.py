@@ -19,7 +19,7 @@ from cli_helpers import Cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows
-from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import BadRequestError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table.update import SetLocationUpdate
 from restserver import RestServer, version
 
@@ -149,6 +149,26 @@ def test_olympia_txn_commit_rechecks_the_places_the_transaction_takes(tmp_path: 
     assert result.exit_code != 0
     assert re.search(LANDING_REFUSED, result.output), result.output
     _refused_and_aborted(outside, txn_id)
+
+
+def test_a_transaction_warehouse_commit_through_olympia_serve_is_rechecked(
+        tmp_path: Path) -> None:
+    with RestServer.on_new_catalog(tmp_path) as server:
+        client, wh = server.client(), server.warehouse
+        client.create_namespace("ns")
+        client.create_namespace(("sys", "dtxns", "job"))
+        inside = server.client(warehouse=f"{wh}@txn:job")
+        inside.create_table(("ns", "b"), SCHEMA, location=f"{wh}/x/y")
+        client.create_table(("ns", "a"), SCHEMA, location=f"{wh}/x")  # outside, lands first
+        landed = version(server)
+        with pytest.raises(BadRequestError, match=r"table ns\.b: location .* overlaps the "
+                           r"location .*/x of table ns\.a, which took it in catalog version"):
+            client.update_namespace_properties(("sys", "dtxns", "job"),
+                                               updates={"commit": "true"})
+        assert version(server) == landed
+        assert ("sys", "dtxns", "job") not in client.list_namespaces(("sys", "dtxns"))
+        assert client.list_tables("ns") == [("ns", "a")]
+    assert not any("Traceback" in line for line in server.log), "".join(server.log)
 
 
 def test_statements_racing_in_one_transaction_do_not_both_take_a_place(tmp_path: Path) -> None:
