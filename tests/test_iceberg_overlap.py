@@ -4,7 +4,9 @@ re-checked on rebase).
 A create, register or relocation is checked against the version it is staged on; a commit
 that lost the race to newer versions re-checks the places it claims against the tables
 those versions changed, and is refused with ``LocationInUseError`` (nothing of it lands) as
-if the other writer had committed first.
+if the other writer had committed first. A distributed transaction's landing (whoever lands
+it) re-checks the places its running tree takes against every version since it began, and
+a statement against the statements added to it since the running view it read.
 """
 
 from __future__ import annotations
@@ -211,32 +213,49 @@ WRITERS = st.lists(st.lists(st.lists(OPS, min_size=1, max_size=2), min_size=1, m
 
 @dataclass
 class _Writer:
-    """One writer (its own OlympiaCatalog object) running its transactions in turn."""
+    """One writer (its own OlympiaCatalog object) running its transactions in turn: each
+    a transaction of its own, or (``distributed``) a distributed transaction whose every
+    operation is a statement, landed at the end."""
 
     catalog: OlympiaCatalog
     wh: str
     todo: list[list[Op]]
+    distributed: bool = False
     txn: Transaction | None = None
     bound: OlympiaCatalog | None = None
+    dtx: str | None = None
     tag: str = ""
     staged: int = 0
 
     def step(self, outcomes: dict[str, int | None]) -> None:
         """Begin the next transaction, stage its next operation, or commit it."""
-        if self.txn is None:
+        if self.txn is None and self.dtx is None:
             if not self.todo:
                 return
-            self.txn = self.catalog.olympia.transaction()
-            self.bound, self.staged = self.catalog.bound_to(self.txn), 0
             self.tag = f"{self.catalog.name}-{len(outcomes)}"
-            outcomes[self.tag] = None
-            self.txn.annotate(test_tag=self.tag)
+            outcomes[self.tag], self.staged = None, 0
+            if self.distributed:
+                self.dtx = self.catalog.olympia.begin_transaction(info={"test_tag": self.tag}).id
+            else:
+                self.txn = self.catalog.olympia.transaction()
+                self.bound = self.catalog.bound_to(self.txn)
+                self.txn.annotate(test_tag=self.tag)
         if self.staged < len(self.todo[0]):
-            self._stage(self.todo[0][self.staged])
+            op = self.todo[0][self.staged]
             self.staged += 1
+            if self.dtx is not None:  # one statement, added at once
+                with self.catalog.in_transaction(self.dtx).transaction() as statement:
+                    _stage(statement, self.wh, op)
+            else:
+                assert self.bound is not None
+                _stage(self.bound, self.wh, op)
             return
         self.todo.pop(0)
+        if self.dtx is not None:
+            self._land(outcomes)
+            return
         txn, self.txn = self.txn, None
+        assert txn is not None
         changes = bool(txn.actions)  # (a transaction with none commits no version)
         try:
             version = txn.commit()
@@ -244,22 +263,32 @@ class _Writer:
         except (LocationInUseError, CommitConflict):
             assert txn.state == "aborted"  # told it failed: it must have left nothing
 
-    def _stage(self, op: Op) -> None:
-        kind, name, arg = op
-        bound = self.bound
-        assert bound is not None
+    def _land(self, outcomes: dict[str, int | None]) -> None:
+        txn_id, self.dtx = self.dtx, None
+        assert txn_id is not None
+        dtx = self.catalog.olympia.distributed_transaction(txn_id)
         try:
-            if kind == "create":
-                bound.create_table(("ns", name), SCHEMA, location=f"{self.wh}/{arg}")
-            elif kind == "drop":
-                bound.drop_table(("ns", name))
-            elif kind == "rename":
-                bound.rename_table(("ns", name), ("ns", arg))
-            else:
-                table = bound.load_table(("ns", name))
-                bound.commit_table(table, (), (SetLocationUpdate(location=f"{self.wh}/{arg}"),))
-        except (LocationInUseError, TableAlreadyExistsError, NoSuchTableError):
-            pass  # refused at staging: nothing staged
+            version = dtx.commit()
+            outcomes[self.tag] = None if version == dtx.record.beginning_version else version
+        except (LocationInUseError, CommitConflict):
+            with pytest.raises(NoSuchTransactionError):  # told it failed: it is aborted
+                self.catalog.olympia.distributed_transaction(txn_id)
+
+
+def _stage(bound: OlympiaCatalog, wh: str, op: Op) -> None:
+    kind, name, arg = op
+    try:
+        if kind == "create":
+            bound.create_table(("ns", name), SCHEMA, location=f"{wh}/{arg}")
+        elif kind == "drop":
+            bound.drop_table(("ns", name))
+        elif kind == "rename":
+            bound.rename_table(("ns", name), ("ns", arg))
+        else:
+            table = bound.load_table(("ns", name))
+            bound.commit_table(table, (), (SetLocationUpdate(location=f"{wh}/{arg}"),))
+    except (LocationInUseError, TableAlreadyExistsError, NoSuchTableError):
+        pass  # refused at staging: nothing staged
 
 
 def _no_two_share_files(snapshot: Snapshot) -> None:
@@ -286,17 +315,23 @@ def _history_holds(catalog: OlympiaCatalog, outcomes: dict[str, int | None]) -> 
 
 @settings(max_examples=30, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(writers=WRITERS, schedule=st.lists(st.integers(0, 2), min_size=6, max_size=16))
+@given(writers=WRITERS, distributed=st.lists(st.booleans(), min_size=3, max_size=3),
+       schedule=st.lists(st.integers(0, 2), min_size=6, max_size=16))
 @example(writers=[[[("create", "c", "p")]], [[("relocate", "a", "p/q")]]],
+         distributed=[False, False, False],
          schedule=[0, 1, 0, 1])  # the race of the deterministic test above
+@example(writers=[[[("create", "c", "p/q")]], [[("create", "d", "p")]]],
+         distributed=[True, False, False],
+         schedule=[0, 1, 1, 0])  # a table lands outside before the transaction does
 def test_racing_writers_never_leave_two_tables_sharing_files(
-        tmp_path: Path, writers: list[list[list[Op]]], schedule: list[int]) -> None:
+        tmp_path: Path, writers: list[list[list[Op]]], distributed: list[bool],
+        schedule: list[int]) -> None:
     props = local_properties(tmp_path / uuid.uuid4().hex)
     setup = open_catalog(props, "setup")
     setup.create_namespace("ns")
     for name in SEEDED:
         setup.create_table(("ns", name), SCHEMA, location=f"{props['warehouse']}/u/{name}")
-    running = [_Writer(open_catalog(props, f"w{i}"), props["warehouse"], todo)
+    running = [_Writer(open_catalog(props, f"w{i}"), props["warehouse"], todo, distributed[i])
                for i, todo in enumerate(writers)]
     outcomes: dict[str, int | None] = {}
     for turn in schedule:
