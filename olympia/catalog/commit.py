@@ -115,9 +115,10 @@ class CommitOptions:
 Check = Callable[[Snapshot, Snapshot], None]
 """A condition of a change beyond its actions' conflicts: called on a rebase with each
 version landed since the change was staged (``after``) and the version before it
-(``before``), in order, before the next attempt writes anything; it raises the caller's
-error (an :class:`OlympiaError`) when the change may not land after ``after``, as if it
-had been staged there."""
+(``before``), in order, before the next attempt writes anything (a distributed
+transaction's statement: once, with the running view it was staged on and the newer one);
+it raises the caller's error (an :class:`OlympiaError`) when the change may not land after
+``after``, as if it had been staged there."""
 
 
 @dataclass(frozen=True)

@@ -431,7 +431,9 @@ class DistributedTransaction:
             landed = self._landed(record)
             if landed is None:
                 self.storage.delete(self.path)
-                if exc is txn.refusal:
+                if exc is txn.refusal:  # the rule's own error, saying what became of it
+                    exc.args = (f"distributed transaction {self.id!r} cannot commit and was "
+                                f"aborted: {exc}", *exc.args[1:])
                     raise
                 raise CommitConflict(f"distributed transaction {self.id!r} cannot commit and "
                                      f"was aborted: {exc}") from None
