@@ -14,10 +14,19 @@ from conftest import Location
 
 from benchmarks.common import recording
 from olympia import Catalog
+from olympia.catalog import coalesce as coalesce_module
 from olympia.catalog import commit as commit_module
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.keys import version_path
-from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, InvalidArgumentError
+from olympia.catalog.reader import Snapshot
+from olympia.catalog.transaction import Transaction
+from olympia.exceptions import (
+    CatalogError,
+    CommitConflict,
+    CommitOutcomeUnknown,
+    InvalidArgumentError,
+    NoSuchTransactionError,
+)
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -357,3 +366,102 @@ def test_transaction_on_a_given_snapshot() -> None:
     assert ours.version == 3 and ours.list_tables("s") == ["later", "mine"]
     with pytest.raises(InvalidArgumentError, match="snapshot of this catalog"):
         ours.transaction(base=theirs.snapshot)
+
+
+# --- a change's check, re-run on every version a rebase passes -----------------------------
+
+def _checked(txn: Transaction, refuse_at: int | None = None) -> list[tuple[int, int]]:
+    """Require of ``txn`` a check recording the versions it is called with and refusing
+    the version ``refuse_at``."""
+    seen: list[tuple[int, int]] = []
+
+    def check(before: Snapshot, after: Snapshot) -> None:
+        seen.append((before.version, after.version))
+        if after.version == refuse_at:
+            raise CatalogError(f"refused: version {after.version} took what it needs")
+
+    txn.require(check)
+    return seen
+
+
+def test_a_check_sees_each_version_landed_since_and_lands_on_the_newest() -> None:
+    ours, theirs = _two_writers()
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    seen = _checked(txn)
+    for name in ("a", "b", "c"):
+        theirs.create_table("s", name, columns=COLUMNS)  # versions 2, 3, 4
+    assert txn.commit() == 5
+    assert seen == [(1, 2), (2, 3), (3, 4)]  # each version once, in order
+    uncontended = ours.transaction()
+    uncontended.create_table("s", "alone", columns=COLUMNS)
+    assert not _checked(uncontended) and uncontended.commit() == 6  # (never called)
+
+
+def test_a_check_refusing_a_version_ends_the_commit_before_it_writes() -> None:
+    ours, theirs = _two_writers()
+    txn = ours.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    seen = _checked(txn, refuse_at=3)
+    for name in ("a", "b", "c"):
+        theirs.create_table("s", name, columns=COLUMNS)  # versions 2, 3, 4
+    ours.storage.stats.reset()
+    with pytest.raises(CatalogError, match="refused: version 3"):
+        txn.commit()
+    assert seen == [(1, 2), (2, 3)] and txn.state == "aborted"
+    assert ours.storage.stats.snapshot()["writes"] == 0  # vn/2 seen taken: nothing written
+    final = Catalog.open(ours.uri)
+    assert final.version == 4 and final.list_tables("s") == ["a", "b", "c"]
+
+
+def test_a_change_with_a_check_does_not_join_the_queue() -> None:
+    ours, theirs = _two_writers()
+    queued = Catalog.open(ours.uri, coalesce_commits=True)
+    txn = queued.transaction()
+    txn.create_table("s", "mine", columns=COLUMNS)
+    seen = _checked(txn)
+    assert not txn.change().coalescible
+    theirs.create_table("s", "a", columns=COLUMNS)
+    assert txn.commit() == 3 and seen == [(1, 2)]
+    assert coalesce_module._GROUPS.get(queued.files) is None  # no queue was made
+
+
+def test_a_statement_is_checked_against_the_statements_added_since_it_read() -> None:
+    ours, _ = _two_writers()
+    name = ours.begin_transaction().id
+    statement = ours.transaction(name=name)
+    statement.create_table("s", "mine", columns=COLUMNS)
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def check(before: Snapshot, after: Snapshot) -> None:
+        seen.append((before.list_tables("s"), after.list_tables("s")))
+        raise CatalogError("refused: a statement took what it needs")
+
+    statement.require(check)
+    with ours.transaction(name=name) as other:  # same running view, added first
+        other.create_table("s", "a", columns=COLUMNS)
+    with pytest.raises(CatalogError, match="refused: a statement"):
+        statement.commit()
+    assert seen == [([], ["a"])]  # once, with the view it read and the newer one
+    assert statement.state == "aborted" and statement.refusal is not None
+    assert ours.distributed_transaction(name).view().list_tables("s") == ["a"]
+
+
+def test_a_landing_requirement_sees_every_version_since_the_beginning() -> None:
+    """A rule the catalog object holds landings to checks each version landed since the
+    distributed transaction began; refusing one aborts it with the rule's error."""
+    ours, theirs = _two_writers()
+    dtx = ours.begin_transaction()
+    with ours.transaction(name=dtx.id) as statement:
+        statement.create_table("s", "mine", columns=COLUMNS)
+    for name in ("a", "b"):
+        theirs.create_table("s", name, columns=COLUMNS)  # versions 2, 3
+    seen: list[list[tuple[int, int]]] = []
+    ours.require_on_landing(lambda txn: seen.append(_checked(txn, refuse_at=3)))
+    with pytest.raises(CatalogError, match="refused: version 3"):
+        ours.distributed_transaction(dtx.id).commit()
+    assert seen == [[(1, 2), (2, 3)]]
+    with pytest.raises(NoSuchTransactionError):
+        ours.distributed_transaction(dtx.id)  # aborted: its record is gone
+    final = Catalog.open(ours.uri)
+    assert final.version == 3 and final.list_tables("s") == ["a", "b"]

@@ -22,12 +22,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_context import task_context
 from conftest import Location
 from expire_fixtures import expire_dtxn
-from iceberg_helpers import ICEBERG_SPARK_JARS
+from iceberg_helpers import ICEBERG_SPARK_JARS, SCHEMA
 from pyiceberg.exceptions import NoSuchTableError
 
 from olympia import Catalog, versions
 from olympia.catalog.distributed import TRANSACTION_ID, check_transaction_id
 from olympia.catalog.keys import dtxn_path
+from olympia.exceptions import LocationInUseError
+from olympia.iceberg import OlympiaCatalog
 from olympia.plan import apply_plan, make_plan
 from olympia.spec import load_spec
 from olympia.versions.dtxn import list_transactions
@@ -78,6 +80,24 @@ def local_conn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Ca
 
 def context(run_id: str = RUN_ID, started: datetime | None = None) -> dict[str, Any]:
     return task_context("wap", run_id, started=started)
+
+
+def test_the_hook_commit_rechecks_the_places_the_transaction_takes(
+        local_conn: tuple[str, Catalog], tmp_path: Path) -> None:
+    """A table the transaction created inside one landed outside since it began: the
+    hook's commit (a process that staged nothing of it) refuses, and aborts it."""
+    conn_id, catalog = local_conn
+    wh = f"file://{tmp_path}/tables"
+    hook = OlympiaHook(conn_id)
+    txn_id = hook.begin_transaction()
+    job = OlympiaCatalog("job", uri=catalog.uri).in_transaction(txn_id)
+    job.create_table("s.b", SCHEMA, location=f"{wh}/x/y")
+    OlympiaCatalog("other", uri=catalog.uri).create_table("s.a", SCHEMA, location=f"{wh}/x")
+    with pytest.raises(LocationInUseError, match=r"table s\.b: location .* overlaps the "
+                       r"location .*/x of table s\.a, which took it in catalog version 2"):
+        hook.commit_transaction(txn_id)
+    assert not list_transactions(catalog)
+    assert Catalog.open(catalog.uri).list_tables("s") == ["a"]
 
 
 def add_table(location: Location, txn_id: str, name: str) -> None:

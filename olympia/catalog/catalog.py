@@ -17,7 +17,7 @@ from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions, distributed
 from olympia.catalog.actions import A
 from olympia.catalog.commit import DEFAULT_COMMIT_TIMEOUT_S, CommitOptions, now_millis
-from olympia.catalog.distributed import DistributedTransaction
+from olympia.catalog.distributed import DistributedTransaction, Requirement
 from olympia.catalog.files import LATEST, CatalogFiles, Root, root_digest
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path, version_path
 from olympia.catalog.objects import Column, Namespace, Table, View
@@ -69,6 +69,7 @@ class Catalog(CatalogReader):
         self._lock = threading.Lock()
         self._snapshot = Snapshot(files, root)
         self.codec = self._snapshot.codec
+        self._requirements: list[Requirement] = []
 
     def __repr__(self) -> str:
         return f"Catalog({self.uri!r}, version={self.version})"
@@ -292,7 +293,8 @@ class Catalog(CatalogReader):
                 "use SNAPSHOT, or one catalog.transaction('SERIALIZABLE') in one process")
         self.refresh()
         return distributed.begin(self.files, self._snapshot, self.commit_options,
-                                 self._advance, txn_id=name, ttl_millis=ttl_millis, info=info)
+                                 self._advance, self._requirements, txn_id=name,
+                                 ttl_millis=ttl_millis, info=info)
 
     def distributed_transaction(self, name: str) -> DistributedTransaction:
         """The distributed transaction ``name``, to add statements to, commit or abort.
@@ -301,7 +303,20 @@ class Catalog(CatalogReader):
             NoSuchTransactionError: There is none (committed, aborted or never begun).
         """
         read = distributed.read_record(self.files, distributed.check_transaction_id(name))
-        return DistributedTransaction(self.files, read, self.commit_options, self._advance)
+        return DistributedTransaction(self.files, read, self.commit_options, self._advance,
+                                      self._requirements)
+
+    def require_on_landing(self, requirement: Requirement) -> None:
+        """Hold every distributed transaction this object lands from now on (its commit,
+        a resumed one) to ``requirement``, a rule of a layer above the catalog (the
+        Iceberg layer's: no two live tables share files); adding one twice adds it once.
+
+        Args:
+            requirement: Called with the landing transaction before it commits
+                (:data:`~olympia.catalog.distributed.Requirement`).
+        """
+        if requirement not in self._requirements:
+            self._requirements.append(requirement)
 
     # --- one-shot changes, each in a transaction (and a version) of its own ---------------
 

@@ -17,7 +17,8 @@ protocol:
    :meth:`CommitOptions.pause`); then :func:`_catch_up` reads the roots from the base on
    *from the store* (through the one that won, and on until one is missing:
    :func:`roots_from`), checks that the base is still there as it was read and that no
-   version after it conflicts with the change (:func:`rebase_error`), and step 3 runs
+   version after it conflicts with the change (:func:`rebase_error`) nor fails its
+   condition (:attr:`Change.check`, called per version), and step 3 runs
    again at once on the newest, until the time budget (``commit_timeout``) is spent.
    Node files an earlier attempt wrote are reused where their content is unchanged, and
    definition files are written once (:class:`_Written`), but only once seen in the store
@@ -40,6 +41,7 @@ threads sharing one catalog object together, through the same :func:`land`.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -110,6 +112,15 @@ class CommitOptions:
         return float(min(self.max_backoff_s, self.backoff_s * 2.0 ** min(losses - 1, 30)))
 
 
+Check = Callable[[Snapshot, Snapshot], None]
+"""A condition of a change beyond its actions' conflicts: called on a rebase with each
+version landed since the change was staged (``after``) and the version before it
+(``before``), in order, before the next attempt writes anything (a distributed
+transaction's statement: once, with the running view it was staged on and the newer one);
+it raises the caller's error (an :class:`OlympiaError`) when the change may not land after
+``after``, as if it had been staged there."""
+
+
 @dataclass(frozen=True)
 class Change:
     """What one commit applies on top of whichever version it lands after.
@@ -123,6 +134,8 @@ class Change:
         tree_from: A root whose tree replaces the base's (a rollback), or None.
         rollback_from: The root path recorded as ``rollback_from_root``, or None.
         reads: A SERIALIZABLE transaction's read set, or None.
+        check: A condition each version landed after the one the change was staged on
+            must meet for the change to land after it (:data:`Check`), or None.
     """
 
     pending: Mapping[str, str | None]
@@ -133,12 +146,14 @@ class Change:
     tree_from: Root | None = None
     rollback_from: str | None = None
     reads: ReadSet | None = None
+    check: Check | None = None
 
     @property
     def coalescible(self) -> bool:
         """Whether the change may share a version with others: object changes only (no
-        catalog definition, no rollback) under SNAPSHOT isolation."""
-        return self.catalog_def is None and self.tree_from is None and self.reads is None
+        catalog definition, no rollback, no check) under SNAPSHOT isolation."""
+        return (self.catalog_def is None and self.tree_from is None and self.reads is None
+                and self.check is None)
 
 
 def apply_changes(base: Snapshot, root: Node, pending: Mapping[str, str | None],
@@ -159,7 +174,8 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
            options: CommitOptions = CommitOptions()) -> Root:
     """Commit ``change`` as the version after ``base`` or, after lost races, after the
     versions that won them (with :attr:`CommitOptions.coalesce`, through the catalog
-    object's queue: :func:`olympia.catalog.coalesce.commit`).
+    object's queue: :func:`olympia.catalog.coalesce.commit`; a change with a check never
+    goes through it: it races the queue's batches as another writer would).
 
     Returns:
         The committed root.
@@ -167,6 +183,8 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
     Raises:
         CommitConflict: The store no longer holds ``base`` as it was read, a newer version
             conflicts with ``change``, or the time budget ran out.
+        OlympiaError: A newer version fails ``change``'s check (:attr:`Change.check`):
+            what the check raised; nothing of the change landed.
         CatalogError: A node file would exceed the catalog's ``node_file_max_size_bytes``.
         TransientStorageError: The root's create kept failing and whether it landed could
             not be learned from the store (the outcome is unknown: refresh and look).
@@ -180,7 +198,7 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
             it is, whatever the change's fate.
         StorageError: Writing a file failed (beyond the storage's own retries).
     """
-    if options.coalesce:  # the opt-in queue, loaded only where it is used
+    if options.coalesce and change.check is None:  # the opt-in queue, loaded where used
         from olympia.catalog import coalesce
 
         return coalesce.commit(files, base, change, options)
@@ -301,7 +319,7 @@ def _catch_up(files: CatalogFiles, base: Snapshot, change: Change, through: int,
               ) -> Snapshot:
     """Read the roots from ``base`` on from the store (through ``through``, known to
     exist, and further where that is free: :func:`roots_from`) and check ``change``
-    against the versions after ``base``.
+    against the versions after ``base``: their actions, then its :attr:`Change.check`.
 
     Returns:
         The newest version read.
@@ -309,12 +327,18 @@ def _catch_up(files: CatalogFiles, base: Snapshot, change: Change, through: int,
     Raises:
         CommitConflict: The store no longer holds ``base`` as it was read, or a version
             after it conflicts with ``change``.
+        OlympiaError: What the change's check raised.
     """
     roots = roots_from(files, base.version, through)
     error = rebase_error(files, base, change, roots, {})
     if error is not None:
         raise error
-    return Snapshot(files, roots[-1])
+    newest = Snapshot(files, roots[-1])
+    if change.check is not None:  # (roots[0] is base's: rebase_error checked it)
+        versions = [base, *(Snapshot(files, root) for root in roots[1:-1]), newest]
+        for before, after in itertools.pairwise(versions[:len(roots)]):
+            change.check(before, after)
+    return newest
 
 
 def rebase_error(files: CatalogFiles, base: Snapshot, change: Change, roots: Sequence[Root],

@@ -12,16 +12,17 @@ conflict.
 
 Life of a record: OPEN (takes statements) -> COMMITTING (sealed: it lands as one version
 through the normal protocol from the beginning version, so conflicts are checked against
-everything committed since; then the record is deleted) or ABORTING (then deleted). The
-version carries the annotations ``transaction`` and ``transaction_instance``; a second
-committer of a sealed record finds by them that it already landed. A record past its expiry
+everything committed since, and by the rules of the catalog object's :data:`Requirement`s;
+then the record is deleted) or ABORTING (then deleted). The version carries the annotations
+``transaction`` and ``transaction_instance``; a second committer of a sealed record finds by
+them that it already landed. A record past its expiry
 time takes no statements and no commit; the expiry job removes it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from olympia._proto import actions_pb2 as apb
@@ -43,6 +44,7 @@ from olympia.exceptions import (
     InvalidArgumentError,
     InvalidNameError,
     NoSuchTransactionError,
+    OlympiaError,
     TransactionExpiredError,
 )
 from olympia.tree import btree
@@ -59,6 +61,12 @@ MAX_ID_BYTES = 128
 #: and an abort may end one whose committer died after sealing it.
 LANDING_MARGIN_MS = 5 * 60 * 1000
 STATES = {pb.OPEN: "open", pb.COMMITTING: "committing", pb.ABORTING: "aborting"}
+
+Requirement = Callable[[Transaction], None]
+"""A rule of a layer above the catalog that every landing meets: called with the landing
+transaction (:meth:`DistributedTransaction.landing`: the beginning version plus everything
+the record staged, as read from the store) before it commits; it adds its checks of the
+versions landed since the beginning (:meth:`Transaction.require`)."""
 
 
 def check_transaction_id(txn_id: str) -> str:
@@ -107,15 +115,18 @@ class DistributedTransaction:
         options: How statements retry after losing the record's race, and how the commit
             retries after losing the root race (their time budget).
         on_commit: Called with the root the commit landed.
+        requirements: The rules every landing meets (:data:`Requirement`).
     """
 
     def __init__(self, files: CatalogFiles, read: _Read, options: CommitOptions,
-                 on_commit: Callable[[Root], None] | None = None) -> None:
+                 on_commit: Callable[[Root], None] | None = None,
+                 requirements: Sequence[Requirement] = ()) -> None:
         self.files = files
         self.storage = files.storage
         self._read = read
         self._options = options
         self._on_commit = on_commit
+        self._requirements = tuple(requirements)
 
     def __repr__(self) -> str:
         return f"DistributedTransaction({self.id!r}, {self.state})"
@@ -275,6 +286,8 @@ class DistributedTransaction:
             CommitConflict: A statement added since ``base`` touched what ``change`` does
                 (try the statement again), or other statements kept winning the record's
                 race for the commit timeout.
+            OlympiaError: The statements added since ``base`` fail ``change``'s check
+                (:attr:`Change.check`): what the check raised; nothing was added.
             InvalidArgumentError: ``change`` holds catalog-level changes.
             NoSuchTransactionError, TransactionExpiredError, CatalogError: The
                 transaction is gone, expired, or being committed or aborted.
@@ -296,7 +309,8 @@ class DistributedTransaction:
     def _rebase(self, base: Snapshot, change: Change,
                 record: pb.DistributedTransactionDef) -> Snapshot:
         """The running view of ``record``, if the statements added since ``base`` do not
-        touch what ``change`` does."""
+        touch what ``change`` does and meet its check (called once, with ``base`` and that
+        view)."""
         newer = Snapshot(self.files, self._running(base, record))
         ours, theirs = _objects(self._staged(base)), _objects(newer.actions())
         same = [a.SerializeToString(deterministic=True) for a in theirs[:len(ours)]] == [
@@ -306,6 +320,8 @@ class DistributedTransaction:
             raise CommitConflict(
                 f"commit conflict on {clash[2]}: another statement changed it in distributed "
                 f"transaction {self.id!r} meanwhile; try again")
+        if change.check is not None:
+            change.check(base, newer)
         return newer
 
     def _replace(self, read: _Read, base: Snapshot, recorded: list[apb.ActionDef],
@@ -339,8 +355,10 @@ class DistributedTransaction:
 
     def commit(self) -> int:
         """Land everything added as ONE version (through the normal protocol, its
-        conflicts checked against every version since the beginning) and delete the
-        record. Committing a transaction someone else is committing finishes it.
+        conflicts checked against every version since the beginning, and the catalog
+        object's rules: :data:`Requirement`) and delete the record. Committing a
+        transaction someone else is committing finishes it (a record found landed is not
+        checked again).
 
         Returns:
             The version (the beginning version if nothing was added).
@@ -350,6 +368,9 @@ class DistributedTransaction:
             TransactionExpiredError: It expired before it landed.
             CommitConflict: A version since the beginning conflicts with it; nothing of it
                 landed and it is aborted.
+            OlympiaError: A version since the beginning fails a rule's check (say,
+                ``LocationInUseError``): what the check raised; nothing of it landed and it
+                is aborted.
             CatalogError: It is being aborted.
             CommitOutcomeUnknown, TransientStorageError: Whether it landed is unknown:
                 commit again to finish it.
@@ -385,8 +406,8 @@ class DistributedTransaction:
 
     def landing(self, record: pb.DistributedTransactionDef) -> Transaction:
         """A transaction on the beginning version holding everything ``record`` staged,
-        annotated with the transaction's id and instance; it refuses to commit once
-        ``record`` expired."""
+        annotated with the transaction's id and instance, under this object's rules
+        (:data:`Requirement`); it refuses to commit once ``record`` expired."""
         beginning = self.beginning(record)
         running = self._running(beginning, record)
         pending = {key: new for key, _old, new in
@@ -396,15 +417,24 @@ class DistributedTransaction:
         txn.restore_staged(pending, Snapshot(self.files, running).actions())
         txn.annotate(**{TRANSACTION_ID: record.id, TRANSACTION_INSTANCE: record.instance})
         txn.before_commit.append(lambda _t: self._check_landable(record))
+        for requirement in self._requirements:
+            requirement(txn)
         return txn
 
     def _land(self, record: pb.DistributedTransactionDef) -> int:
+        txn = self.landing(record)
         try:
-            version = self.landing(record).commit()
-        except CommitConflict as exc:
+            version = txn.commit()
+        except OlympiaError as exc:
+            if not isinstance(exc, CommitConflict) and exc is not txn.refusal:
+                raise
             landed = self._landed(record)
             if landed is None:
                 self.storage.delete(self.path)
+                if exc is txn.refusal:  # the rule's own error, saying what became of it
+                    exc.args = (f"distributed transaction {self.id!r} cannot commit and was "
+                                f"aborted: {exc}", *exc.args[1:])
+                    raise
                 raise CommitConflict(f"distributed transaction {self.id!r} cannot commit and "
                                      f"was aborted: {exc}") from None
             version = landed
@@ -475,13 +505,14 @@ def read_record(files: CatalogFiles, txn_id: str) -> _Read:
 
 
 def begin(files: CatalogFiles, base: Snapshot, options: CommitOptions,
-          on_commit: Callable[[Root], None] | None = None, *, txn_id: str | None = None,
+          on_commit: Callable[[Root], None] | None = None,
+          requirements: Sequence[Requirement] = (), *, txn_id: str | None = None,
           isolation: int = pb.SNAPSHOT, ttl_millis: int | None = None,
           info: Mapping[str, str] | None = None,
           change: Change | None = None) -> DistributedTransaction:
     """Write the record of a new transaction on ``base``: its running root holds
     ``change`` (a first statement, made on ``base``; default none) and ``info`` as its
-    annotations.
+    annotations; ``requirements``: the rules its landing meets (:data:`Requirement`).
 
     Raises:
         AlreadyExistsError: A transaction ``txn_id`` exists.
@@ -508,7 +539,7 @@ def begin(files: CatalogFiles, base: Snapshot, options: CommitOptions,
     except FileAlreadyExists:
         raise AlreadyExistsError(f"a distributed transaction {txn_id!r} exists; commit or "
                                  "abort it, or choose another id") from None
-    return DistributedTransaction(files, _Read(record, raw), options, on_commit)
+    return DistributedTransaction(files, _Read(record, raw), options, on_commit, requirements)
 
 
 def _running_tree(base: Snapshot, before: list[apb.ActionDef], added: list[apb.ActionDef],

@@ -20,7 +20,7 @@ from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
 from olympia.catalog import actions
 from olympia.catalog.actions import A
-from olympia.catalog.commit import Change, CommitOptions, commit, now_millis
+from olympia.catalog.commit import Change, Check, CommitOptions, commit, now_millis
 from olympia.catalog.files import CatalogFiles, Root
 from olympia.catalog.keys import ObjectRef, ObjectType, def_path
 from olympia.catalog.reader import Snapshot
@@ -61,6 +61,8 @@ class Transaction(ObjectWrites):
         self._options = options or CommitOptions()
         self._lands = lands or (lambda change: commit(self.files, self.base, change,
                                                       self._options))
+        self._checks: list[Check] = []
+        self._refusal: OlympiaError | None = None  # what a check raised, ending the commit
         self._pending: dict[str, str | None] = {}
         self._new_defs: dict[str, bytes] = {}
         self._actions: list[apb.ActionDef] = []
@@ -160,6 +162,40 @@ class Transaction(ObjectWrites):
         self._check_open()
         self._info.update({k: str(v) for k, v in info.items()})
 
+    def require(self, check: Check) -> None:
+        """Add a condition every version the commit lands after must meet beyond the
+        actions' conflicts: after a lost race, ``check(before, after)`` is called with each
+        version landed since the last attempt's base (``after``) and the one before it,
+        before the next attempt writes anything; what it raises ends the commit, nothing of
+        it landed (:attr:`refusal`). A transaction with a check never shares a version with
+        other threads' changes (``coalesce_commits``). A statement of a distributed
+        transaction is checked the same way against the running view of the statements
+        added since it read (``before`` and ``after`` are then running views).
+
+        Args:
+            check: Raises the caller's error (an :class:`OlympiaError`) when this
+                transaction may not land after ``after``, as it would have at staging had
+                ``after`` been the base.
+
+        Raises:
+            CatalogError: The transaction is not open.
+        """
+        self._check_open()
+        self._checks.append(check)
+
+    @property
+    def refusal(self) -> OlympiaError | None:
+        """What a check (:meth:`require`) raised to end the commit, if one did."""
+        return self._refusal
+
+    def _check_all(self, before: Snapshot, after: Snapshot) -> None:
+        try:
+            for check in self._checks:
+                check(before, after)
+        except OlympiaError as exc:
+            self._refusal = exc
+            raise
+
     # --- catalog-level changes (used by versions and exports) -----------------------------
 
     def set_catalog_def(self, catalog_def: pb.CatalogDef, action: apb.ActionDef) -> None:
@@ -242,7 +278,8 @@ class Transaction(ObjectWrites):
         """The staged changes as a commit applies them."""
         rows = tuple(actions.encode_row(self.codec, a) for a in self._recorded())
         return Change(self._pending, self._actions, rows, self._new_defs, self._catalog_def,
-                      self._tree_from, self._rollback_from, self._reads)
+                      self._tree_from, self._rollback_from, self._reads,
+                      self._check_all if self._checks else None)
 
     def commit(self) -> int:
         """Commit as one new version and return it (the base version if nothing changed).

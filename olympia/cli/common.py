@@ -19,6 +19,7 @@ from olympia.exceptions import (
     SpecError,
     StalePlanError,
 )
+from olympia.iceberg.live import Claims
 from olympia.plan.render import want_color
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -89,7 +90,11 @@ def catalog_options(fn: F) -> F:
 
 
 def open_catalog(catalog_uri: str, storage_option: tuple[str, ...]) -> Catalog:
-    return Catalog.open(catalog_uri, parse_storage_options(storage_option))
+    """The catalog at ``catalog_uri``; a distributed transaction it lands (``olympia txn
+    commit``) is held to the rule that no two live tables share files (:class:`Claims`)."""
+    catalog = Catalog.open(catalog_uri, parse_storage_options(storage_option))
+    catalog.require_on_landing(Claims.on)
+    return catalog
 
 
 # Library phrases that name Python arguments, and what a CLI user types instead.

@@ -21,7 +21,8 @@ so the part decodes to one harmless folder name.
 
 Two live tables never share files: a new or registered table's location may not equal,
 contain or lie inside another live table's location, and its metadata file may not be one a
-live table uses.
+live table uses (checked at staging, and again against the versions a commit rebases onto:
+:mod:`olympia.iceberg.live`).
 """
 
 from __future__ import annotations
@@ -343,6 +344,26 @@ class LiveIndex:
         """
         return list(self._around(place(location, what)))
 
+    def conflicts(self, what: str, location: str, metadata_file: str, exclude: Key,
+                  ) -> Iterator[tuple[LiveTable, str]]:
+        """The tables (but ``exclude``) whose files a table using ``location`` and
+        ``metadata_file`` would share, each with how, in words (``location X overlaps the
+        location Y of``); arguments as :meth:`check_free`.
+
+        Raises:
+            TableLocationError: as :meth:`check_free`.
+        """
+        at = place(location, f"the location of {what}")
+        if metadata_file:
+            for other in self._with_metadata(place(metadata_file,
+                                                   f"the metadata file of {what}")):
+                if other.key != exclude:
+                    yield other, (f"metadata file {metadata_file} is the current metadata "
+                                  "of")
+        for other in self._around(at):
+            if other.key != exclude:
+                yield other, f"location {location} overlaps the location {other.location} of"
+
     def check_free(self, what: str, location: str, metadata_file: str, exclude: Key) -> None:
         """Refuse a table location (and metadata file) another live table uses.
 
@@ -358,19 +379,8 @@ class LiveIndex:
             LocationInUseError: the metadata file is another live table's, or the location
                 equals, contains or lies in another live table's location.
         """
-        at = place(location, f"the location of {what}")
-        if metadata_file:
-            for other in self._with_metadata(place(metadata_file,
-                                                   f"the metadata file of {what}")):
-                if other.key != exclude:
-                    raise LocationInUseError(
-                        f"{what}: metadata file {metadata_file} is the current metadata of "
-                        f"live table {other.name}", other.name)
-        for other in self._around(at):
-            if other.key != exclude:
-                raise LocationInUseError(
-                    f"{what}: location {location} overlaps the location {other.location} of "
-                    f"live table {other.name}", other.name)
+        for other, clash in self.conflicts(what, location, metadata_file, exclude):
+            raise LocationInUseError(f"{what}: {clash} live table {other.name}", other.name)
 
     def owner(self, file: Place, skip: Callable[[LiveTable], bool]) -> LiveTable | None:
         """A table (but those ``skip`` names) whose location holds the file at ``file``,

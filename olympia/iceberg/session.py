@@ -48,12 +48,18 @@ from pyiceberg.utils.datetime import datetime_to_millis
 from olympia import exceptions as oe
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.distributed import DistributedTransaction
-from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, Snapshot
 from olympia.catalog.transaction import Transaction
 from olympia.iceberg.files import check_placement
-from olympia.iceberg.live import KeptCache, KeptTables, LiveTables, table_changes
+from olympia.iceberg.live import (
+    Claims,
+    KeptCache,
+    KeptTables,
+    LiveTables,
+    action_tables,
+    table_changes,
+)
 from olympia.iceberg.locations import (
     Key,
     LiveIndex,
@@ -155,6 +161,7 @@ class CatalogSession(MetastoreCatalog):
         if not properties.get(WAREHOUSE) and store.properties.get(WAREHOUSE):
             properties[WAREHOUSE] = store.properties[WAREHOUSE]
         super().__init__(name, **properties)
+        store.require_on_landing(Claims.on)  # a distributed transaction it lands, too
         self._store = store
         self._pinned = None
         self._txn = None
@@ -344,10 +351,14 @@ class CatalogSession(MetastoreCatalog):
         """This catalog staging every change in an Olympia transaction someone else commits
         (``olympia apply`` creating and evolving Iceberg tables in its one version).
 
-        Metadata files written for the transaction are deleted if it is aborted before its
-        commit starts; a commit that may have landed never deletes them.
+        Its commit is held to the places its tables take (:class:`Claims`): a version (or,
+        in a distributed transaction, a statement) landed since its base that gave one of
+        them to another table refuses it. Metadata files written for the transaction are
+        deleted if it is aborted before its commit starts, or if its commit is refused so;
+        a commit that may have landed never deletes them.
         """
         bound = self._copy(txn=txn)
+        Claims.on(txn)
         committing = False
 
         def started(_: Transaction) -> None:
@@ -355,7 +366,7 @@ class CatalogSession(MetastoreCatalog):
             committing = True
 
         def ended(done: Transaction) -> None:
-            if done.state == "aborted" and not committing:
+            if done.state == "aborted" and (done.refusal is not None or not committing):
                 bound._discard_written()
 
         txn.before_commit.append(started)
@@ -567,16 +578,10 @@ class CatalogSession(MetastoreCatalog):
             if self._index is None:
                 self._index, self._seen = LiveIndex(index), 0
             staged = txn.actions
-            for action in staged[self._seen:]:
-                if action.object.type != int(ObjectType.TABLE):
-                    continue
-                ns, names = action.object.namespace, [action.object.name]
-                if action.HasField("rename"):
-                    names.append(action.rename.to_name)
-                for name in names:
-                    exists = txn.table_exists(ns, name)
-                    self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
-                                    if exists else None)
+            for ns, name in action_tables(staged[self._seen:]):
+                exists = txn.table_exists(ns, name)
+                self._index.put((ns, name), LiveTable.of(txn.load_table(ns, name))
+                                if exists else None)
             self._seen = len(staged)
             yield self._index
 
@@ -616,6 +621,9 @@ class CatalogSession(MetastoreCatalog):
         another table (another uuid) had at a kept catalog version: kept versions read
         its files there, and Iceberg's orphan-file removal on the new table would delete
         them.
+
+        The transaction's commit checks the place again against what landed since its
+        base (:class:`Claims`).
 
         Raises:
             LocationInUseError: the location or metadata file is taken.

@@ -28,6 +28,7 @@ from olympia.catalog.catalog import Catalog
 from olympia.catalog.distributed import MAX_ID_BYTES, TRANSACTION_ID
 from olympia.catalog.keys import ObjectRef, ObjectType
 from olympia.exceptions import CatalogError, NoSuchTransactionError, OlympiaError
+from olympia.iceberg.live import Claims
 from olympia.storage.schemes import scheme_of
 from olympia.versions.history import version_info
 from olympia.versions.policy import parse_duration
@@ -197,9 +198,12 @@ class OlympiaHook(BaseHook):
         return self.get_catalog()
 
     def get_catalog(self) -> Catalog:
-        """The catalog at its latest version."""
+        """The catalog at its latest version; a distributed transaction it lands is held
+        to the rule that no two live tables share files (:class:`Claims`)."""
         uri, options = self.settings()
-        return Catalog.open(uri, options)
+        catalog = Catalog.open(uri, options)
+        catalog.require_on_landing(Claims.on)
+        return catalog
 
     def test_connection(self) -> tuple[bool, str]:
         try:
