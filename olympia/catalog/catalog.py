@@ -1,6 +1,6 @@
 """The Catalog: create or open a catalog at a URI, read it, and change it in transactions.
 
-Over ~400 lines for one reason: each one-shot write method (``create_table`` and eleven
+Over 400 lines for one reason: each one-shot write method (``create_table`` and eleven
 more) is written out with its full signature and docstring, so type checkers, ``help()`` and
 IDEs see the real parameters; each body is one transaction calling the same-named
 :class:`Transaction` method.

@@ -37,6 +37,11 @@ once the create may have happened is :class:`CommitOutcomeUnknown`.
 With :attr:`CommitOptions.coalesce`, :func:`commit` hands the change to the in-process
 queue of :mod:`olympia.catalog.coalesce` instead, which lands the disjoint changes of
 threads sharing one catalog object together, through the same :func:`land`.
+
+Over 400 lines on purpose: the protocol is told in this one module in the order it runs
+(the steps above name its functions, top to bottom), so it can be checked against
+docs/FORMAT.md §8 without leaving the file; the rest is what it lands (:class:`Change`) and
+how (:class:`CommitOptions`).
 """
 
 from __future__ import annotations

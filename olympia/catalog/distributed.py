@@ -17,6 +17,11 @@ then the record is deleted) or ABORTING (then deleted). The version carries the 
 ``transaction`` and ``transaction_instance``; a second committer of a sealed record finds by
 them that it already landed. A record past its expiry
 time takes no statements and no commit; the expiry job removes it.
+
+Over 400 lines because one class runs a record's whole life (begin, statements, seal,
+landing, abort) and every step is a compare-and-replace of the same record under the same
+checks (alive, not expired, landable, not already landed); split by step, each part would
+repeat the others' reads and checks.
 """
 
 from __future__ import annotations
