@@ -63,11 +63,14 @@ def test_equal_catalogs_are_equal_assets(tmp_path: Path, local_conn: tuple[str, 
     assert orders.uri == "olympia://s3/bucket/lake?object=sales.orders"
     # Airflow applies the registered normaliser to Assets written by hand too
     assert Asset("olympia://S3A/bucket//lake/").uri == "olympia://s3/bucket/lake"
-    for bad in ("olympia://gs/bucket/lake", "olympia://s3/bucket/lake?table=x"):
+    # every scheme of the scheme table names its catalogs, by its canonical name
+    assert catalog_asset("gs://bucket//lake/") == catalog_asset("gs://bucket/lake")
+    assert catalog_asset("gs://bucket/lake").uri == "olympia://gs/bucket/lake"
+    for bad in ("olympia://ftp/bucket/lake", "olympia://s3/bucket/lake?table=x"):
         with pytest.raises(ValueError, match="olympia://"):
             Asset(bad)
     with pytest.raises(ValueError, match="unsupported catalog URI"):
-        catalog_asset_uri("gs://bucket/lake")
+        catalog_asset_uri("ftp://bucket/lake")
 
 
 class _Conn:
