@@ -9,6 +9,7 @@ from a copy, a lost answer), Iceberg tables through pyiceberg's ``OlympiaCatalog
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import uuid
 from pathlib import Path
@@ -22,6 +23,7 @@ import test_expire_rules as expire_rules
 import test_expire_spark as expire_spark
 import test_spark_source as spark_source
 from conftest import Location
+from emulators import AZURITE_ACCOUNT, AZURITE_KEY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyiceberg.exceptions import BadRequestError
@@ -33,6 +35,7 @@ from olympia.exceptions import (
     FileNotFound,
     InvalidArgumentError,
     TableLocationError,
+    TransientStorageError,
 )
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg.options import iceberg_properties
@@ -156,6 +159,31 @@ def test_unknown_options_and_foreign_properties_are_refused(cloud_location: Loca
     with pytest.raises(InvalidArgumentError, match=f"property {prefix} is not supported"):
         OlympiaCatalog("c", uri=cloud_location.uri, **{prefix: "x"},
                        **_properties(cloud_location))
+
+
+@pytest.mark.parametrize("scheme", ["gs", "abfs"])
+def test_an_unreachable_store_fails_every_operation_as_transient(scheme: str) -> None:
+    """Nothing listens at the endpoint: each operation of the contract is retried, then
+    reported as a transient storage error naming the file, never as the client library's
+    own exception (no emulator needed)."""
+    with socket.socket() as probe:  # a loopback port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    options = {"gs": {"endpoint_url": endpoint, "token": "emulator", "project": "test"},
+               "abfs": {"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY,
+                        "endpoint_url": f"{endpoint}/{AZURITE_ACCOUNT}"}}[scheme]
+    storage = Storage(f"{scheme}://olympia/x", {**options, "retry_attempts": 2,
+                                                "retry_backoff": 0})
+    operations = {"read": lambda: storage.read("a"), "exists": lambda: storage.exists("a"),
+                  "write": lambda: storage.write("a", b"1"),
+                  "create": lambda: storage.create_exclusive("vn/1", b"1"),
+                  "list": lambda: storage.list(), "delete": lambda: storage.delete_many(["a"])}
+    for name, operation in operations.items():
+        storage.stats.reset()
+        with pytest.raises(TransientStorageError, match="after 2 tries"):
+            operation()
+        assert storage.stats.retries >= 1, name
+    storage.close()
 
 
 # --- commits: kill -9, restore, lost answers ------------------------------------------

@@ -49,10 +49,10 @@ PUBLIC_AUTHORITY = ".blob.core.windows.net"
 
 
 @contextmanager
-def _errors(path: str) -> Iterator[None]:
+def _errors(path: str, keep: type[BaseException] | None = None) -> Iterator[None]:
     """The client's errors as the backend contract's: an existing blob (a failed
     ``If-None-Match: *``) as FileExistsError, others by HTTP status, and a failed
-    connection as a ConnectionError (transient)."""
+    connection as a ConnectionError (transient); ``keep`` passes unchanged."""
     from azure.core import exceptions as az
 
     try:
@@ -60,6 +60,8 @@ def _errors(path: str) -> Iterator[None]:
     except az.ResourceExistsError as exc:
         raise FileExistsError(f"{exc.reason}: {path}") from exc
     except az.HttpResponseError as exc:
+        if keep is not None and isinstance(exc, keep):
+            raise
         error = http_error(exc.status_code, path, str(exc.reason or type(exc).__name__))
         if error is None:
             raise
@@ -147,7 +149,8 @@ class AzureBackend(Backend):
         failed: dict[str, str] = {}
         for path in paths:
             try:
-                self._blob(path).delete_blob()
+                with _errors(path, keep=HttpResponseError):
+                    self._blob(path).delete_blob()
             except HttpResponseError as exc:
                 if exc.status_code != 404:
                     failed[path] = f"{exc.status_code}: {exc.reason}"
