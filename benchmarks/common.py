@@ -1,4 +1,5 @@
-"""Shared benchmark helpers: timing, storage-operation counts, catalogs, the S3 server."""
+"""Shared benchmark helpers: timing, storage-operation counts, catalogs, the S3 server and
+the cloud emulators."""
 
 from __future__ import annotations
 
@@ -113,6 +114,35 @@ def s3_location(name: str, latency_s: float = 0.0) -> Iterator[tuple[str, dict[s
         with FaultProxy(server.endpoint_url) as relay:
             relay.delay_s = latency_s
             yield uri, relay.storage_options(options)
+
+
+@contextlib.contextmanager
+def cloud_location(scheme: str, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A prefix on a server of a cloud ``scheme`` started on this machine for this
+    benchmark: s3 on SeaweedFS (:func:`s3_location`), gs on fake-gcs-server, abfs on
+    Azurite (the emulators the tests use, which ``make install`` installs).
+
+    Raises:
+        RuntimeError: The emulator is not installed.
+    """
+    if scheme == "s3":
+        with s3_location(name) as found:
+            yield found
+        return
+    sys.path.insert(0, str(ROOT / "tests"))
+    import emulators
+
+    kind = {"gs": emulators.FakeGcsServer, "abfs": emulators.Azurite}[scheme]
+    if not kind.available():
+        raise RuntimeError(f"{kind.name} is not installed (make install installs it)")
+    with kind() as server:
+        if isinstance(server, emulators.FakeGcsServer):
+            emulators.create_gcs_bucket(server, "bench")
+            options = emulators.gcs_storage_options(server)
+        else:
+            emulators.create_azure_container(server, "bench")
+            options = emulators.azure_storage_options(server)
+        yield f"{scheme}://bench/{name}", dict(options)
 
 
 def file_kind(path: str) -> str:
