@@ -176,10 +176,14 @@ def _append_round(server: Any, clients: int, tables: list[tuple[str, str]],
                   per_client: int) -> dict[str, Any]:
     """``clients`` threads, each with its own RestCatalog, appending ``per_client`` rows to
     ``tables[i % len(tables)]``; a 409 that pyiceberg's own retries give up on is answered
-    by reloading and appending again."""
+    by reloading and appending again. A client that fails otherwise stops, and its error is
+    reported (``clients_failed``). ``acknowledged`` holds the ids of the rows whose append
+    was acknowledged."""
     loaded = [server.client(f"c{i}").load_table(tables[i % len(tables)])
               for i in range(clients)]
     latencies: list[float] = []
+    acknowledged: set[int] = set()
+    failures: list[str] = []
     retries = [0] * clients
     lock = threading.Lock()
     marks: dict[str, float] = {}
@@ -198,8 +202,13 @@ def _append_round(server: Any, clients: int, tables: list[tuple[str, str]],
                 except CommitFailedException:
                     retries[i] += 1
                     table = table.refresh()
+                except Exception as exc:  # the outcome of this append is unknown
+                    with lock:
+                        failures.append(f"client {i}, append {k}: {type(exc).__name__}: {exc}")
+                    return
             with lock:
                 latencies.append(time.perf_counter() - started)
+                acknowledged.add(i * 10**6 + k)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
     cpu_before = _cpu(psutil.Process()), _cpu(psutil.Process(server.process.pid))
@@ -217,6 +226,8 @@ def _append_round(server: Any, clients: int, tables: list[tuple[str, str]],
     cpu_after = _cpu(psutil.Process()), _cpu(psutil.Process(server.process.pid))
     ordered = sorted(latencies)
     return {"clients": clients, "tables": len(tables), "appends": len(latencies),
+            "acknowledged": acknowledged, "clients_failed": len(failures),
+            "failures": failures[:5],
             "commits_per_s": per_second(len(latencies), seconds),
             **percentiles(latencies),
             "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
@@ -235,7 +246,8 @@ def _cpu(process: psutil.Process) -> float:
 
 def appends(tmp: Path, per_client: int) -> dict[str, Any]:
     """(b) on local disk: one client vs 16 on 16 tables vs 16 on one table, each checked
-    afterwards: every row there, one catalog version per append."""
+    afterwards: every acknowledged row there (``lost`` counts those missing), one catalog
+    version per append."""
     uri, warehouse = str(tmp / "appends"), f"file://{tmp}/appends-wh"
     catalog = OlympiaCatalog("bench", uri=uri, warehouse=warehouse, **{"olympia.create": "true"})
     catalog.create_namespace("bench")
@@ -251,9 +263,10 @@ def appends(tmp: Path, per_client: int) -> dict[str, Any]:
                 ("clients_16_one_table", CLIENTS, [("bench", "shared")], per_client)):
             before = _latest(catalog)
             result = _append_round(server, clients, tables, count)
-            rows = sum(catalog.load_table(t).scan().to_arrow().num_rows for t in tables)
-            result["rows_landed"] = rows
-            result["lost"] = clients * count - rows
+            landed = {i for t in tables
+                      for i in catalog.load_table(t).scan().to_arrow()["id"].to_pylist()}
+            result["rows_landed"] = len(landed)
+            result["lost"] = len(result.pop("acknowledged") - landed)  # acknowledged, missing
             result["versions"] = _latest(catalog) - before
             out[key] = result
     catalog.close()
