@@ -21,13 +21,22 @@ definitions a create decodes and the storage reads it makes (counted in process;
 do not grow with the catalog, but for a tree level); and listing a namespace of 2,000
 tables: in process warm and in a fresh catalog object (cold), a page of 100 through the
 service, and RestCatalog.list_tables.
+
+(d) with ``OLYMPIA_BENCH_BASELINE`` (the path of a git worktree of an earlier commit), (a)
+on local disk by this code and by that checkout's own, each in a process of its own,
+taking turns in paired rounds: each way's median per side and the per-round ratios this /
+main (``local_vs_main``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import logging
+import os
+import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -138,6 +147,55 @@ def load_table(uri: str, warehouse: str, options: dict[str, Any],
         "rest_vs_sql_warm": _ratio(out["rest_warm"], out["sql_warm"]),
         "rest_vs_sql_cold": _ratio(out["rest_cold"], out["sql_cold"]),
     }
+    return out
+
+
+LOAD_RUN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from benchmarks.bench_rest import load_table
+print(json.dumps(load_table(*json.loads(sys.argv[2]))))
+"""
+
+
+def _checkout_load(checkout: Path, args: list[Any]) -> dict[str, Any]:
+    """:func:`load_table` of the code in ``checkout`` (its own olympia, benchmark code and
+    ``olympia serve``), in a process of its own.
+
+    Raises:
+        RuntimeError: The run failed (its error output is in the message).
+    """
+    done = subprocess.run([sys.executable, "-c", LOAD_RUN, str(checkout), json.dumps(args)],
+                          cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)},
+                          capture_output=True, text=True, timeout=3600, check=False)
+    if done.returncode:
+        raise RuntimeError(f"load_table of {checkout} failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def load_vs_baseline(tmp: Path, baseline: Path, rounds: int, loads: int,
+                     snapshots: int) -> dict[str, Any]:
+    """(d): :func:`load_table` on local disk by this checkout and by ``baseline`` in turns
+    (the side going first alternates), each on fresh files."""
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "main": []}
+    for n in range(rounds):
+        for side in ("this", "main") if n % 2 == 0 else ("main", "this"):
+            place = tmp / f"vs-{side}-{n}"
+            args = [str(place / "catalog"), f"file://{place}/warehouse", {}, {},
+                    f"sqlite:///{tmp}/vs-{side}-{n}.db", f"file://{place}/sql-wh", loads,
+                    snapshots]
+            runs[side].append(_checkout_load(ROOT if side == "this" else baseline, args))
+    ways = [k for k, v in runs["this"][0].items()
+            if isinstance(v, dict) and "median_ms" in v and k in runs["main"][0]]
+    out: dict[str, Any] = {"rounds": rounds, "loads": loads}
+    for way in ways:
+        this = [r[way]["median_ms"] for r in runs["this"]]
+        main = [r[way]["median_ms"] for r in runs["main"]]
+        by_round = [round(t / m, 2) for t, m in zip(this, main, strict=True)]
+        out[way] = {"this_ms": statistics.median(this), "main_ms": statistics.median(main),
+                    "ratio_this_to_main": statistics.median(by_round),
+                    "ratio_by_round": by_round}
     return out
 
 
@@ -384,6 +442,10 @@ def run(quick: bool) -> dict[str, Any]:
         out["creates"] = guarded(lambda: creates(
             tmp, (100, 1000) if quick else (100, 1000, 10000), 10 if quick else 30))
         out["list_2000"] = guarded(lambda: lists(tmp, 2000, 10 if quick else 50))
+        baseline = os.environ.get("OLYMPIA_BENCH_BASELINE")
+        if baseline:
+            out["local_vs_main"] = guarded(lambda: load_vs_baseline(
+                tmp, Path(baseline), 2 if quick else 4, loads // 2, snapshots))
         with s3_location("rest") as (uri, options):
             bucket = uri.removeprefix("s3://").split("/", 1)[0]
             iceberg = {"s3.endpoint": options["client_kwargs"]["endpoint_url"],

@@ -3,7 +3,7 @@ fake-gcs-server and Azure Blob Storage on Azurite, beside S3 on SeaweedFS, each 
 started on this machine in the same run, never asserted in tests.
 
 Per scheme, the series of :mod:`benchmarks.bench_contention` and :mod:`benchmarks.bench_rest`
-on a cloud store, with S3's sizes in 3 rounds:
+on a cloud store, with S3's sizes in 2 rounds:
 
 - ``contention``: 1, 2, 4 and 8 writer processes sharing one job of one-table creates, in
   paired rounds (commits/s, each writer's p50/p99, root creates per commit, lost commits,
@@ -39,7 +39,7 @@ from benchmarks.common import cloud_location, guarded, workdir
 from olympia.iceberg.options import iceberg_properties
 
 SCHEMES = ("s3", "gs", "abfs")
-ROUNDS = 3  # a table of each scheme's figures, not a comparison with a baseline
+ROUNDS = 2  # a table of each scheme's figures, not a comparison with a baseline
 
 
 def _scheme(scheme: str, tmp: Path, commits: int, rounds: int, loads: int,
