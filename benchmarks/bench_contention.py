@@ -12,8 +12,7 @@ builds the same catalog.
   machine's ceiling (``8_separate``) and one writer making one share (``1_one_share``).
 - ``local_vs_main``: 8 writer processes of this code against 8 of an earlier checkout in
   the same rounds (``OLYMPIA_BENCH_BASELINE``: the path of a git worktree of that commit;
-  skipped without it), ``ratio_this_to_main``; the earlier checkout runs as it is and with
-  its host folder off (``main_host_turns_off``, :data:`BASELINE_OPTIONS`).
+  skipped without it), ``ratio_this_to_main``.
 - ``local_sustained``: the job of 8 shares of :data:`SUSTAINED_COMMITS` creates by one
   writer and by 8: whether a writer starves while others keep committing.
 - ``threads_local`` and ``s3.threads``: 1 thread and 8 threads of one process committing
@@ -64,9 +63,6 @@ SEPARATE = "8_separate"  # 8 writers, each into a catalog of its own (see _serie
 # the threads series: (threads, through one coalescing catalog object) per side
 THREAD_SIDES: dict[Any, tuple[int, bool]] = {
     1: (1, True), SEPARATE: (THREADS, False), THREADS: (THREADS, True)}
-# the baseline checkout's sides in local_vs_main: its storage options per side
-BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
-    "main": {}, "main_host_turns_off": {"host_turns": "false"}}
 COLUMNS = [{"name": "id", "type": "int8"}]
 
 
@@ -372,12 +368,12 @@ def run(quick: bool) -> dict[str, Any]:
         if baseline:
             def eight(side: str) -> dict[str, Any]:
                 uri = str(tmp / f"{side}-{next(trial)}")
-                if side in BASELINE_OPTIONS:
-                    return _run_baseline(baseline, uri, 8, local_commits, BASELINE_OPTIONS[side])
+                if side == "main":
+                    return _run_baseline(baseline, uri, 8, local_commits, {})
                 return _run(uri, {}, 8, local_commits)
 
             result["local_vs_main"] = _paired(eight, local_rounds,
-                                              sides=(*BASELINE_OPTIONS, "this"))
+                                              sides=("main", "this"))
         result["local_sustained"] = _sustained(
             lambda w, n: _run(str(tmp / f"sustained-w{w}"), {}, w, n),
             20 if quick else SUSTAINED_COMMITS)
