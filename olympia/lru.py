@@ -30,6 +30,15 @@ class LruCache(Generic[K, V]):
                 self._entries.move_to_end(key)
             return value
 
+    def get_many(self, keys: list[K]) -> list[V | None]:
+        """:meth:`get` of each key, under one hold of the lock."""
+        with self._lock:
+            values = [self._entries.get(key) for key in keys]
+            for key, value in zip(keys, values, strict=True):
+                if value is not None:
+                    self._entries.move_to_end(key)
+            return values
+
     def put(self, key: K, value: V) -> None:
         """Keep ``value`` for ``key`` as the most recently used entry."""
         with self._lock:

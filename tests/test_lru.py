@@ -19,6 +19,16 @@ def test_putting_past_the_size_drops_the_least_recently_used() -> None:
     assert cache.get("a") == "A" and cache.get("c") == "C" and len(cache) == 2
 
 
+def test_getting_many_marks_each_found_key_as_used() -> None:
+    dropped: list[str] = []
+    cache: LruCache[str, str] = LruCache(3, on_evict=dropped.append)
+    for key in "abc":
+        cache.put(key, key.upper())
+    assert cache.get_many(["b", "x", "a"]) == ["B", None, "A"]  # c is now the oldest
+    cache.put("d", "D")
+    assert dropped == ["C"]
+
+
 def test_putting_a_kept_key_replaces_it_as_the_most_recent() -> None:
     dropped: list[int] = []
     cache: LruCache[str, int] = LruCache(2, on_evict=dropped.append)

@@ -115,10 +115,12 @@ class CatalogReader(ABC):
         if namespace is not None and not self.namespace_exists(namespace):
             raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
         keys = self._key_range(kind, namespace, after, prefix)
-        named = ((self.codec.decode(key), path) for key, path in keys)
-        return ((name, path) for name, path in
-                ((ref.namespace if kind == ObjectType.NAMESPACE else ref.name, path)
-                 for ref, path in named)
+        if namespace is None:
+            named = ((self.codec.decode(key).namespace, path) for key, path in keys)
+        else:  # every key of the range is the namespace's prefix and a padded name
+            start = len(self.codec.children_prefix(kind, namespace))
+            named = ((key[start:].rstrip(" "), path) for key, path in keys)
+        return ((name, path) for name, path in named
                 if (after is None or name > after) and name.startswith(prefix))
 
     def names_page(self, kind: ObjectType, namespace: str | None, after: str | None,

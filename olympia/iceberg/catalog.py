@@ -238,7 +238,8 @@ class OlympiaCatalog(CatalogSession):
         reader = self._reader()
 
         def iceberg(batch: list[tuple[str, str]]) -> list[bool]:
-            known = {path: self._iceberg_paths.get(path) for _, path in batch}
+            paths = [path for _, path in batch]
+            known = dict(zip(paths, self._iceberg_paths.get_many(paths), strict=True))
             unknown = [(name, path) for name, path in batch if known[path] is None]
             read = reader.table_definitions([path for _, path in unknown])
             for (name, path), message in zip(unknown, read, strict=True):
