@@ -21,6 +21,7 @@ from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, Table
 
 from olympia.exceptions import TableLocationError
 from olympia.iceberg.locations import Place, confine, inside, place
+from olympia.lru import LruCache
 
 #: Table properties that place the files a table's writers write.
 PLACEMENT_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path")
@@ -100,7 +101,8 @@ def check_placement(metadata: TableMetadata, table: str) -> None:
 
 
 def check_commit(before: TableMetadata | None, after: TableMetadata,
-                 updates: Iterable[TableUpdate], io: FileIO, table: str, parallel: Map) -> int:
+                 updates: Iterable[TableUpdate], io: FileIO, table: str, parallel: Map,
+                 seen: LruCache[str, frozenset[str]] | None = None) -> int:
     """Refuse a commit that would make ``table`` (at ``before``; ``None``: a create)
     reference a file outside its location in force after the commit (``after``).
 
@@ -110,7 +112,9 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     every manifest it lists that its parent snapshot (one of ``before``'s, or one checked
     here) does not, and every data and delete file of those manifests, each before it is
     read. Which manifests are new is told by the manifest lists, never by what a manifest
-    says of itself (``added_snapshot_id``).
+    says of itself (``added_snapshot_id``). A parent's manifest list that an earlier check
+    read (``seen``) is not read again: what it named then were the manifests checked then,
+    so a list replaced since can only make more manifests count as new, never fewer.
 
     Args:
         before: The table's current metadata (``None``: the commit creates it).
@@ -119,6 +123,8 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
         io: Reads the table's files.
         table: The table, for messages.
         parallel: Runs a function over items concurrently (the storage's pool).
+        seen: The manifests named by each manifest list checks read before, by the list's
+            path; the new snapshots' lists are added (``None``: every list is read).
 
     Returns:
         How many files were read (manifest lists and manifests).
@@ -147,22 +153,29 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     ids = {s.snapshot_id for s in old.snapshots}
     new = [s for s in after.snapshots if s.snapshot_id not in ids]
     parents = {s.parent_snapshot_id for s in new} & ids
-    lists = [*dict.fromkeys([*(s.manifest_list for s in old.snapshots
-                               if s.snapshot_id in parents),
-                             *(s.manifest_list for s in new)])]
-    for path in lists:
+    parent_lists = [s.manifest_list for s in old.snapshots if s.snapshot_id in parents]
+    new_lists = [s.manifest_list for s in new]
+    for path in dict.fromkeys([*parent_lists, *new_lists]):
         check(path, "manifest list")
-    listed = dict(zip(lists, parallel(lambda path: list(read_manifest_list(io.new_input(path))),
-                                          lists), strict=True))
-    checked = {s.snapshot_id: {m.manifest_path for m in listed[s.manifest_list]}
+    remembered = {path: names for path in parent_lists
+                  if seen is not None and (names := seen.get(path)) is not None}
+    unread = [*dict.fromkeys([*(p for p in parent_lists if p not in remembered), *new_lists])]
+    listed = dict(zip(unread, parallel(lambda path: list(read_manifest_list(io.new_input(path))),
+                                           unread), strict=True))
+    named = {**remembered, **{path: frozenset(m.manifest_path for m in manifests)
+                              for path, manifests in listed.items()}}
+    checked = {s.snapshot_id: named[s.manifest_list]
                for s in old.snapshots if s.snapshot_id in parents}
     fresh: dict[str, ManifestFile] = {}
     for snapshot in new:  # in the order they were added: a parent before its child
-        known = checked.get(snapshot.parent_snapshot_id or -1, set())
+        known = checked.get(snapshot.parent_snapshot_id or -1, frozenset())
         for manifest in listed[snapshot.manifest_list]:
             if manifest.manifest_path not in known and manifest.manifest_path not in fresh:
                 check(manifest.manifest_path, "manifest")
                 fresh[manifest.manifest_path] = manifest
-        checked[snapshot.snapshot_id] = {m.manifest_path for m in listed[snapshot.manifest_list]}
+        checked[snapshot.snapshot_id] = named[snapshot.manifest_list]
     parallel(lambda manifest: _entries(io, manifest, check), list(fresh.values()))
-    return len(lists) + len(fresh)
+    if seen is not None:
+        for path in new_lists:
+            seen.put(path, named[path])
+    return len(unread) + len(fresh)

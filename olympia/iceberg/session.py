@@ -100,6 +100,9 @@ TRANSACTION_PROPERTY = "olympia.transaction"
 DEFAULT_CACHE_SIZE = 256
 #: Definition files whose "is it an Iceberg table" a catalog keeps (list_tables).
 ICEBERG_PATHS = 262144
+#: Manifest lists whose manifests a confined catalog's commit check keeps (the newest of
+#: each table being written is the next commit's parent).
+MANIFEST_LISTS = 256
 
 
 class CatalogSession(MetastoreCatalog):
@@ -119,6 +122,7 @@ class CatalogSession(MetastoreCatalog):
     _live_tables: LiveTables  # the live tables of the tree last checked, shared by copies
     _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
+    _manifest_lists: LruCache[str, frozenset[str]]  # the manifests a checked list names
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
@@ -173,6 +177,7 @@ class CatalogSession(MetastoreCatalog):
         self._live_tables = LiveTables()
         self._kept = KeptCache()
         self._iceberg_paths = LruCache(ICEBERG_PATHS)
+        self._manifest_lists = LruCache(MANIFEST_LISTS)
         self._confined = False
         self._root = False
         self._dry_run = False
