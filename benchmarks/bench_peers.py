@@ -13,6 +13,11 @@ single-row appends by one client and by 8 processes on 8 tables and on one table
 writer's p99, appends lost: must be 0), property commits, and the server's CPU seconds per
 operation (the server process and its children). Goals, never asserted: see the issue;
 ratios are olympia / peer for times and olympia / peer for rates.
+
+On S3, also the cost of one request through the S3 client the server's catalog uses
+(:class:`olympia.storage.Storage` over s3fs, against the same SeaweedFS in the same run): CPU
+and wall time per read, existence probe and exclusive create of a small file. A commit is a
+chain of such requests, so this bounds what the server's CPU per append can fall to.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from benchmarks import peers
 from benchmarks.bench_rest import _get
 from benchmarks.common import ROOT, guarded, per_second, percentiles, timed, workdir
 from olympia import Catalog
+from olympia.storage import Storage
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 WRITERS = 8
@@ -268,6 +274,28 @@ def _compare(olympia: Side, peer: Side, rounds: int, quick: bool,
     return {"rounds": rounds, "summary": _summary(results), "per_round": results}
 
 
+def request_cost(uri: str, options: dict[str, Any], count: int) -> dict[str, Any]:
+    """CPU and wall ms per request of the catalog's storage at ``uri``: ``count`` reads,
+    probes and exclusive creates of a 2 KB file (after one of each, which opens the
+    connections)."""
+    storage = Storage(uri, options)
+    storage.create_exclusive("cost/read", b"x" * 2048)
+    ops: dict[str, Callable[[int], Any]] = {
+        "read": lambda _: storage.read("cost/read"),
+        "probe": lambda _: storage.probe("cost/read"),
+        "create_exclusive": lambda i: storage.create_exclusive(f"cost/new-{i}", b"y" * 2048)}
+    out: dict[str, Any] = {"requests": count}
+    for name, op in ops.items():
+        op(-1)
+        cpu, started = time.process_time(), time.perf_counter()
+        for i in range(count):
+            op(i)
+        out[name] = {"cpu_ms": round((time.process_time() - cpu) / count * 1000, 3),
+                     "wall_ms": round((time.perf_counter() - started) / count * 1000, 3)}
+    storage.close()
+    return out
+
+
 @contextlib.contextmanager
 def _olympia(catalog_uri: str, warehouse: str, options: dict[str, Any],
              client: dict[str, str]) -> Iterator[Side]:
@@ -309,9 +337,12 @@ def run(quick: bool) -> dict[str, Any]:
                 with _olympia(f"s3://{server.bucket}/olympia/catalog",
                               f"s3://{server.bucket}/olympia/warehouse", options,
                               client) as olympia:
-                    return _compare(olympia, Side("nessie", ness.uri, ness.properties,
-                                                  ness.process.pid),
-                                    max(2, rounds - 1), quick, marks[:2])
+                    compared = _compare(olympia, Side("nessie", ness.uri, ness.properties,
+                                                      ness.process.pid),
+                                        max(2, rounds - 1), quick, marks[:2])
+                compared["s3_client_request"] = request_cost(
+                    f"s3://{server.bucket}/olympia/cost", options, 50 if quick else 300)
+                return compared
 
         out["local"] = guarded(local)
         out["s3"] = guarded(s3)
