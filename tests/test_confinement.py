@@ -638,6 +638,42 @@ def test_a_snapshot_naming_another_tables_manifests_is_refused(lake: Lake, clien
     client.purge_table((ns, "f"))
 
 
+def test_a_parent_manifest_list_replaced_later_hides_no_manifest(lake: Lake,
+                                                                 client: RestCatalog,
+                                                                 ns: str) -> None:
+    """The server checked the commit that made ``t``'s snapshot; the client then rewrites
+    that snapshot's manifest list (in its own folder) to also list ``f``'s manifest, and
+    commits a child listing it too: the manifest still counts as new, and the commit is a
+    400 naming it."""
+    f = client.create_table((ns, "f2"), ROWS.schema)
+    f.append(ROWS)
+    t = client.create_table((ns, "t2"), ROWS.schema)
+    t.append(ROWS)
+    parent, f_snapshot = t.current_snapshot(), f.current_snapshot()
+    assert parent is not None and f_snapshot is not None
+    smuggled = [*parent.manifests(t.io), *f_snapshot.manifests(f.io)]
+    with write_manifest_list(2, t.io.new_output(parent.manifest_list), parent.snapshot_id,
+                             None, parent.sequence_number, "deflate") as writer:
+        writer.add_manifests(smuggled)  # (overwrites: the client can write its folder)
+    listing = f"{t.location()}/metadata/snap-child-{uuid.uuid4().hex}.avro"
+    child = parent.snapshot_id + 1
+    with write_manifest_list(2, t.io.new_output(listing), child, parent.snapshot_id,
+                             parent.sequence_number + 1, "deflate") as writer:
+        writer.add_manifests(smuggled)
+    commit = {"requirements": [], "updates": [
+        {"action": "add-snapshot", "snapshot": {
+            "snapshot-id": child, "parent-snapshot-id": parent.snapshot_id,
+            "sequence-number": parent.sequence_number + 1, "timestamp-ms": 1, "schema-id": 0,
+            "manifest-list": listing, "summary": {"operation": "append"}}},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+         "snapshot-id": child}]}
+    assert_error(request(lake.server, "POST", f"/v1/namespaces/{ns}/tables/t2",
+                         json.dumps(commit)), 400, "BadRequestException",
+                 f"table {ns}.t2: its manifest file, {f.location()}/metadata/")
+    assert client.load_table((ns, "t2")).current_snapshot() == parent
+    client.purge_table((ns, "f2"))
+
+
 def test_register_refuses_metadata_naming_files_outside_its_location(
         lake: Lake, client: RestCatalog, ns: str) -> None:
     """Registering metadata whose manifest names a data file in another table's folder (a
