@@ -120,6 +120,8 @@ class CatalogReader(ABC):
         else:  # every key of the range is the namespace's prefix and a padded name
             start = len(self.codec.children_prefix(kind, namespace))
             named = ((key[start:].rstrip(" "), path) for key, path in keys)
+        if after is None and not prefix:
+            return named
         return ((name, path) for name, path in named
                 if (after is None or name > after) and name.startswith(prefix))
 

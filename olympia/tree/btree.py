@@ -128,16 +128,11 @@ def scan(
     all leaves or all internal nodes.
     """
 
-    def below(key: str) -> bool:
-        return hi is None or key < hi
-
     def walk(node: Node, low: str | None, high: str | None) -> Iterator[tuple[str, str]]:
         first = bisect_left(node.keys, lo)
         if node.children is None:
-            for i in range(first, len(node.keys)):
-                if not below(node.keys[i]):
-                    return
-                yield node.keys[i], node.values[i]
+            stop = len(node.keys) if hi is None else bisect_left(node.keys, hi, first)
+            yield from zip(node.keys[first:stop], node.values[first:stop], strict=True)
             return
         last = len(node.keys) if hi is None else bisect_left(node.keys, hi)
         children = store.load_many(list(node.children[first : last + 1]))
