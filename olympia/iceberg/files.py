@@ -102,7 +102,7 @@ def check_placement(metadata: TableMetadata, table: str) -> None:
 
 def check_commit(before: TableMetadata | None, after: TableMetadata,
                  updates: Iterable[TableUpdate], io: FileIO, table: str, parallel: Map,
-                 seen: LruCache[str, frozenset[str]] | None = None) -> int:
+                 seen: LruCache[tuple[str, str, str], frozenset[str]] | None = None) -> int:
     """Refuse a commit that would make ``table`` (at ``before``; ``None``: a create)
     reference a file outside its location in force after the commit (``after``).
 
@@ -113,8 +113,9 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     here) does not, and every data and delete file of those manifests, each before it is
     read. Which manifests are new is told by the manifest lists, never by what a manifest
     says of itself (``added_snapshot_id``). A parent's manifest list that an earlier check
-    read (``seen``) is not read again: what it named then were the manifests checked then,
-    so a list replaced since can only make more manifests count as new, never fewer.
+    read for this table at this location (``seen``) is not read again: what it named then
+    were the manifests checked then, so a list replaced since can only make more manifests
+    count as new, never fewer.
 
     Args:
         before: The table's current metadata (``None``: the commit creates it).
@@ -123,8 +124,9 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
         io: Reads the table's files.
         table: The table, for messages.
         parallel: Runs a function over items concurrently (the storage's pool).
-        seen: The manifests named by each manifest list checks read before, by the list's
-            path; the new snapshots' lists are added (``None``: every list is read).
+        seen: The manifests named by each manifest list checks read before, by (table
+            uuid, table location, the list's path); the new snapshots' lists are added
+            (``None``: every list is read).
 
     Returns:
         How many files were read (manifest lists and manifests).
@@ -157,8 +159,9 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     new_lists = [s.manifest_list for s in new]
     for path in dict.fromkeys([*parent_lists, *new_lists]):
         check(path, "manifest list")
+    scope = (str(after.table_uuid), location)  # checked against this table's location
     remembered = {path: names for path in parent_lists
-                  if seen is not None and (names := seen.get(path)) is not None}
+                  if seen is not None and (names := seen.get((*scope, path))) is not None}
     unread = [*dict.fromkeys([*(p for p in parent_lists if p not in remembered), *new_lists])]
     listed = dict(zip(unread, parallel(lambda path: list(read_manifest_list(io.new_input(path))),
                                            unread), strict=True))
@@ -177,5 +180,5 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     parallel(lambda manifest: _entries(io, manifest, check), list(fresh.values()))
     if seen is not None:
         for path in new_lists:
-            seen.put(path, named[path])
+            seen.put((*scope, path), named[path])
     return len(unread) + len(fresh)

@@ -122,7 +122,7 @@ class CatalogSession(MetastoreCatalog):
     _live_tables: LiveTables  # the live tables of the tree last checked, shared by copies
     _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
-    _manifest_lists: LruCache[str, frozenset[str]]  # the manifests a checked list names
+    _manifest_lists: LruCache[tuple[str, str, str], frozenset[str]]  # (check_commit)
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
