@@ -22,8 +22,8 @@ from conftest import Location
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
-from pyiceberg.table import Table
-from pyiceberg.table.update import update_table_metadata
+from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
 from pyiceberg.types import LongType
 
 from olympia.catalog.catalog import Catalog
@@ -201,8 +201,8 @@ class _ThroughService:
 
     def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
         ns, name = table.name()
-        return self.service.commit_table(ns, name, CommitTableBody(requirements=requirements,
-                                                                   updates=updates))
+        return CommitTableResponse.model_validate_json(self.service.commit_table(
+            ns, name, CommitTableBody(requirements=requirements, updates=updates)))
 
     def _delete_old_metadata(self, *args: Any) -> None:
         self.service.catalog._delete_old_metadata(*args)
@@ -225,6 +225,23 @@ def test_the_server_rereads_nothing_it_wrote(properties: dict[str, str],
         assert body["metadata-location"] == table.metadata_location
         assert len(body["metadata"]["snapshots"]) == start // 3 + 1
     assert (counted.reads, counted.parses) == (0, 0)
+
+
+def test_a_commit_answer_carries_the_metadata_file_it_wrote(tmp_path: Path) -> None:
+    """The server answers a commit with the JSON it wrote to the new metadata file (not
+    encoded a second time); the answer means what pyiceberg's own encoding would."""
+    service = CatalogService(open_catalog(local_properties(tmp_path), "server"), {})
+    service.catalog.create_namespace("ns")
+    before = service.catalog.create_table("ns.t", SCHEMA)
+    updates = (SetPropertiesUpdate(updates={"k": "v"}),)
+    answer = service.commit_table("ns", "t", CommitTableBody(updates=updates))
+    body = json.loads(answer)
+    location = body["metadata-location"]
+    assert location != before.metadata_location
+    assert body["metadata"] == json.loads(Path(location.removeprefix("file://")).read_bytes())
+    parsed = CommitTableResponse.model_validate_json(answer)
+    assert parsed.metadata == service.catalog.load_table("ns.t").metadata
+    assert parsed.metadata.properties["k"] == "v"
 
 
 def test_a_restored_root_of_the_known_version_is_read_again(tmp_path: Path) -> None:

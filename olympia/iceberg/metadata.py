@@ -104,12 +104,16 @@ def read_metadata_file(file_io: FileIO, location: str, table: str,
     return data
 
 
-def encode_table_metadata(metadata: TableMetadata, location: str) -> bytes:
-    """The bytes of the metadata file at ``location`` holding ``metadata``, as pyiceberg
-    writes them (JSON from the model, gzip if the name says so)."""
+def metadata_json(metadata: TableMetadata) -> bytes:
+    """The JSON of ``metadata`` as pyiceberg writes it to a metadata file."""
     exclude_none = not Config().get_bool("legacy-current-snapshot-id")
-    data = metadata.model_dump_json(exclude_none=exclude_none).encode()
-    return Compressor.get_compressor(location=location).bytes_compressor()(data)
+    return metadata.model_dump_json(exclude_none=exclude_none).encode()
+
+
+def encode_table_metadata(text: bytes, location: str) -> bytes:
+    """The bytes of the metadata file at ``location`` holding the JSON ``text``
+    (:func:`metadata_json`): gzip if the name says so."""
+    return Compressor.get_compressor(location=location).bytes_compressor()(text)
 
 
 def write_metadata_file(file_io: FileIO, location: str, data: bytes) -> None:

@@ -77,6 +77,7 @@ from olympia.iceberg.metadata import (
     describe,
     encode_table_metadata,
     identifier_parts,
+    metadata_json,
     parse_table_metadata,
     read_metadata_file,
     table_definition,
@@ -103,6 +104,8 @@ ICEBERG_PATHS = 262144
 #: Manifest lists whose manifests a confined catalog's commit check keeps (the newest of
 #: each table being written is the next commit's parent).
 MANIFEST_LISTS = 256
+#: Metadata files whose JSON a catalog keeps after writing them (a commit's answer).
+WRITTEN_JSON = 64
 
 
 class CatalogSession(MetastoreCatalog):
@@ -123,6 +126,7 @@ class CatalogSession(MetastoreCatalog):
     _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
     _manifest_lists: LruCache[tuple[str, str, str], frozenset[str]]  # (check_commit)
+    _written_json: LruCache[str, tuple[TableMetadata, bytes]]  # (metadata_json)
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
@@ -178,6 +182,7 @@ class CatalogSession(MetastoreCatalog):
         self._kept = KeptCache()
         self._iceberg_paths = LruCache(ICEBERG_PATHS)
         self._manifest_lists = LruCache(MANIFEST_LISTS)
+        self._written_json = LruCache(WRITTEN_JSON)
         self._confined = False
         self._root = False
         self._dry_run = False
@@ -513,6 +518,22 @@ class CatalogSession(MetastoreCatalog):
         (``None``: a file a dry run staged and never wrote)."""
         self._metadata_cache.put(location, (digest, metadata))
 
+    def metadata_json(self, metadata: TableMetadata, location: str) -> bytes:
+        """The JSON of ``metadata``, the metadata file at ``location``: the very text this
+        catalog wrote there when it still holds it for this object, else encoded anew.
+
+        Args:
+            metadata: Table metadata, as a commit of this catalog returned it.
+            location: Its metadata file.
+
+        Returns:
+            The JSON, as pyiceberg writes it to a metadata file.
+        """
+        kept = self._written_json.get(location)
+        if kept is not None and kept[0] is metadata:
+            return kept[1]
+        return metadata_json(metadata)
+
     def _load_file_io(self, properties: Properties = EMPTY_DICT,
                       location: str | None = None) -> FileIO:
         # the catalog's own settings outrank table properties (anyone who can commit to a
@@ -690,13 +711,15 @@ class CatalogSession(MetastoreCatalog):
             place(location, f"the new metadata file of table {ns}.{name}")
         digest = None
         if not self._dry_run:
-            data = encode_table_metadata(metadata, location)
+            text = metadata_json(metadata)
+            data = encode_table_metadata(text, location)
             digest = hashlib.sha256(data).digest()
             try:
                 write_metadata_file(io, location, data)
             except OSError as exc:
                 raise write_error(io, location, f"table {ns}.{name}", exc) from exc
             self._written.append((io, location))
+            self._written_json.put(location, (metadata, text))
         self._remember(location, metadata, digest)
         txn = self._staging()
         txn.put_table(table_definition(ns, name, metadata, location, previous,

@@ -275,8 +275,8 @@ async def table_exists(source: Reader, namespace: str, table: str) -> Response:
 async def commit_table(request: Request, target: Writer, namespace: str,
                        table: str) -> Response:
     parsed = await parse_body(request, CommitTableBody)
-    return model_answer(await call(target.commit_table, namespace_of(namespace),
-                                   name_of(table), parsed))
+    return Response(await call(target.commit_table, namespace_of(namespace), name_of(table),
+                               parsed), media_type="application/json")
 
 
 @router.delete(TABLE)

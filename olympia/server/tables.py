@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,10 +175,13 @@ class TableOperations(Operations):
                                             body.overwrite)
         return self._response(table.metadata, table.metadata_location)
 
-    def commit_table(self, namespace: str, name: str,
-                     body: CommitTableBody) -> CommitTableResponse:
+    def commit_table(self, namespace: str, name: str, body: CommitTableBody) -> bytes:
         """``POST /v1/namespaces/{namespace}/tables/{table}``: one table's requirements and
         updates as one Olympia version.
+
+        Returns:
+            The ``CommitTableResponse``, encoded as JSON: its metadata is the text the
+            commit wrote to the new metadata file, not encoded a second time.
 
         Raises:
             CommitFailedException: a requirement does not hold.
@@ -190,7 +194,10 @@ class TableOperations(Operations):
                 table's files).
         """
         self.check_named(body.identifier, "table", namespace, name)
-        return self._commit([change_of(namespace, name, body)])[0]
+        done = self._commit([change_of(namespace, name, body)])[0]
+        text = self.catalog.metadata_json(done.metadata, done.metadata_location)
+        return b'{"metadata-location":%s,"metadata":%s}' % (
+            json.dumps(done.metadata_location).encode(), text)
 
     def commit_transaction(self, body: CommitTransactionBody) -> None:
         """``POST /v1/transactions/commit``: every table's changes as ONE Olympia version,
