@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestFile, read_manifest_list
+from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, TableUpdate
 
 from olympia.exceptions import TableLocationError
 from olympia.iceberg.locations import Place, confine, inside, place
+from olympia.iceberg.manifests import entries, manifests
 from olympia.lru import LruCache
 
 #: Table properties that place the files a table's writers write.
@@ -72,7 +73,7 @@ def table_files(table: Table, check: Check) -> dict[str, dict[str, Place]]:
 def _entries(io: FileIO, manifest: ManifestFile, check: Check) -> dict[str, Place]:
     """The data and delete files ``manifest`` names (deleted entries too), checked."""
     return {entry.data_file.file_path: check(entry.data_file.file_path, "data")
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)}
+            for entry in entries(io, manifest.manifest_path)}
 
 
 def _confine(path: str, location: str, what: str) -> Place:
@@ -163,8 +164,7 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     remembered = {path: names for path in parent_lists
                   if seen is not None and (names := seen.get((*scope, path))) is not None}
     unread = [*dict.fromkeys([*(p for p in parent_lists if p not in remembered), *new_lists])]
-    listed = dict(zip(unread, parallel(lambda path: list(read_manifest_list(io.new_input(path))),
-                                           unread), strict=True))
+    listed = dict(zip(unread, parallel(lambda path: manifests(io, path), unread), strict=True))
     named = {**remembered, **{path: frozenset(m.manifest_path for m in manifests)
                               for path, manifests in listed.items()}}
     checked = {s.snapshot_id: named[s.manifest_list]
