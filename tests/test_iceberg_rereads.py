@@ -321,3 +321,38 @@ def test_a_refresh_answers_what_the_spec_procedure_answers(steps: list[str]) -> 
                 fresh.close()
         writer.close()
         reader.close()
+
+
+@pytest.mark.s3
+def test_a_confined_append_reads_and_writes_each_table_file_in_one_request(
+        s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On S3, the catalog's own requests for a table's files in an append: one GET for
+    each of the new manifest list and manifest it checks, one conditional PUT for the new
+    metadata file (no HEAD before a read, no HEAD and LIST before a create)."""
+    import s3fs
+
+    properties = s3_properties(s3_server, tmp_path.name)
+    catalog = open_catalog(properties).confined()
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA)
+    table.append(rows(0))
+    warehouse = properties["warehouse"].removeprefix(f"s3://{s3_server.bucket}/")
+    calls: list[tuple[str, str]] = []
+    real = s3fs.S3FileSystem._call_s3
+
+    async def counted(fs: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        key = str(kwargs.get("Key") or kwargs.get("Prefix") or "")
+        if key.startswith(warehouse) and not key.endswith(".parquet"):
+            calls.append((method, key.rpartition("/")[2]))
+        return await real(fs, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    staged = table.transaction()
+    staged.append(rows(3))
+    client_writes = len(calls)  # the client's own: data, manifest, manifest list
+    staged.commit_transaction()
+    server = calls[client_writes:]
+    assert sorted(method for method, _ in server) == ["get_object", "get_object",
+                                                      "put_object"], server
+    assert next(key for method, key in server if method == "put_object").endswith(
+        ".metadata.json")

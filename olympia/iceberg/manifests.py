@@ -1,7 +1,8 @@
 """Manifest lists and manifests read with pyiceberg's Avro reader, resolved once per schema.
 
 pyiceberg's ``AvroFile`` converts a file's Avro schema and resolves a reader for it on
-every file it opens: about 2 ms, most of the cost of reading a small manifest. A table's
+every file it opens: about 2 ms, most of the cost of reading a small manifest. (Each file
+is read in one request: :func:`olympia.iceberg.fileio.read_file`.) A table's
 files carry one of a few schemas (their writer's), so the resolved reader is kept per
 (schema text, what is read), for at most :data:`READERS` of them. The schema text is the
 file's own: a file with another schema gets its own reader, never a near one.
@@ -18,7 +19,7 @@ from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import _SCHEMA_KEY, AvroFile
 from pyiceberg.avro.reader import Reader
 from pyiceberg.avro.resolver import resolve_reader
-from pyiceberg.io import FileIO, InputFile
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
     MANIFEST_ENTRY_SCHEMAS,
@@ -35,6 +36,7 @@ from pyiceberg.manifest import (
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import StructProtocol
 
+from olympia.iceberg.fileio import read_file
 from olympia.lru import LruCache
 
 #: Resolved readers kept (one per schema text and kind of file).
@@ -64,13 +66,12 @@ _readers: LruCache[tuple[str, str], tuple[Schema, Reader]] = LruCache(READERS)
 class _AvroFile(AvroFile[D]):
     """pyiceberg's ``AvroFile`` whose reader comes from :data:`_readers`."""
 
-    def __init__(self, input_file: InputFile, kind: _Kind) -> None:
-        super().__init__(input_file, kind.schema, kind.types, kind.enums)
-        self._kind = kind
+    def __init__(self, io: FileIO, path: str, kind: _Kind) -> None:
+        super().__init__(io.new_input(path), kind.schema, kind.types, kind.enums)
+        self._io, self._path, self._kind = io, path, kind
 
     def __enter__(self) -> _AvroFile[D]:
-        with self.input_file.open() as stream:
-            self.decoder = new_decoder(stream.read())
+        self.decoder = new_decoder(read_file(self._io, self._path))
         self.header = self._read_header()
         text = self.header.meta.get(_SCHEMA_KEY)
         kept = _readers.get((self._kind.name, text)) if text is not None else None
@@ -85,12 +86,12 @@ class _AvroFile(AvroFile[D]):
 
 def manifests(io: FileIO, path: str) -> list[ManifestFile]:
     """The manifests the manifest list at ``path`` names, in its order."""
-    with _AvroFile[ManifestFile](io.new_input(path), _LIST) as reader:
+    with _AvroFile[ManifestFile](io, path, _LIST) as reader:
         return list(reader)
 
 
 def entries(io: FileIO, path: str) -> list[ManifestEntry]:
     """Every entry of the manifest at ``path``, deleted ones too (their sequence numbers
     and snapshot ids as written, not inherited from the manifest list)."""
-    with _AvroFile[ManifestEntry](io.new_input(path), _ENTRIES) as reader:
+    with _AvroFile[ManifestEntry](io, path, _ENTRIES) as reader:
         return list(reader)

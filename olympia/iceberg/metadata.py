@@ -29,6 +29,7 @@ from pyiceberg.utils.config import Config
 
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
+from olympia.iceberg.fileio import create_file, read_file
 from olympia.iceberg.typemap import columns_from_schema
 from olympia.storage.retry import classify
 
@@ -89,8 +90,7 @@ def read_metadata_file(file_io: FileIO, location: str, table: str,
     """
     unreadable = f"the Iceberg metadata of table {table} is unreadable"
     try:
-        with file_io.new_input(location).open() as stream:
-            data: bytes = stream.read(limit + 1)
+        data = read_file(file_io, location, limit + 1)
     except FileNotFoundError:
         raise IcebergMetadataError(location, f"{unreadable}: the file does not exist") from None
     except OSError as exc:
@@ -122,8 +122,7 @@ def write_metadata_file(file_io: FileIO, location: str, data: bytes) -> None:
     Raises:
         OSError: the write failed (:func:`write_error` says how to report it).
     """
-    with file_io.new_output(location).create(overwrite=False) as stream:
-        stream.write(data)
+    create_file(file_io, location, data)
 
 
 def _local_folder(location: str) -> bool:
