@@ -48,6 +48,7 @@ from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
 from olympia import exceptions as oe
 from olympia.catalog.objects import View
+from olympia.iceberg.fileio import create_file, read_file
 from olympia.iceberg.locations import confine
 from olympia.iceberg.metadata import write_error
 from olympia.iceberg.session import CatalogSession
@@ -392,8 +393,7 @@ def _write(bound: CatalogSession, metadata: ViewMetadata) -> str:
             ".metadata.json")
     io = bound._load_file_io(location=path)
     try:
-        with io.new_output(path).create(overwrite=False) as out:
-            out.write(metadata.model_dump_json().encode())
+        create_file(io, path, metadata.model_dump_json().encode())
     except OSError as exc:
         raise write_error(io, path, "a view", exc) from exc
     bound._written.append((io, path))
@@ -408,8 +408,7 @@ def _read(catalog: CatalogSession, location: str, what: str) -> ViewMetadata:
         StorageError: the storage failed otherwise.
     """
     try:
-        with catalog._load_file_io(location=location).new_input(location).open() as stream:
-            data = stream.read()
+        data = read_file(catalog._load_file_io(location=location), location)
     except FileNotFoundError:
         raise oe.CorruptFileError(location, f"the Iceberg metadata of {what} does not "
                                             "exist") from None
