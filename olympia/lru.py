@@ -33,10 +33,11 @@ class LruCache(Generic[K, V]):
     def get_many(self, keys: list[K]) -> list[V | None]:
         """:meth:`get` of each key, under one hold of the lock."""
         with self._lock:
-            values = [self._entries.get(key) for key in keys]
+            values = list(map(self._entries.get, keys))
+            move_to_end = self._entries.move_to_end
             for key, value in zip(keys, values, strict=True):
                 if value is not None:
-                    self._entries.move_to_end(key)
+                    move_to_end(key)
             return values
 
     def put(self, key: K, value: V) -> None:

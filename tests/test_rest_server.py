@@ -18,6 +18,8 @@ from urllib.parse import quote, urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
     BadRequestError,
@@ -34,6 +36,7 @@ from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.commit import CommitOptions
 from olympia.exceptions import CommitConflict
 from olympia.server.commits import retry_lost_races
+from olympia.server.operations import identifiers_json
 from olympia.versions.history import history
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
@@ -122,6 +125,19 @@ def test_tables_list_page_by_page(server: RestServer, client: RestCatalog, ns: s
     forged = quote(base64.urlsafe_b64encode(b"b").decode())
     assert_error(request(server, "GET", f"/v1/namespaces/{ns}/tables?pageToken={forged}"),
                  400, "BadRequestException", "not a page token")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(namespace=st.lists(st.text(), min_size=1, max_size=4),
+       names=st.lists(st.text(), max_size=6), token=st.one_of(st.none(), st.text()))
+def test_a_listing_answer_is_what_json_dumps_writes(namespace: list[str], names: list[str],
+                                                    token: str | None) -> None:
+    """A listing's JSON text, written without a dict per name, is the text ``json.dumps``
+    writes of the answer as dicts, for any names (quotes, backslashes, control characters,
+    any code point), an empty page and any token."""
+    answer = {"identifiers": [{"namespace": namespace, "name": name} for name in names],
+              "next-page-token": token}
+    assert identifiers_json(namespace, names, token) == json.dumps(answer)
 
 
 def test_head_answers_without_a_body(server: RestServer, client: RestCatalog, ns: str) -> None:
@@ -277,14 +293,14 @@ def test_a_huge_body_is_refused_unread(server: RestServer, ns: str) -> None:
 def test_names_stay_names(server: RestServer, client: RestCatalog, ns: str) -> None:
     """``/`` and ``..`` are names like any other, their files inside the warehouse; NUL is
     a name the format forbids."""
-    for name in ("a/b", "..", "../../escape", "données/é"):
+    for name in ("a/b", "..", "../../escape", "données/é", 'q"uote\\'):
         table = client.create_table((ns, name), ROWS.schema)
         assert table.location().startswith(f"{server.warehouse}/{ns}/")
         assert "/../" not in table.location() and not table.location().endswith("/..")
         if name != "..":  # pyiceberg sends .. unencoded and its HTTP library drops the step
             assert client.load_table((ns, name)).name() == (ns, name)
     assert sorted(client.list_tables(ns)) == [
-        (ns, ".."), (ns, "../../escape"), (ns, "a/b"), (ns, "données/é")]
+        (ns, ".."), (ns, "../../escape"), (ns, "a/b"), (ns, "données/é"), (ns, 'q"uote\\')]
     status, _, body = request(server, "GET", f"/v1/namespaces/{ns}/tables/..")
     # escaped twice: decoded once, still one folder name
     assert status == 200 and body["metadata"]["location"].endswith("/%252E%252E")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import compress, islice
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from olympia._proto import actions_pb2 as apb
@@ -117,9 +117,10 @@ class CatalogReader(ABC):
         keys = self._key_range(kind, namespace, after, prefix)
         if namespace is None:
             named = ((self.codec.decode(key).namespace, path) for key, path in keys)
-        else:  # every key of the range is the namespace's prefix and a padded name
+        else:  # every key of the range is the namespace's prefix and a name padded with
+            # spaces, which no name holds: the name ends at the first space
             start = len(self.codec.children_prefix(kind, namespace))
-            named = ((key[start:].rstrip(" "), path) for key, path in keys)
+            named = ((key[start:].partition(" ")[0], path) for key, path in keys)
         if after is None and not prefix:
             return named
         return ((name, path) for name, path in named
@@ -159,8 +160,7 @@ class CatalogReader(ABC):
             batch = list(islice(entries, want))
             if not batch:
                 break
-            found += batch if keep is None else [
-                entry for entry, kept in zip(batch, keep(batch), strict=True) if kept]
+            found += batch if keep is None else compress(batch, keep(batch))
         if limit is None or len(found) <= limit:
             return NamePage(found, None)
         return NamePage(found[:limit], found[limit - 1][0])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pyiceberg.catalog import PropertiesUpdateSummary, delete_files
 from pyiceberg.exceptions import (
@@ -239,14 +239,14 @@ class OlympiaCatalog(CatalogSession):
 
         def iceberg(batch: list[tuple[str, str]]) -> list[bool]:
             paths = [path for _, path in batch]
-            known = dict(zip(paths, self._iceberg_paths.get_many(paths), strict=True))
-            unknown = [(name, path) for name, path in batch if known[path] is None]
-            read = reader.table_definitions([path for _, path in unknown])
-            for (name, path), message in zip(unknown, read, strict=True):
-                flag = is_iceberg(TableDef.from_proto(message, ns, name))
-                self._iceberg_paths.put(path, flag)
-                known[path] = flag
-            return [bool(known[path]) for _, path in batch]
+            known = self._iceberg_paths.get_many(paths)
+            unknown = [i for i, flag in enumerate(known) if flag is None]
+            read = reader.table_definitions([paths[i] for i in unknown])
+            for i, message in zip(unknown, read, strict=True):
+                flag = is_iceberg(TableDef.from_proto(message, ns, batch[i][0]))
+                self._iceberg_paths.put(paths[i], flag)
+                known[i] = flag
+            return cast(list[bool], known)  # every None was just replaced
 
         return self._page(reader, ObjectType.TABLE, ns, after, limit, iceberg)
 

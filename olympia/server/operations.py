@@ -4,8 +4,9 @@ written (:class:`Operations`, the base of :class:`~olympia.server.service.Catalo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from json.encoder import encode_basestring_ascii
 
 from pyiceberg.catalog.rest import TableResponse
 from pyiceberg.table import TableIdentifier
@@ -65,17 +66,37 @@ class Operations:
                               f"{namespace}.{name}")
 
     def _listing(self, namespace: str, page: Page, kind: str,
-                 read: Callable[[str, str | None, int | None], NamePage]) -> dict[str, Any]:
-        """A page of the tables or views of ``namespace``, as the specification's
-        ``ListTablesResponse``; its tokens name the listing (``tables <namespace>``)."""
+                 read: Callable[[str, str | None, int | None], NamePage]) -> str:
+        """A page of the tables or views of ``namespace``, as the JSON text of the
+        specification's ``ListTablesResponse``; its tokens name the listing
+        (``tables <namespace>``)."""
         shown, token = listing_page(page, f"{kind} {namespace}",
                                     lambda after, size: read(namespace, after, size))
-        return {"identifiers": [{"namespace": [*self.shown_as, namespace], "name": name}
-                                for name in shown], "next-page-token": token}
+        return identifiers_json([*self.shown_as, namespace], shown, token)
 
     def _response(self, metadata: TableMetadata, location: str | None) -> TableResponse:
         return TableResponse(metadata_location=location,  # type: ignore[call-arg]
                              metadata=metadata, config=dict(self.client_properties))
+
+
+def identifiers_json(namespace: list[str], names: list[str], token: str | None) -> str:
+    """The JSON text of a ``ListTablesResponse``: ``json.dumps`` of
+    ``{"identifiers": [{"namespace": namespace, "name": name}...], "next-page-token": token}``,
+    written without a dict per name (each name is encoded by the function ``json.dumps``
+    encodes strings with), about a tenth of the time for a page of thousands.
+
+    Args:
+        namespace: The levels of the namespace the names are in.
+        names: The names of the page.
+        token: The next page's token (None: the last page).
+
+    Returns:
+        The JSON text.
+    """
+    entry = '{"namespace": ' + json.dumps(namespace) + ', "name": '
+    entries = entry + ("}, " + entry).join(map(encode_basestring_ascii, names)) + "}"
+    return (f'{{"identifiers": [{entries if names else ""}], '
+            f'"next-page-token": {json.dumps(token)}}}')
 
 
 def one_level(namespace: Sequence[str]) -> str:

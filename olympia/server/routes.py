@@ -164,14 +164,14 @@ def page(page_token: str | None, page_size: int | None) -> Page:
 
 
 async def _listing(source: CatalogService, namespace: str,
-                   list_in: Callable[[str, Page], dict[str, Any]], page_token: str | None,
+                   list_in: Callable[[str, Page], str], page_token: str | None,
                    page_size: int | None) -> Response:
     """A page of the tables or views of a namespace (none under the server's own
     ``sys...`` names, which hold namespaces only)."""
     if system(source, levels_of(namespace)):
         return json_answer({"identifiers": [], "next-page-token": None})
-    return json_answer(await call(list_in, read_namespace_of(namespace),
-                                  page(page_token, page_size)))
+    return Response(await call(list_in, read_namespace_of(namespace),
+                               page(page_token, page_size)), media_type="application/json")
 
 
 router = APIRouter()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from pyiceberg.catalog.rest import TableResponse
 from pyiceberg.exceptions import NoSuchNamespaceError
@@ -39,10 +38,10 @@ class TableOperations(Operations):
 
     _loaded: LruCache[tuple[str, str], tuple[TableMetadata, bytes]]
 
-    def list_tables(self, namespace: str, page: Page) -> dict[str, Any]:
-        """``GET /v1/namespaces/{namespace}/tables``: a page of its Iceberg tables, which
-        reads the catalog's keys from where the previous page ended up to its own end,
-        never every definition (:meth:`OlympiaCatalog.tables_page`).
+    def list_tables(self, namespace: str, page: Page) -> str:
+        """``GET /v1/namespaces/{namespace}/tables``: a page of its Iceberg tables (the
+        answer's JSON text), which reads the catalog's keys from where the previous page
+        ended up to its own end, never every definition (:meth:`OlympiaCatalog.tables_page`).
 
         Raises:
             NoSuchNamespaceError: the namespace does not exist.

@@ -5,8 +5,6 @@ delegates to :class:`olympia.iceberg.views.IcebergViews`, which the in-process
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyiceberg.catalog.rest import ViewResponse
 from pyiceberg.view.metadata import ViewMetadata
 
@@ -22,8 +20,9 @@ class ViewOperations(Operations):
 
     views: IcebergViews
 
-    def list_views(self, namespace: str, page: Page) -> dict[str, Any]:
-        """``GET /v1/namespaces/{namespace}/views``: a page of its views.
+    def list_views(self, namespace: str, page: Page) -> str:
+        """``GET /v1/namespaces/{namespace}/views``: a page of its views (the answer's
+        JSON text).
 
         Raises:
             NoSuchNamespaceError: the namespace does not exist.

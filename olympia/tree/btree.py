@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import uuid
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from olympia.exceptions import CorruptFileError
@@ -122,17 +123,22 @@ def get(store: NodeStore, root: Node, key: str) -> str | None:
 def scan(
     store: NodeStore, root: Node, lo: str = "", hi: str | None = None
 ) -> Iterator[tuple[str, str]]:
-    """Entries with ``lo <= key < hi`` in key order, reading only overlapping subtrees.
+    """Entries with ``lo <= key < hi`` in key order, reading only overlapping subtrees
+    (as iterated: a node is read when the scan reaches it).
 
     Raises CorruptFileError for an unreadable or misplaced node, or siblings that are not
     all leaves or all internal nodes.
     """
 
-    def walk(node: Node, low: str | None, high: str | None) -> Iterator[tuple[str, str]]:
+    def walk(node: Node, low: str | None, high: str | None,
+             ) -> Iterator[Iterable[tuple[str, str]]]:
+        """The entries of ``node``'s subtree in runs (a leaf's in one, an internal
+        node's one by one) that ``chain`` joins: a run, not each entry, passes up
+        through the generators of every level."""
         first = bisect_left(node.keys, lo)
         if node.children is None:
             stop = len(node.keys) if hi is None else bisect_left(node.keys, hi, first)
-            yield from zip(node.keys[first:stop], node.values[first:stop], strict=True)
+            yield zip(node.keys[first:stop], node.values[first:stop], strict=True)
             return
         last = len(node.keys) if hi is None else bisect_left(node.keys, hi)
         children = store.load_many(list(node.children[first : last + 1]))
@@ -145,9 +151,9 @@ def scan(
                                        f"node under {_name(node)}: leaves at different depths")
             yield from walk(child, bounds[i], bounds[i + 1])
             if i < last:
-                yield node.keys[i], node.values[i]
+                yield ((node.keys[i], node.values[i]),)
 
-    yield from walk(root, None, None)
+    return chain.from_iterable(walk(root, None, None))
 
 
 def prefix_end(prefix: str) -> str | None:
