@@ -10,12 +10,15 @@ between the check and the write. Other FileIOs are used as pyiceberg uses them.
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 from urllib.parse import urlsplit
 
 from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
 
+from olympia.exceptions import FileAlreadyExists
+from olympia.storage.retry import classify
 from olympia.storage.schemes import LOCATION_SCHEMES
 
 
@@ -37,7 +40,15 @@ def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
     """
     fs = _s3fs(io, location)
     if fs is not None:
-        data: bytes = fs.cat_file(location, start=0, end=limit)
+        if limit is None:  # (s3fs asks for the size first when it may split the read)
+            whole: bytes = fs.cat_file(location, max_concurrency=1)
+            return whole
+        try:
+            data: bytes = fs.cat_file(location, start=0, end=limit)
+        except OSError as exc:  # 416 (EINVAL): a range from byte 0 of an empty object
+            if exc.errno != errno.EINVAL or fs.info(location)["size"] != 0:
+                raise
+            return b""
         return data
     with io.new_input(location).open() as stream:
         return stream.read() if limit is None else stream.read(limit)
@@ -52,7 +63,12 @@ def create_file(io: FileIO, location: str, data: bytes) -> None:
     """
     fs = _s3fs(io, location)
     if fs is not None:
-        fs.pipe_file(location, data, mode="create")
+        try:
+            fs.pipe_file(location, data, mode="create")
+        except OSError as exc:  # s3fs raises a 412 as EINVAL, botocore's error its cause
+            if classify(exc) is FileAlreadyExists:
+                raise FileExistsError(errno.EEXIST, "the file exists", location) from exc
+            raise
         return
     with io.new_output(location).create(overwrite=False) as stream:
         stream.write(data)
