@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from iceberg_helpers import s3_properties
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import BadRequestError
-from pyiceberg.io import InputFile
+from pyiceberg.io import InputFile, InputStream
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, write_manifest_list
 from pyiceberg.serializers import ToOutputFile
@@ -749,8 +749,15 @@ class _CountingIO(PyArrowFileIO):
         self.reads = reads
 
     def new_input(self, location: str) -> InputFile:
-        self.reads.append(location)
-        return super().new_input(location)
+        file = super().new_input(location)
+        opened = file.open
+
+        def counted(seekable: bool = True) -> InputStream:
+            self.reads.append(location)
+            return opened(seekable)
+
+        file.open = counted  # type: ignore[method-assign]
+        return file
 
 
 def test_a_commit_reads_only_its_new_manifests(tmp_path: Path,
