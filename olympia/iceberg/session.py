@@ -126,7 +126,7 @@ class CatalogSession(MetastoreCatalog):
     _kept: KeptCache  # the tables of kept versions (_kept_tables), shared by copies
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
     _manifest_lists: LruCache[tuple[str, str, str], frozenset[str]]  # (check_commit)
-    _written_json: LruCache[str, tuple[TableMetadata, bytes]]  # (metadata_json)
+    _written_json: LruCache[str, tuple[TableMetadata, bytes]]  # (metadata_text)
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
@@ -518,7 +518,7 @@ class CatalogSession(MetastoreCatalog):
         (``None``: a file a dry run staged and never wrote)."""
         self._metadata_cache.put(location, (digest, metadata))
 
-    def metadata_json(self, metadata: TableMetadata, location: str) -> bytes:
+    def metadata_text(self, metadata: TableMetadata, location: str) -> bytes:
         """The JSON of ``metadata``, the metadata file at ``location``: the very text this
         catalog wrote there when it still holds it for this object, else encoded anew.
 

@@ -194,7 +194,7 @@ class TableOperations(Operations):
         """
         self.check_named(body.identifier, "table", namespace, name)
         done = self._commit([change_of(namespace, name, body)])[0]
-        text = self.catalog.metadata_json(done.metadata, done.metadata_location)
+        text = self.catalog.metadata_text(done.metadata, done.metadata_location)
         return b'{"metadata-location":%s,"metadata":%s}' % (
             json.dumps(done.metadata_location).encode(), text)
 
