@@ -1,7 +1,8 @@
 """Manifest lists and manifests read with pyiceberg's Avro reader, resolved once per schema.
 
 pyiceberg's ``AvroFile`` converts a file's Avro schema and resolves a reader for it on
-every file it opens: about 2 ms, most of the cost of reading a small manifest. (Each file
+every file it opens, and one for the file's header too: about 2 ms, most of the cost of
+reading a small manifest. The header's reader is resolved once. (Each file
 is read in one request: :func:`olympia.iceberg.fileio.read_file`.) A table's
 files carry one of a few schemas (their writer's), so the resolved reader is kept per
 (schema text, what is read), for at most :data:`READERS` of them. The schema text is the
@@ -16,9 +17,9 @@ from enum import Enum
 from typing import TypeVar
 
 from pyiceberg.avro.decoder import new_decoder
-from pyiceberg.avro.file import _SCHEMA_KEY, AvroFile
+from pyiceberg.avro.file import _SCHEMA_KEY, META_SCHEMA, AvroFile, AvroFileHeader
 from pyiceberg.avro.reader import Reader
-from pyiceberg.avro.resolver import resolve_reader
+from pyiceberg.avro.resolver import construct_reader, resolve_reader
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
@@ -61,6 +62,7 @@ _ENTRIES = _Kind("manifest", MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
                  {-1: ManifestEntry, 2: DataFile},
                  {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent})
 _readers: LruCache[tuple[str, str], tuple[Schema, Reader]] = LruCache(READERS)
+_HEADER = construct_reader(META_SCHEMA, {-1: AvroFileHeader})  # the same for every file
 
 
 class _AvroFile(AvroFile[D]):
@@ -72,7 +74,7 @@ class _AvroFile(AvroFile[D]):
 
     def __enter__(self) -> _AvroFile[D]:
         self.decoder = new_decoder(read_file(self._io, self._path))
-        self.header = self._read_header()
+        self.header = _HEADER.read(self.decoder)
         text = self.header.meta.get(_SCHEMA_KEY)
         kept = _readers.get((self._kind.name, text)) if text is not None else None
         if kept is None:
