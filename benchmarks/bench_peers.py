@@ -156,16 +156,29 @@ def properties(side: Side, namespace: str, count: int) -> dict[str, Any]:
 def _writer(uri: str, props: dict[str, str], table: tuple[str, str], first: int,
             count: int, out: Any) -> None:
     """One writer process: ``count`` single-row appends, retrying lost races as pyiceberg
-    users do (reload, append again); puts its latencies. pyiceberg's own retry of a 409 can
-    end in a ValidationException when the server moved the table under it (seen on Nessie):
-    that too is reloaded and tried again."""
+    users do (reload, append again); puts its latencies and, per append, the time its
+    commit requests took (``commit_table``: the server's round trips, every try). pyiceberg's
+    own retry of a 409 can end in a ValidationException when the server moved the table
+    under it (seen on Nessie): that too is reloaded and tried again."""
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-    loaded = RestCatalog("w", **{"uri": uri, **props}).load_table(table)
-    latencies = []
-    for k in range(count):
+    catalog = RestCatalog("w", **{"uri": uri, **props})
+    in_commit = [0.0]
+    commit_table = catalog.commit_table
+
+    def timed_commit(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
+        try:
+            return commit_table(*args, **kwargs)
+        finally:
+            in_commit[0] += time.perf_counter() - started
+
+    catalog.commit_table = timed_commit  # type: ignore[method-assign]
+    loaded = catalog.load_table(table)
+    latencies, commits = [], []
+    for k in range(count):
+        started, in_commit[0] = time.perf_counter(), 0.0
         while True:
             try:
                 loaded.append(_row(first + k))
@@ -173,7 +186,8 @@ def _writer(uri: str, props: dict[str, str], table: tuple[str, str], first: int,
             except (CommitFailedException, ValidationException):
                 loaded = loaded.refresh()
         latencies.append(time.perf_counter() - started)
-    out.put(latencies)
+        commits.append(in_commit[0])
+    out.put((latencies, commits))
 
 
 def appends(side: Side, namespace: str, writers: int, tables: int,
@@ -194,7 +208,7 @@ def appends(side: Side, namespace: str, writers: int, tables: int,
     started = time.perf_counter()
     for proc in procs:
         proc.start()
-    results: list[list[float]] = []
+    results: list[tuple[list[float], list[float]]] = []
     while len(results) < len(procs):
         try:
             results.append(queue.get(timeout=5))
@@ -205,12 +219,20 @@ def appends(side: Side, namespace: str, writers: int, tables: int,
         proc.join()
     seconds = time.perf_counter() - started  # includes each writer's start-up
     cpu = side.cpu() - cpu_before
-    rows = sum(client.load_table(n).scan().to_arrow().num_rows for n in names)
-    latencies = [x for r in results for x in r]
+    loaded = [client.load_table(n) for n in names]
+    rows = sum(t.scan().to_arrow().num_rows for t in loaded)
+    latencies = [x for r, _ in results for x in r]
+    commits = [x for _, c in results for x in c]
     return {"writers": writers, "tables": tables, "appends": len(latencies),
             "appends_per_s": per_second(len(latencies), seconds),
             **percentiles(latencies), "p99_ms": _p99_ms(latencies),
-            "worst_writer_p99_ms": max(_p99_ms(r) for r in results),
+            "worst_writer_p99_ms": max(_p99_ms(r) for r, _ in results),
+            # per append: in the commit requests, and in the client outside them (its
+            # data, manifest and manifest list files; pyiceberg's work on the metadata)
+            "commit_request_ms": round(statistics.mean(commits) * 1000, 3),
+            "client_ms": round(statistics.mean(
+                [lat - c for lat, c in zip(latencies, commits, strict=True)]) * 1000, 3),
+            "snapshots_in_metadata": max(len(t.metadata.snapshots) for t in loaded),
             "writers_failed": writers - len(results),
             "lost": len(latencies) - rows,  # acknowledged, yet not in the table
             "server_cpu_ms_per_append": round(cpu / max(1, len(latencies)) * 1000, 3)}
@@ -247,6 +269,10 @@ def _summary(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, A
         if key.startswith("appends_"):
             metrics[f"{key}_per_s"] = lambda r, k=key: r[k]["appends_per_s"]
             metrics[f"{key}_server_cpu_ms"] = lambda r, k=key: r[k]["server_cpu_ms_per_append"]
+            metrics[f"{key}_commit_request_ms"] = lambda r, k=key: r[k]["commit_request_ms"]
+            metrics[f"{key}_client_ms"] = lambda r, k=key: r[k]["client_ms"]
+            metrics[f"{key}_snapshots_in_metadata"] = (
+                lambda r, k=key: r[k]["snapshots_in_metadata"])
     metrics["property_commits_per_s"] = lambda r: r["property_commits_per_s"]
     metrics["server_cpu_ms_per_create"] = lambda r: r.get("server_cpu_ms_per_create")
     out: dict[str, Any] = {}
@@ -257,6 +283,12 @@ def _summary(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, A
             out[name] = {"olympia": _median([o for o, _ in pairs]),
                          "peer": _median([p for _, p in pairs]),
                          "ratio": _median([o / p for o, p in pairs])}
+    # the bound the clients set: the peer's time per append over olympia's if olympia's
+    # commit requests took exactly the peer's (each side's client keeps its own work)
+    for key in (k for k in rounds[0][0] if k.startswith("appends_")):
+        bounds = [(p[key]["client_ms"] + p[key]["commit_request_ms"])
+                  / (o[key]["client_ms"] + p[key]["commit_request_ms"]) for o, p in rounds]
+        out[f"{key}_ratio_bound_at_peer_commit_time"] = _median(bounds)
     out["lost"] = {side: sum(pair[i][k]["lost"] for pair in rounds for k in pair[i]
                              if k.startswith("appends_"))
                    for i, side in enumerate(("olympia", "peer"))}
