@@ -62,6 +62,8 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Loca
         return Location(f"{uri}/{unique}", dict(options), kind)
     server = request.getfixturevalue("s3_server")
     options = dict(server.storage_options)
+    if kind == "obstore":  # S3 through the opt-in client
+        options["client"] = "obstore"
     return Location(f"s3://{server.bucket}/{unique}", options, kind)
 
 
@@ -93,10 +95,11 @@ def abfs_store() -> Iterator[tuple[str, dict[str, str]]]:
         yield "abfs://olympia", azure_storage_options(azure)
 
 
-@pytest.fixture(params=CLOUD)
+@pytest.fixture(params=[*CLOUD, pytest.param("obstore", marks=pytest.mark.s3)])
 def cloud_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
     """A fresh catalog location on each cloud scheme's emulator (skipped where it is
-    missing)."""
+    missing), and on S3 through the obstore client (kind ``obstore``: the s3fs client
+    has its own tests)."""
     return _location(request.param, tmp_path, request)
 
 

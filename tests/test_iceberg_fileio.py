@@ -12,16 +12,25 @@ from pyiceberg.io import load_file_io
 from olympia.iceberg.fileio import create_file, read_file
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, str]:
-    """A FileIO as the catalog makes it, and a folder it writes in."""
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3),
+                        pytest.param("obstore", marks=pytest.mark.s3)])
+def place(request: pytest.FixtureRequest, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str]:
+    """A FileIO as the catalog makes it, and a folder it writes in (``obstore``: as a
+    catalog that chose the obstore client makes it; s3fs is then never used)."""
     if request.param == "local":
         return load_file_io({}, f"file://{tmp_path}"), f"file://{tmp_path}"
     server = request.getfixturevalue("s3_server")
     opts = server.storage_options
+    chosen = {"olympia.storage.client": "obstore"} if request.param == "obstore" else {}
+    if chosen:
+        import olympia.iceberg.fileio as fileio
+
+        monkeypatch.setattr(fileio, "_s3fs", lambda io, location: pytest.fail("s3fs used"))
     io = load_file_io({"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
                        "s3.endpoint": server.endpoint_url, "s3.region": "us-east-1",
-                       "s3.access-key-id": opts["key"], "s3.secret-access-key": opts["secret"]})
+                       "s3.access-key-id": opts["key"], "s3.secret-access-key": opts["secret"],
+                       **chosen})
     return io, f"s3://{server.bucket}/{tmp_path.name}"
 
 

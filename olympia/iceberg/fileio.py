@@ -6,19 +6,28 @@ before the GET), and creating one checks that it is missing first (a HEAD, then 
 it is, then the PUT). Here a read is one GET of the bytes asked for, and a create is one PUT
 that the store refuses when the object exists (If-None-Match), which also closes the gap
 between the check and the write. Other FileIOs are used as pyiceberg uses them.
+
+A catalog that chose the obstore S3 client (the storage option ``client=obstore``) gives
+its FileIO the property ``olympia.storage.client=obstore``; these reads and creates then go
+through obstore, with a store made from the FileIO's own ``s3.*`` properties (endpoint,
+region, credentials, session token, anonymous access, timeouts), mapped as the catalog's
+own options are (:func:`olympia.storage.s3_obstore.store_config`). pyiceberg's own reads
+(data files, scans) keep its FileIO.
 """
 
 from __future__ import annotations
 
 import errno
+import threading
 from typing import Any
 from urllib.parse import urlsplit
 
 from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
 
-from olympia.exceptions import FileAlreadyExists
-from olympia.storage.retry import classify
+from olympia.exceptions import FileAlreadyExists, InvalidArgumentError
+from olympia.storage.retry import StorageSettings, classify
+from olympia.storage.s3 import CLIENT_PROPERTY
 from olympia.storage.schemes import LOCATION_SCHEMES
 
 
@@ -31,6 +40,65 @@ def _s3fs(io: FileIO, location: str) -> Any:
     return None
 
 
+_STORES: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
+    """The obstore store and key of ``location``, if it is on S3 and ``io``'s catalog chose
+    the obstore client (one store per bucket and set of ``s3.*`` properties).
+
+    Raises:
+        InvalidArgumentError: An ``s3.*`` property the obstore client cannot honour.
+    """
+    parts = urlsplit(location)
+    if (io.properties.get(CLIENT_PROPERTY) != "obstore"
+            or LOCATION_SCHEMES.get(parts.scheme) != "s3"):
+        return None
+    from olympia.storage import s3, s3_obstore
+
+    props = tuple(sorted((k, str(v)) for k, v in io.properties.items()
+                         if k.startswith("s3.") and v is not None))
+    key = (parts.netloc, props)
+    store = _STORES.get(key)
+    if store is None:
+        for prop, _ in props:
+            if prop not in s3.PROPERTIES and prop != "s3.force-virtual-addressing":
+                raise InvalidArgumentError(
+                    f"property {prop} is not supported with client=obstore")
+        config, client = s3_obstore.store_config(s3.storage_options(dict(props)),
+                                                 StorageSettings())
+        with _STORES_LOCK:
+            store = _STORES.get(key)
+            if store is None:
+                store = _STORES[key] = s3_obstore.make_store(parts.netloc, config, client)
+    return store, parts.path.lstrip("/")
+
+
+def _obstore_read(found: tuple[Any, str], location: str, limit: int | None) -> bytes:
+    import obstore
+
+    from olympia.storage.s3_obstore import STATUS, os_error
+
+    store, key = found
+    try:
+        if limit is None:
+            return bytes(obstore.get(store, key).bytes())
+        if limit == 0:
+            return b""
+        # object_store refuses a range past the end of an empty object (416): read it whole
+        # when the range read finds it empty
+        try:
+            return bytes(obstore.get_range(store, key, start=0, end=limit))
+        except Exception as exc:
+            status = STATUS.search(str(exc))
+            if status is None or status.group(1) != "416":
+                raise
+            return bytes(obstore.get(store, key).bytes())[:limit]
+    except Exception as exc:
+        raise os_error(exc, location) from exc
+
+
 def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
     """The bytes of the file at ``location``: at most ``limit`` of them (``None``: all).
 
@@ -38,6 +106,9 @@ def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
         FileNotFoundError: there is no such file.
         OSError: the read failed otherwise.
     """
+    found = _obstore(io, location)
+    if found is not None:
+        return _obstore_read(found, location, limit)
     fs = _s3fs(io, location)
     if fs is not None:
         if limit is None:  # (s3fs asks for the size first when it may split the read)
@@ -61,6 +132,17 @@ def create_file(io: FileIO, location: str, data: bytes) -> None:
         FileExistsError: the file exists.
         OSError: the write failed otherwise.
     """
+    found = _obstore(io, location)
+    if found is not None:
+        import obstore
+
+        from olympia.storage.s3_obstore import os_error
+
+        try:
+            obstore.put(found[0], found[1], data, mode="create", use_multipart=False)
+        except Exception as exc:
+            raise os_error(exc, location) from exc
+        return
     fs = _s3fs(io, location)
     if fs is not None:
         try:

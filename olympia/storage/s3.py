@@ -148,7 +148,7 @@ class S3Backend(Backend):
         options = getattr(self.fs, "storage_options", {})
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
             "endpoint_url")
-        return type(self.fs).__name__, endpoint, root
+        return "s3", endpoint, root  # (the obstore backend's place is the same)
 
 
 _INHERITED: list[Any] = []  # filesystems a forked process inherited, never used here
@@ -200,8 +200,38 @@ def s3_filesystem(options: Mapping[str, Any], settings: StorageSettings) -> Any:
 
 
 
+CLIENTS = ("s3fs", "obstore")  # the storage option client: s3fs (the default) or obstore
+CLIENT_PROPERTY = "olympia.storage.client"  # as a catalog or FileIO property
+
+
+def client_of(options: Mapping[str, Any]) -> str:
+    """The S3 client the storage option ``client`` chooses (``s3fs`` when not given).
+
+    Raises:
+        InvalidArgumentError: Another value (the option and the values are named).
+    """
+    client = options.get("client", CLIENTS[0])
+    if client not in CLIENTS:
+        raise InvalidArgumentError(
+            f"storage option client must be one of {', '.join(CLIENTS)}")
+    return str(client)
+
+
 def open_backend(uri: str, options: dict[str, Any], settings: StorageSettings) -> Opened:
-    """The S3 backend of ``s3://bucket/prefix`` (s3fs is imported on first use)."""
+    """The S3 backend of ``s3://bucket/prefix``: through s3fs, or through obstore with the
+    storage option ``client=obstore`` (:mod:`olympia.storage.s3_obstore`); the client is
+    imported on first use.
+
+    Raises:
+        InvalidArgumentError: A ``client`` other than ``s3fs`` or ``obstore``; with obstore,
+            an option it does not honour.
+    """
+    client = client_of(options)
+    options.pop("client", None)
+    if client == "obstore":
+        from olympia.storage import s3_obstore
+
+        return s3_obstore.open_backend(uri, options, settings)
     parts = urlsplit(uri)
     root = (parts.netloc + parts.path).strip("/") + "/"
     return root, S3Backend(lambda: s3_filesystem(options, settings)), None
@@ -244,8 +274,13 @@ def storage_options(properties: Mapping[str, Any]) -> dict[str, Any]:
 
 def iceberg_properties(options: Mapping[str, Any]) -> dict[str, str]:
     """The endpoint, region and credentials as ``s3.*``, read through pyiceberg's fsspec
-    FileIO (the s3fs client the catalog files use too)."""
+    FileIO (the s3fs client the catalog files use too). With ``client=obstore`` also
+    ``olympia.storage.client=obstore``, the catalog property that chose it: the catalog's
+    own reads and writes of table files (:mod:`olympia.iceberg.fileio`) then go through
+    obstore too (pyiceberg ignores the property)."""
     out = {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    if client_of(options) == "obstore":
+        out[CLIENT_PROPERTY] = "obstore"
     for prop, (path, _) in PROPERTIES.items():
         value: Any = options
         for part in path:
