@@ -134,7 +134,8 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
             None if current.__suppress_context__ else current.__context__)
 
 
-def _kind_of_code(code: str, status: int | None = None) -> Kind:
+def kind_of_code(code: str, status: int | None = None) -> Kind:
+    """The kind of failure an S3 error ``code`` (or an HTTP ``status``) reports."""
     if code in EXISTS_CODES or status == 412:
         return FileAlreadyExists
     if code in MISSING_CODES or status == 404:
@@ -160,14 +161,14 @@ def classify(error: BaseException | str) -> Kind:
         (permanent).
     """
     if isinstance(error, str):
-        return _kind_of_code(error.partition(":")[0].strip())
+        return kind_of_code(error.partition(":")[0].strip())
     for exc in _chain(error):
         if isinstance(exc, StorageError):
             return type(exc)
         response = getattr(exc, "response", None)
         if isinstance(response, dict) and isinstance(response.get("Error"), dict):
             status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            return _kind_of_code(str(response["Error"].get("Code") or ""),
+            return kind_of_code(str(response["Error"].get("Code") or ""),
                                  status if isinstance(status, int) else None)
         if isinstance(exc, FileNotFoundError):
             return FileNotFound
@@ -183,7 +184,7 @@ def classify(error: BaseException | str) -> Kind:
     # s3fs's translation of a code it knows no errno for: OSError(EIO, botocore's message)
     found = isinstance(error, OSError) and error.errno == errno.EIO and BOTOCORE_MESSAGE.match(
         error.strerror or "")
-    return _kind_of_code(found.group(1)) if found else StorageError
+    return kind_of_code(found.group(1)) if found else StorageError
 
 
 def _not_deleted(why: str) -> Kind:

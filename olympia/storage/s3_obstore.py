@@ -42,7 +42,7 @@ from olympia.exceptions import (
     TransientStorageError,
 )
 from olympia.storage.backends import Backend, FileInfo, Opened
-from olympia.storage.retry import StorageSettings, _kind_of_code
+from olympia.storage.retry import StorageSettings, kind_of_code
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -213,7 +213,7 @@ def os_error(exc: BaseException, path: str) -> BaseException:
     if status:
         code_found = CODE.search(text)
         code = code_found.group(1) if code_found else ""
-        kind = _kind_of_code(code, int(status.group(1)))
+        kind = kind_of_code(code, int(status.group(1)))
         what = f"S3 answered {status.group(1)}{' ' + code if code else ''}"
         number = KIND_ERRNOS.get(kind, errno.EIO)
         error_class = {errno.ENOENT: FileNotFoundError, errno.EEXIST: FileExistsError}.get(
