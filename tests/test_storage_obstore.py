@@ -409,3 +409,29 @@ def test_a_forked_child_works_before_and_is_refused_after_first_use(s3_server: A
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["before 0", "after 0", "parent b'2'"], done.stdout
+
+
+def test_a_table_property_never_chooses_the_client(s3_server: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table's ``olympia.storage.client=obstore`` (anyone who can commit to the table
+    sets its properties) does not switch a catalog on the default client to obstore: the
+    catalog always names its own client, and the catalog's properties outrank the
+    table's."""
+    import obstore
+
+    used: list[str] = []
+    monkeypatch.setattr(obstore, "put", lambda *args, **kwargs: used.append("put"))
+    monkeypatch.setattr(obstore, "get", lambda *args, **kwargs: used.append("get"))
+    prefix = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    properties = iceberg_properties(prefix, dict(s3_server.storage_options))
+    assert properties["olympia.storage.client"] == "s3fs"
+    catalog = OlympiaCatalog("c", uri=f"{prefix}/catalog", warehouse=f"{prefix}/tables",
+                             **{"olympia.create": "true"}, **properties)
+    catalog.create_namespace("ns")
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    table = catalog.create_table(("ns", "t"), rows.schema,
+                                 properties={"olympia.storage.client": "obstore"})
+    table.append(rows)
+    assert catalog.load_table(("ns", "t")).scan().to_arrow().num_rows == 3
+    assert used == []
+    catalog.close()

@@ -26,6 +26,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
 
 from olympia.exceptions import FileAlreadyExists, InvalidArgumentError
+from olympia.lru import LruCache
 from olympia.storage.retry import StorageSettings, classify
 from olympia.storage.s3 import CLIENT_PROPERTY
 from olympia.storage.schemes import LOCATION_SCHEMES
@@ -40,8 +41,10 @@ def _s3fs(io: FileIO, location: str) -> Any:
     return None
 
 
-_STORES: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-_STORES_LOCK = threading.Lock()
+#: obstore stores kept (one per bucket and set of ``s3.*`` properties).
+STORES = 16
+_stores: LruCache[tuple[str, tuple[tuple[str, str], ...]], Any] = LruCache(STORES)
+_stores_lock = threading.Lock()
 
 
 def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
@@ -60,7 +63,7 @@ def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
     props = tuple(sorted((k, str(v)) for k, v in io.properties.items()
                          if k.startswith("s3.") and v is not None))
     key = (parts.netloc, props)
-    store = _STORES.get(key)
+    store = _stores.get(key)
     if store is None:
         for prop, _ in props:
             if prop not in s3.PROPERTIES and prop != "s3.force-virtual-addressing":
@@ -68,10 +71,11 @@ def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
                     f"property {prop} is not supported with client=obstore")
         config, client = s3_obstore.store_config(s3.storage_options(dict(props)),
                                                  StorageSettings())
-        with _STORES_LOCK:
-            store = _STORES.get(key)
+        with _stores_lock:
+            store = _stores.get(key)
             if store is None:
-                store = _STORES[key] = s3_obstore.make_store(parts.netloc, config, client)
+                store = s3_obstore.make_store(parts.netloc, config, client)
+                _stores.put(key, store)
     return store, parts.path.lstrip("/")
 
 

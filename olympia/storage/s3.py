@@ -274,13 +274,14 @@ def storage_options(properties: Mapping[str, Any]) -> dict[str, Any]:
 
 def iceberg_properties(options: Mapping[str, Any]) -> dict[str, str]:
     """The endpoint, region and credentials as ``s3.*``, read through pyiceberg's fsspec
-    FileIO (the s3fs client the catalog files use too). With ``client=obstore`` also
-    ``olympia.storage.client=obstore``, the catalog property that chose it: the catalog's
-    own reads and writes of table files (:mod:`olympia.iceberg.fileio`) then go through
-    obstore too (pyiceberg ignores the property)."""
-    out = {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
-    if client_of(options) == "obstore":
-        out[CLIENT_PROPERTY] = "obstore"
+    FileIO (the s3fs client the catalog files use too), and ``olympia.storage.client``,
+    the catalog's S3 client: with ``obstore`` the catalog's own reads and writes of table
+    files (:mod:`olympia.iceberg.fileio`) go through obstore too (pyiceberg ignores the
+    property)."""
+    # the client is always named: a table property (which anyone who can commit to the
+    # table sets) never outranks the catalog's own
+    out = {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+           CLIENT_PROPERTY: client_of(options)}
     for prop, (path, _) in PROPERTIES.items():
         value: Any = options
         for part in path:
