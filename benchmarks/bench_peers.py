@@ -366,14 +366,18 @@ def run(quick: bool) -> dict[str, Any]:
                 client = {"s3.endpoint": server.endpoint_url, "s3.region": "us-east-1",
                           "s3.access-key-id": options["key"],
                           "s3.secret-access-key": options["secret"]}
+                # the server's catalog and table files through obstore (its opt-in client:
+                # `olympia serve` never forks), the clients' through their own FileIO
                 with _olympia(f"s3://{server.bucket}/olympia/catalog",
-                              f"s3://{server.bucket}/olympia/warehouse", options,
-                              client) as olympia:
+                              f"s3://{server.bucket}/olympia/warehouse",
+                              {**options, "client": "obstore"}, client) as olympia:
                     compared = _compare(olympia, Side("nessie", ness.uri, ness.properties,
                                                       ness.process.pid),
                                         max(2, rounds - 1), quick, marks[:2])
-                compared["s3_client_request"] = request_cost(
-                    f"s3://{server.bucket}/olympia/cost", options, 50 if quick else 300)
+                compared["s3_client_request"] = {
+                    name: request_cost(f"s3://{server.bucket}/olympia/cost-{name}",
+                                       {**options, "client": name}, 50 if quick else 300)
+                    for name in ("s3fs", "obstore")}
                 return compared
 
         out["local"] = guarded(local)
