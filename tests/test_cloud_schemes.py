@@ -183,7 +183,7 @@ def test_unknown_options_and_foreign_properties_are_refused(cloud_location: Loca
                        **_properties(cloud_location))
 
 
-@pytest.mark.parametrize("scheme", ["gs", "abfs"])
+@pytest.mark.parametrize("scheme", ["gs", "abfs", "obstore"])
 def test_an_unreachable_store_fails_every_operation_as_transient(scheme: str) -> None:
     """Nothing listens at the endpoint: each operation of the contract is retried, then
     reported as a transient storage error naming the file, never as the client library's
@@ -193,9 +193,11 @@ def test_an_unreachable_store_fails_every_operation_as_transient(scheme: str) ->
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     options = {"gs": {"endpoint_url": endpoint, "token": "emulator", "project": "test"},
                "abfs": {"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY,
-                        "endpoint_url": f"{endpoint}/{AZURITE_ACCOUNT}"}}[scheme]
-    storage = Storage(f"{scheme}://olympia/x", {**options, "retry_attempts": 2,
-                                                "retry_backoff": 0})
+                        "endpoint_url": f"{endpoint}/{AZURITE_ACCOUNT}"},
+               "obstore": {"client": "obstore", "key": "k", "secret": "s",
+                           "endpoint_url": endpoint}}[scheme]
+    uri = f"{'s3' if scheme == 'obstore' else scheme}://olympia/x"
+    storage = Storage(uri, {**options, "retry_attempts": 2, "retry_backoff": 0})
     operations = {"read": lambda: storage.read("a"), "exists": lambda: storage.exists("a"),
                   "write": lambda: storage.write("a", b"1"),
                   "create": lambda: storage.create_exclusive("vn/1", b"1"),

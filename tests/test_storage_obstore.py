@@ -319,22 +319,9 @@ def test_keys_a_bulk_delete_left_are_reported(storage: Storage,
     assert [f.path for f in storage.list()] == ["b"]
 
 
-def test_a_closed_port_and_a_silent_server_are_transient() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
-    storage = Storage("s3://b/p", {"client": "obstore", "key": "k", "secret": "s",
-                                   "endpoint_url": f"http://127.0.0.1:{closed}",
-                                   "retry_attempts": 2, "retry_backoff": 0})
-    operations = {"read": lambda: storage.read("a"), "exists": lambda: storage.exists("a"),
-                  "write": lambda: storage.write("a", b"1"),
-                  "create": lambda: storage.create_exclusive("vn/1", b"1"),
-                  "list": lambda: storage.list(), "delete": lambda: storage.delete_many(["a"])}
-    for name, operation in operations.items():
-        storage.stats.reset()
-        with pytest.raises(TransientStorageError, match="after 2 tries"):
-            operation()
-        assert storage.stats.retries >= 1, name  # (a create then reads, retried too)
+def test_a_silent_server_is_transient() -> None:
+    """A server that accepts and never answers: the read timeout, a transient error (a
+    closed port: tests/test_cloud_schemes.py, with the other clients)."""
     with socket.socket() as silent:  # accepts, never answers: the read timeout
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
