@@ -189,7 +189,10 @@ def test_options_are_mapped_or_refused() -> None:
     for options, message in [({"version_aware": True}, "version_aware"),
                              ({"s3_additional_kwargs": {}}, "s3_additional_kwargs"),
                              ({"config_kwargs": {"retries": {}}}, "config_kwargs.retries"),
-                             ({"client_kwargs": "x"}, "client_kwargs must be a JSON object")]:
+                             ({"client_kwargs": "x"}, "client_kwargs must be a JSON object"),
+                             ({"use_listings_cache": True}, "use_listings_cache can only be false"),
+                             ({"skip_instance_cache": "false"},
+                              "skip_instance_cache can only be true")]:
         with pytest.raises(InvalidArgumentError, match=message):
             s3_obstore.store_config(options, settings)
     with pytest.raises(InvalidArgumentError, match="addressing_style must be"):

@@ -11,14 +11,14 @@ A catalog that chose the obstore S3 client (the storage option ``client=obstore`
 its FileIO the property ``olympia.storage.client=obstore``; these reads and creates then go
 through obstore, with a store made from the FileIO's own ``s3.*`` properties (endpoint,
 region, credentials, session token, anonymous access, timeouts), mapped as the catalog's
-own options are (:func:`olympia.storage.s3_obstore.store_config`). pyiceberg's own reads
-(data files, scans) keep its FileIO.
+own options are: through the catalog's own obstore backend
+(:class:`olympia.storage.s3_obstore.ObstoreBackend`). pyiceberg's own reads (data files,
+scans) keep its FileIO.
 """
 
 from __future__ import annotations
 
 import errno
-import threading
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,15 +41,15 @@ def _s3fs(io: FileIO, location: str) -> Any:
     return None
 
 
-#: obstore stores kept (one per bucket and set of ``s3.*`` properties).
-STORES = 16
-_stores: LruCache[tuple[str, tuple[tuple[str, str], ...]], Any] = LruCache(STORES)
-_stores_lock = threading.Lock()
+#: obstore backends kept for table files (one per set of ``s3.*`` properties).
+BACKENDS = 16
+_backends: LruCache[tuple[tuple[str, str], ...], Any] = LruCache(BACKENDS)
 
 
 def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
-    """The obstore store and key of ``location``, if it is on S3 and ``io``'s catalog chose
-    the obstore client (one store per bucket and set of ``s3.*`` properties).
+    """The catalog's obstore backend for ``io`` and the backend path of ``location``, if
+    it is on S3 and ``io``'s catalog chose the obstore client (one backend per set of
+    ``s3.*`` properties: the backend keeps a store per bucket).
 
     Raises:
         InvalidArgumentError: An ``s3.*`` property the obstore client cannot honour.
@@ -62,45 +62,16 @@ def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
 
     props = tuple(sorted((k, str(v)) for k, v in io.properties.items()
                          if k.startswith("s3.") and v is not None))
-    key = (parts.netloc, props)
-    store = _stores.get(key)
-    if store is None:
+    backend = _backends.get(props)
+    if backend is None:
         for prop, _ in props:
             if prop not in s3.PROPERTIES and prop != "s3.force-virtual-addressing":
                 raise InvalidArgumentError(
                     f"property {prop} is not supported with client=obstore")
-        config, client = s3_obstore.store_config(s3.storage_options(dict(props)),
-                                                 StorageSettings())
-        with _stores_lock:
-            store = _stores.get(key)
-            if store is None:
-                store = s3_obstore.make_store(parts.netloc, config, client)
-                _stores.put(key, store)
-    return store, parts.path.lstrip("/")
-
-
-def _obstore_read(found: tuple[Any, str], location: str, limit: int | None) -> bytes:
-    import obstore
-
-    from olympia.storage.s3_obstore import STATUS, os_error
-
-    store, key = found
-    try:
-        if limit is None:
-            return bytes(obstore.get(store, key).bytes())
-        if limit == 0:
-            return b""
-        # object_store refuses a range past the end of an empty object (416): read it whole
-        # when the range read finds it empty
-        try:
-            return bytes(obstore.get_range(store, key, start=0, end=limit))
-        except Exception as exc:
-            status = STATUS.search(str(exc))
-            if status is None or status.group(1) != "416":
-                raise
-            return bytes(obstore.get(store, key).bytes())[:limit]
-    except Exception as exc:
-        raise os_error(exc, location) from exc
+        backend = s3_obstore.ObstoreBackend(s3.storage_options(dict(props)),
+                                            StorageSettings())
+        _backends.put(props, backend)  # (two racing makers keep one; both work)
+    return backend, parts.netloc + parts.path
 
 
 def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
@@ -112,7 +83,8 @@ def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
     """
     found = _obstore(io, location)
     if found is not None:
-        return _obstore_read(found, location, limit)
+        backend, path = found
+        return bytes(backend.read(path) if limit is None else backend.read_range(path, limit))
     fs = _s3fs(io, location)
     if fs is not None:
         if limit is None:  # (s3fs asks for the size first when it may split the read)
@@ -138,14 +110,7 @@ def create_file(io: FileIO, location: str, data: bytes) -> None:
     """
     found = _obstore(io, location)
     if found is not None:
-        import obstore
-
-        from olympia.storage.s3_obstore import os_error
-
-        try:
-            obstore.put(found[0], found[1], data, mode="create", use_multipart=False)
-        except Exception as exc:
-            raise os_error(exc, location) from exc
+        found[0].create_exclusive(found[1], data)
         return
     fs = _s3fs(io, location)
     if fs is not None:
