@@ -348,7 +348,9 @@ def test_the_security_policy_holds_in_the_browser(server: RestServer, browser: A
             frame.onload = done; frame.src = url; document.body.append(frame); })""",
                       server.url + "/ui/history")  # Chromium fires load on its error page too
         framed = page.frames[1]
-        assert framed.url.startswith("chrome-error://")  # Chromium's page for a refused frame
+        # Chromium's page for a refused frame; Playwright may learn of that navigation after
+        # the load event reached the parent, so wait for it rather than read the URL once
+        framed.wait_for_url(lambda url: url.startswith("chrome-error://"), timeout=10_000)
         assert "Olympia catalog" not in framed.content()  # no page of the UI
     finally:
         page.close()
