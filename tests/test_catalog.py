@@ -303,7 +303,7 @@ def test_discovery_ignores_stale_or_missing_hint(location: Location) -> None:
 def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
         location: Location, monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe of the next version goes out with the hint reads; only a catalog that
-    moved (or a hint that does not name the loaded version) needs the rest of discovery."""
+    moved (or hints above the loaded version) needs the rest of discovery."""
     catalog = new_catalog(location)
     catalog.create_namespace("s")
     storage = catalog.storage
@@ -333,6 +333,18 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
     assert catalog.refresh() == version
     # the loaded root is read too: a prefix restored from a copy may hold another
     assert rounds == [[LATEST, OLDEST, version_path(version), version_path(version + 1)]]
+    assert catalog.refresh() == version and rounds[1:] == [  # its root's tag now known
+        [version_path(version), version_path(version + 1)]]
+    for lagging in (b"0", None):  # a hint written late, or never: still one round trip
+        catalog.create_namespace(f"s{version}")  # (a root whose tag is not known)
+        version = catalog.version
+        if lagging is None:
+            storage.delete(LATEST)
+        else:
+            storage.write(LATEST, lagging)
+        rounds.clear()
+        assert catalog.refresh() == version
+        assert rounds == [[LATEST, OLDEST, version_path(version), version_path(version + 1)]]
     other = Catalog.open(location.uri, location.storage_options)
     other.create_namespace("t")
     other.create_namespace("u")

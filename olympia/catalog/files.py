@@ -265,11 +265,12 @@ class CatalogFiles:
                 root's tag is known, the root (one conditional read: nothing is sent if
                 it is still that file) and the version after it are asked about first
                 (:meth:`_unchanged`), and ``known`` is returned if nothing changed.
-                Otherwise they are asked about together with the hints: when
-                vn/latest names ``known``, vn/oldest is not above it, the store's root of
-                ``known`` is the one in memory (same digest) and the next version is
-                missing, the procedure would stop at ``known``, so it is returned after
-                one round trip, not two.
+                Otherwise they are asked about together with the hints: when neither
+                hint is above ``known`` (vn/latest may lag: it is written after the
+                root, best effort), the store's root of ``known`` is the one in memory
+                (same digest) and the next version is missing, the procedure would stop
+                at ``known`` (from wherever it starts, every version up to ``known`` is
+                stored), so it is returned after one round trip, not two.
 
         Raises:
             NoSuchCatalogError: there is no root at all.
@@ -296,7 +297,7 @@ class CatalogFiles:
         latest = cast(tuple[bool, int | None], answers[0])[1]
         oldest = self._oldest(*cast(tuple[bool, int | None], answers[1]))
         if known is not None and answers[2:] == [known.digest, False] and (
-                latest == known.version >= oldest):
+                (latest or 0) <= known.version >= oldest):
             return known
         if latest is not None and latest > oldest:
             try:
