@@ -155,13 +155,15 @@ def file_kind(path: str) -> str:
 
 
 class OpLog:
-    """Storage operations counted by (operation, kind of file)."""
+    """Storage operations counted by (operation, kind of file), and each one in order."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.calls: list[tuple[str, str]] = []  # (operation, catalog-relative path)
 
     def note(self, op: str, path: str) -> None:
         self.counts[op, file_kind(path)] += 1
+        self.calls.append((op, path))
 
     def count(self, op: str, kind: str | None = None) -> int:
         return sum(n for (o, k), n in self.counts.items() if o == op and kind in (None, k))
@@ -194,13 +196,16 @@ class _RecordingBackend(Backend):
         self.inner.create_exclusive(path, data)
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
+                run_all: RunAll = run_in_turn, present: Sequence[str] = (),
+                unchanged: Mapping[str, str] | None = None) -> None:
         for name in files:
             self._note("write", name)
         for name in present:
             self._note("exists", name)
+        for name in unchanged or {}:
+            self._note("read", name)
         self._note("create_exclusive", path)
-        self.inner.publish(files, path, data, run_all, present)
+        self.inner.publish(files, path, data, run_all, present, unchanged)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         self._note("replace", path)

@@ -26,6 +26,15 @@ class FileAlreadyExists(StorageError):
     """An exclusive create lost: the file already exists."""
 
 
+class FileChanged(StorageError):
+    """A file a write was conditional on no longer holds the content it was read with;
+    ``digest`` is the SHA-256 (hex) of what it holds now, None when it is gone."""
+
+    def __init__(self, message: str, path: str = "", digest: str | None = None) -> None:
+        super().__init__(message, path)
+        self.digest = digest
+
+
 class TransientStorageError(StorageError):
     """A failure that may go away on retry (throttling, timeouts, connection resets)."""
 

@@ -127,10 +127,11 @@ class Gate(Backend):
         self._op("create", path, lambda: self.inner.create_exclusive(path, data), creates=True)
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
+                run_all: RunAll = run_in_turn, present: Sequence[str] = (),
+                unchanged: Mapping[str, str] | None = None) -> None:
         """The contract's publish with its writes and checks in turn: the machine decides
         one operation of a writer at a time."""
-        super().publish(files, path, data, run_in_turn, present)
+        super().publish(files, path, data, run_in_turn, present, unchanged)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         self._op("replace", path, lambda: self.inner.replace(path, data, expected),

@@ -232,8 +232,9 @@ class Threads(Backend):
         self.gate.create_exclusive(path, data)
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
-        self.gate.publish(files, path, data, run_all, present)
+                run_all: RunAll = run_in_turn, present: Sequence[str] = (),
+                unchanged: Mapping[str, str] | None = None) -> None:
+        self.gate.publish(files, path, data, run_all, present, unchanged)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         self.gate.replace(path, data, expected)

@@ -9,7 +9,6 @@ Each scenario runs on local disk and on the real S3 server (``shared_location``)
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -19,10 +18,10 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from conftest import Location
@@ -32,7 +31,7 @@ from olympia.catalog.keys import version_path
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, TransientStorageError
 from olympia.storage import Storage
-from olympia.storage.backends import RunAll, run_in_turn
+from olympia.storage.backends import Backend, RunAll, run_in_turn
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -241,13 +240,12 @@ class _LostAnswer:
             raise TimeoutError("the answer to the create was lost")
 
     def publish(self, files: dict[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
-        for name, content in files.items():
-            self.inner.write(name, content)
-        missing = [name for name in present if not self.inner.exists(name)]
-        if missing:
-            raise FileNotFoundError(errno.ENOENT, "missing", missing[0])
-        self.create_exclusive(path, data)
+                run_all: RunAll = run_in_turn, present: Sequence[str] = (),
+                unchanged: Mapping[str, str] | None = None) -> None:
+        """The contract's publish (its batch through the real backend), ending with this
+        backend's create."""
+        Backend.publish(cast(Backend, self), files, path, data, run_in_turn, present,
+                        unchanged)
 
     def read(self, path: str) -> bytes:
         with self.lock:
@@ -339,11 +337,11 @@ def test_a_commit_that_gave_up_never_lands_later(shared_location: Location) -> N
     publish = ours.storage.publish
     rival = iter(range(1))
 
-    def racing(files: dict[str, bytes], path: str, data: bytes,
-               present: Sequence[str] = ()) -> None:
+    def racing(files: dict[str, bytes], path: str, data: bytes, *rest: Any,
+               **named: Any) -> None:
         if next(rival, None) is not None:  # another writer takes the version first
             theirs.create_table("s", "rival", columns=COLUMNS)
-        publish(files, path, data, present)
+        publish(files, path, data, *rest, **named)
 
     ours.storage.publish = racing  # type: ignore[method-assign]
     with pytest.raises(CommitConflict, match="gave up"):

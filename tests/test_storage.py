@@ -4,6 +4,7 @@ per-key errors (a SeaweedFS server whose DeleteObjects answers are doctored per 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import socket
@@ -20,6 +21,7 @@ from olympia import Catalog
 from olympia.catalog.keys import version_path
 from olympia.exceptions import (
     FileAlreadyExists,
+    FileChanged,
     FileNotFound,
     InsufficientStorageError,
     InvalidArgumentError,
@@ -700,6 +702,28 @@ def test_publish_names_the_file_after_writing_the_others(location: Location) -> 
     assert storage.read("vn/1") == b"root"
     assert [f.path for f in storage.list("vn/")] == ["vn/1"]
     assert storage.exists("node/c.arrow")
+
+
+def test_publish_creates_nothing_once_a_file_it_builds_on_changed(location: Location) -> None:
+    """With ``unchanged``, the named file is created only while each of those files still
+    holds the content of that digest (read in the batch that writes the others): not once
+    it holds other content, nor once it is gone; the error names it and its digest."""
+    storage = Storage(location.uri, location.storage_options)
+    storage.write("vn/1", b"one")
+    storage.publish({"node/a": b"a"}, "vn/2", b"two", unchanged={"vn/1": _sha256(b"one")})
+    assert storage.read("vn/2") == b"two"
+    storage.write("vn/2", b"restored")
+    for now in (b"restored", None):
+        with pytest.raises(FileChanged, match="vn/2") as info:
+            storage.publish({"node/b": b"b"}, "vn/3", b"three",
+                            unchanged={"vn/2": _sha256(b"two")})
+        assert info.value.digest == (now and _sha256(now))
+        assert not storage.exists("vn/3")
+        storage.delete("vn/2")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 @needs_unnamed_files

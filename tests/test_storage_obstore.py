@@ -6,6 +6,7 @@ tests/test_cloud_schemes.py, kind ``obstore``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from s3server import Fault, FaultProxy
 from olympia import Catalog
 from olympia.exceptions import (
     FileAlreadyExists,
+    FileChanged,
     FileNotFound,
     InsufficientStorageError,
     InvalidArgumentError,
@@ -87,6 +89,11 @@ def test_each_backend_operation(storage: Storage, s3_server: Any) -> None:
     assert storage.read("node/x") == b"n" and storage.read("vn/2") == b"root 2"
     with pytest.raises(FileNotFound, match="vn/9"):
         storage.publish({}, "vn/3", b"r", present=["vn/9"])
+    with pytest.raises(FileChanged, match="vn/1") as changed:  # published only on vn/1 as read
+        storage.publish({}, "vn/3", b"r", unchanged={"vn/1": hashlib.sha256(b"?").hexdigest()})
+    assert changed.value.digest == hashlib.sha256(storage.read("vn/1")).hexdigest()
+    storage.publish({}, "vn/3", b"r", unchanged={"vn/1": changed.value.digest})
+    assert storage.read("vn/3") == b"r"
 
 
 # names a key may hold that URL encodings treat specially: percent signs (Olympia's own

@@ -264,7 +264,8 @@ def _land_batch(files: CatalogFiles, members: list[Member], newest: int) -> int:
         return read, _merged(members)
 
     try:
-        committed = land(files, found, _merged(members), members[0].options, catch_up)
+        committed = land(files, found, _merged(members), members[0].options, catch_up,
+                         base_read=True)
     except _Emptied as exc:
         return exc.newest
     except CommitConflict as exc:  # the time budget ran out: every member gives up

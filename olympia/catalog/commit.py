@@ -3,16 +3,17 @@ transactions. :func:`commit` runs it in the caller's thread; read top to bottom,
 protocol:
 
 1. A transaction stages a :class:`Change` (nothing is written while staging).
-2. :func:`commit` reads the base's root from the store again: a prefix restored from a
-   copy may hold another root under that name, or none, and a change staged on it gets
-   :class:`CommitConflict` (:func:`base_moved`).
-3. :func:`land` makes the attempts. :func:`_attempt` replays the change copy-on-write onto
-   the base's tree and encodes the changed nodes and the root, writing nothing; where
-   telling is free (local disk, memory) it then asks once whether ``vn/<v+1>`` is taken
-   (:func:`_lost_already`), so that a lost attempt writes nothing; then
-   :meth:`olympia.storage.Storage.publish` writes the new definition and node files and
-   creates ``vn/<v+1>`` exclusively (put-if-absent). The winner writes the ``vn/latest``
-   hint, best effort (:func:`_write_hint`).
+2. :func:`commit` hands it to :func:`land`, which makes the attempts.
+3. :func:`_attempt` replays the change copy-on-write onto the base's tree and encodes the
+   changed nodes and the root, writing nothing; where telling is free (local disk,
+   memory) it then asks once whether ``vn/<v+1>`` is taken (:func:`_lost_already`), so
+   that a lost attempt writes nothing; then :meth:`olympia.storage.Storage.publish`
+   writes the new definition and node files and, in the same batch of the first
+   attempt, reads the base's root again (a prefix restored from a copy may hold another
+   root under that name, or none: the change then gets :class:`CommitConflict`,
+   :func:`base_moved`, and no root is created); then it creates ``vn/<v+1>``
+   exclusively (put-if-absent). The winner writes the ``vn/latest`` hint, best effort
+   (:func:`_write_hint`).
 4. On losing the race, :func:`land` pauses (jittered exponential backoff:
    :meth:`CommitOptions.pause`); then :func:`_catch_up` reads the roots from the base on
    *from the store* (through the one that won, and on until one is missing:
@@ -63,6 +64,7 @@ from olympia.exceptions import (
     CommitConflict,
     CommitOutcomeUnknown,
     FileAlreadyExists,
+    FileChanged,
     FileNotFound,
     InvalidArgumentError,
     NoSuchVersionError,
@@ -207,11 +209,9 @@ def commit(files: CatalogFiles, base: Snapshot, change: Change,
         from olympia.catalog import coalesce
 
         return coalesce.commit(files, base, change, options)
-    moved = base_moved(base, files.stored_digest(base.version))
-    if moved is not None:
-        raise moved
     return land(files, base, change, options,
-                lambda last, through: (_catch_up(files, last, change, through), change))
+                lambda last, through: (_catch_up(files, last, change, through), change),
+                base_read=False)
 
 
 CatchUp = Callable[[Snapshot, int], tuple[Snapshot, Change]]
@@ -221,10 +221,12 @@ onto it."""
 
 
 def land(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOptions,
-         catch_up: CatchUp) -> Root:
-    """Commit ``change`` as the version after ``base`` (read from the store in this
-    commit), making attempts (:func:`_attempt`) until one wins the race or the time budget
-    is spent; after each lost race, pause, then build on what ``catch_up`` read.
+         catch_up: CatchUp, base_read: bool) -> Root:
+    """Commit ``change`` as the version after ``base``, making attempts (:func:`_attempt`)
+    until one wins the race or the time budget is spent; after each lost race, pause, then
+    build on what ``catch_up`` read. Every attempt builds on a root read from the store in
+    this commit: ``base``'s when ``base_read`` (the caller has just read it), else read
+    again by the first attempt; the others' by ``catch_up``.
 
     Returns:
         The committed root.
@@ -240,7 +242,8 @@ def land(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOpt
     while True:
         attempts += 1
         try:
-            return _attempt(files, base, change, written)
+            return _attempt(files, base, change, written,
+                            confirm=attempts == 1 and not base_read)
         except FileAlreadyExists:
             losses += 1
         except _Vanished:  # the store went back (a restore): build anew on what it holds
@@ -259,12 +262,16 @@ def land(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOpt
 
 
 def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Written,
-             ) -> Root:
-    """Write ``change`` as the version after ``base`` and return its root.
+             confirm: bool) -> Root:
+    """Write ``change`` as the version after ``base`` and return its root; with ``confirm``,
+    only if the store's root of ``base``'s version is still the one read (checked in the
+    batch that writes the new files).
 
     Raises:
         FileAlreadyExists: Another writer took the version (seen before writing, where
             telling is free, or when creating the root).
+        CommitConflict: With ``confirm``: the store's root of the base's version is not
+            the one read.
         _Vanished: A file an earlier attempt wrote, which this one would name, is gone.
         CommitOutcomeUnknown: An exception interrupted it once the root's create may have
             happened.
@@ -285,7 +292,9 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     _check_size(cdef, {**files_out, "root": root_bytes})
     _lost_already(files, version)
     try:  # what an earlier attempt wrote is named only if the store still holds it
-        files.storage.publish(files_out, version_path(version), root_bytes, present=reused)
+        files.storage.publish(files_out, version_path(version), root_bytes, present=reused,
+                              unchanged={version_path(base.version): base.root.digest}
+                              if confirm else None)
         committed = Root(version, version_path(version), root, cdef, root_digest(root_bytes))
         for path, node in flushed.files.items():  # the next transaction reads them
             base.nodes.remember(path, node)
@@ -295,6 +304,8 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     except FileAlreadyExists:
         written.note(base, change, flushed)  # in place: a rebase may refer to them
         raise
+    except FileChanged as exc:  # the store's root of the base is not the one read
+        raise moved_conflict(base, exc.digest) from None
     except FileNotFound as exc:
         raise _Vanished(str(exc)) from None
     except OlympiaError:
@@ -369,8 +380,11 @@ def base_moved(base: Snapshot, digest: str | None) -> CommitConflict | None:
     an earlier copy (and perhaps committed to again) no longer holds the version it was
     staged on, and building on it would lose the store's versions or leave a gap before
     ours."""
-    if digest == base.root.digest:
-        return None
+    return None if digest == base.root.digest else moved_conflict(base, digest)
+
+
+def moved_conflict(base: Snapshot, digest: str | None) -> CommitConflict:
+    """:func:`base_moved`'s conflict, for a root read with ``digest`` (None: missing)."""
     now = "is missing" if digest is None else "holds another root"
     return CommitConflict(
         f"version {base.version}, which this commit began on, is no longer in the store as "

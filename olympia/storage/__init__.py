@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from olympia.exceptions import (
     FileAlreadyExists,
+    FileChanged,
     FileNotFound,
     PartialDeleteError,
     StorageError,
@@ -202,33 +203,48 @@ class Storage:
             raise
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                present: Iterable[str] = ()) -> None:
+                present: Iterable[str] = (), unchanged: Mapping[str, str] | None = None,
+                ) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`, with its retries): a reader never finds ``path``
         without all of ``files`` (:meth:`Backend.publish`, which may write them
         concurrently through :meth:`map`) and of ``present``, whose existence is checked
         in the same batch as the writes (no round trip of its own; on a remote store one
-        request each, counted in ``exists``).
+        request each, counted in ``exists``); nor once a file of ``unchanged``, read in
+        that batch too (counted in ``reads``), no longer holds what it held.
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
             path: The file created last, exclusively.
             data: Its content.
             present: Relative paths of files written earlier that ``path`` refers to too.
+            unchanged: Relative path -> the SHA-256 (hex) of the content that file must
+                still hold for ``path`` to be created.
 
         Raises:
             FileNotFound: A file of ``present`` is missing (named); ``path`` was not
                 created.
+            FileChanged: A file of ``unchanged`` holds other content or is gone (named,
+                with the digest of what it holds); ``path`` was not created.
             FileAlreadyExists: ``path`` exists; ``files`` were written.
             TransientStorageError: The store kept failing, and whether ``path`` was
                 created by this call could not be learned by reading it.
         """
         full = {self.full(name): content for name, content in files.items()}
         checked = [self.full(name) for name in present]
+        expected = {self.full(name): digest for name, digest in (unchanged or {}).items()}
         self.stats.add(writes=len(files) + 1, exists=len(checked) if self.remote else 0,
+                       reads=len(expected),
                        bytes_written=sum(map(len, files.values())) + len(data))
-        self._exclusive(path, data, lambda: self.backend.publish(
-            full, self.full(path), data, self.map, checked))
+
+        def create() -> None:
+            try:
+                self.backend.publish(full, self.full(path), data, self.map, checked, expected)
+            except FileChanged as exc:
+                raise FileChanged("a file the new root builds on changed",
+                                  self.display(exc.path[len(self.root):]), exc.digest) from None
+
+        self._exclusive(path, data, create)
 
     def _exclusive(self, path: str, data: bytes, create: Callable[[], object]) -> None:
         """Run ``create`` (ending with an exclusive create of ``path`` holding ``data``)

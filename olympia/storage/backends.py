@@ -12,13 +12,14 @@ and the mapping of its options.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from olympia.exceptions import InvalidArgumentError
+from olympia.exceptions import FileChanged, InvalidArgumentError
 
 T = TypeVar("T")
 Job = Callable[[], object]
@@ -115,10 +116,12 @@ class Backend:
         raise NotImplementedError
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
-                run_all: RunAll = run_in_turn, present: Sequence[str] = ()) -> None:
-        """Write ``files`` and check that each of ``present`` exists (in one batch), then
-        create ``path`` exclusively: a reader never finds ``path`` without every one of
-        ``files`` and ``present``.
+                run_all: RunAll = run_in_turn, present: Sequence[str] = (),
+                unchanged: Mapping[str, str] | None = None) -> None:
+        """Write ``files``, check that each of ``present`` exists and that each file of
+        ``unchanged`` still holds what it held (in one batch), then create ``path``
+        exclusively: a reader never finds ``path`` without every one of ``files`` and
+        ``present``, and it is never created once a file of ``unchanged`` changed.
 
         Args:
             files: Full path -> content.
@@ -128,31 +131,48 @@ class Backend:
                 passes its bounded thread pool: on local disk concurrent writes let the
                 file system merge their syncs).
             present: Full paths of files written earlier that ``path`` also names.
+            unchanged: Full path -> the SHA-256 (hex) of the content it must still hold.
 
         Raises:
             FileNotFoundError: A file of ``present`` is missing (``path`` was not created).
+            FileChanged: A file of ``unchanged`` holds other content or is gone (``path``
+                was not created; ``files`` were written).
             FileExistsError: ``path`` exists (``files`` were written).
         """
         self._batch([partial(self.write, name, content) for name, content in files.items()],
-                    present, run_all)
+                    present, run_all, unchanged or {})
         self.create_exclusive(path, data)
 
-    def _batch(self, writes: Sequence[Job], present: Sequence[str], run_all: RunAll) -> None:
-        """Run ``writes`` and an existence check of each of ``present`` as one batch.
+    def _batch(self, writes: Sequence[Job], present: Sequence[str], run_all: RunAll,
+               unchanged: Mapping[str, str]) -> None:
+        """Run ``writes``, an existence check of each of ``present`` and a read of each
+        of ``unchanged`` as one batch.
 
         Raises:
             FileNotFoundError: Naming the first missing file of ``present``.
+            FileChanged: Naming the first file of ``unchanged`` that changed.
         """
         found: dict[str, bool] = {}
+        held: dict[str, str | None] = {}
 
         def check(name: str) -> None:
             found[name] = self.exists(name)
 
-        run_all(_run, [*writes, *(partial(check, name) for name in present)])
+        def digest(name: str) -> None:
+            try:
+                held[name] = hashlib.sha256(self.read(name)).hexdigest()
+            except FileNotFoundError:
+                held[name] = None
+
+        run_all(_run, [*writes, *(partial(check, name) for name in present),
+                       *(partial(digest, name) for name in unchanged)])
         missing = [name for name in present if not found[name]]
         if missing:
             raise FileNotFoundError(errno.ENOENT, "a file the new root names is missing",
                                     missing[0])
+        for name, expected in unchanged.items():
+            if held[name] != expected:
+                raise FileChanged("a file the new root builds on changed", name, held[name])
 
 
 Opened = tuple[str, Backend, str | None]
