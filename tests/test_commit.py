@@ -18,6 +18,7 @@ from olympia import Catalog
 from olympia.catalog import coalesce as coalesce_module
 from olympia.catalog import commit as commit_module
 from olympia.catalog.commit import CommitOptions
+from olympia.catalog.files import LATEST
 from olympia.catalog.keys import version_path
 from olympia.catalog.reader import Snapshot
 from olympia.catalog.transaction import Transaction
@@ -158,6 +159,21 @@ def test_one_uncontended_commit_makes_exactly_these_storage_operations(
         expected["write", "node"] = depth - 1
     assert dict(log.counts) == expected
     assert (depth > 1) is (tables > 0)
+
+
+def test_the_latest_hint_is_written_by_whom_the_options_name_once_the_root_landed() -> None:
+    """``CommitOptions.write_hint`` runs the hint's write (``olympia serve`` on a worker):
+    the commit is answered with its root created and the hint not yet written, and
+    discovery meanwhile still finds the version; the job writes the hint."""
+    ours, theirs = _two_writers()
+    jobs: list[Callable[[], None]] = []
+    ours.commit_options = replace(ours.commit_options, write_hint=jobs.append)
+    ours.create_namespace("later")
+    assert ours.version == 2 and len(jobs) == 1
+    assert ours.files.read_hint(LATEST) == 1
+    assert theirs.refresh() == 2 and Catalog.open(ours.uri).version == 2
+    jobs[0]()
+    assert ours.files.read_hint(LATEST) == 2
 
 
 class TaskTimeout(Exception):

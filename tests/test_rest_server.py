@@ -34,6 +34,7 @@ from restserver import RestServer, assert_error, request, version
 
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.commit import CommitOptions
+from olympia.catalog.files import LATEST
 from olympia.exceptions import CommitConflict
 from olympia.server.commits import retry_lost_races
 from olympia.server.operations import identifiers_json
@@ -239,6 +240,20 @@ def test_concurrent_commits_whose_requirements_still_hold_all_land(
     properties = client.load_table((ns, "t")).properties
     assert {f"p{i}": str(i) for i in range(8)}.items() <= properties.items()
     assert version(server) == before + 8
+
+
+def test_the_latest_hint_of_the_last_commit_is_written_before_the_server_stops(
+        tmp_path: Path) -> None:
+    """``olympia serve`` writes vn/latest off its answers' path (one worker thread), and
+    waits for the last of those writes when it is stopped."""
+    with RestServer.on_new_catalog(tmp_path) as started:
+        client = started.client()
+        client.create_namespace("ns")
+        table = client.create_table(("ns", "t"), ROWS.schema)
+        for i in range(5):
+            table.transaction().set_properties({"i": str(i)}).commit_transaction()
+    store = OlympiaStore.open(str(tmp_path / "catalog"))
+    assert store.version == 7 and store.files.read_hint(LATEST) == 7
 
 
 def test_drop_with_purge_deletes_the_files(client: RestCatalog, ns: str) -> None:

@@ -52,6 +52,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from olympia._proto import actions_pb2 as apb
 from olympia._proto import objects_pb2 as pb
@@ -99,6 +100,9 @@ class CommitOptions:
             through its queue and may land together in one version
             (:mod:`olympia.catalog.coalesce`); without it each runs the protocol in its
             caller's thread, racing the others as separate writers do.
+        write_hint: Runs the best-effort write of the ``vn/latest`` hint once a version
+            landed (by default at once, in the committing thread; ``olympia serve``
+            hands it to a worker thread, so that its answer does not wait for it).
     """
 
     timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S
@@ -108,6 +112,7 @@ class CommitOptions:
     sleep: Callable[[float], None] = time.sleep
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(0, bound))
     coalesce: bool = False
+    write_hint: Callable[[Callable[[], None]], object] = field(default=lambda write: write())
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -243,7 +248,7 @@ def land(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOpt
         attempts += 1
         try:
             return _attempt(files, base, change, written,
-                            confirm=attempts == 1 and not base_read)
+                            attempts == 1 and not base_read, options.write_hint)
         except FileAlreadyExists:
             losses += 1
         except _Vanished:  # the store went back (a restore): build anew on what it holds
@@ -262,10 +267,11 @@ def land(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOpt
 
 
 def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Written,
-             confirm: bool) -> Root:
+             confirm: bool, write_hint: Callable[[Callable[[], None]], object]) -> Root:
     """Write ``change`` as the version after ``base`` and return its root; with ``confirm``,
     only if the store's root of ``base``'s version is still the one read (checked in the
-    batch that writes the new files).
+    batch that writes the new files). Once it landed, ``write_hint`` runs the write of
+    vn/latest.
 
     Raises:
         FileAlreadyExists: Another writer took the version (seen before writing, where
@@ -299,7 +305,7 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
         for path, node in flushed.files.items():  # the next transaction reads them
             base.nodes.remember(path, node)
         files.remember_root(committed)  # for readers; a commit reads roots fresh
-        _write_hint(files, version)
+        write_hint(partial(_write_hint, files, version))
         return committed
     except FileAlreadyExists:
         written.note(base, change, flushed)  # in place: a rebase may refer to them

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import click
 
@@ -84,6 +86,9 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
     tokens = Tokens.load(token_file) if token_file is not None else None
     clients = key_value_pairs("--client-property", client_property)
     store = open_catalog(catalog_uri, storage_option)
+    # vn/latest is written after each root, best effort: by one worker, off the answer's path
+    hints = ThreadPoolExecutor(1, thread_name_prefix="olympia-hint")
+    store.commit_options = replace(store.commit_options, write_hint=hints.submit)
     catalog = OlympiaCatalog.over(store, max_metadata_bytes=max_metadata_bytes)
     if warehouse:
         catalog.properties["warehouse"] = warehouse
@@ -105,6 +110,7 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
         server.run(sockets=[listener])
     finally:
         listener.close()
+        hints.shutdown()  # the hints of the last commits are written
         store.close()
 
 
