@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, TableUpdate
 
 from olympia.exceptions import TableLocationError
 from olympia.iceberg.locations import Place, confine, inside, place
-from olympia.iceberg.manifests import entries, manifests
+from olympia.iceberg.manifests import entries, manifest_paths
 from olympia.lru import LruCache
 
 #: Table properties that place the files a table's writers write.
@@ -66,14 +65,15 @@ def table_files(table: Table, check: Check) -> dict[str, dict[str, Place]]:
             if manifest.manifest_path not in files["manifest"]:
                 files["manifest"][manifest.manifest_path] = check(manifest.manifest_path,
                                                                   "manifest")
-                files["data"].update(_entries(io, manifest, check))
+                files["data"].update(_entries(io, manifest.manifest_path, check))
     return files
 
 
-def _entries(io: FileIO, manifest: ManifestFile, check: Check) -> dict[str, Place]:
-    """The data and delete files ``manifest`` names (deleted entries too), checked."""
+def _entries(io: FileIO, manifest: str, check: Check) -> dict[str, Place]:
+    """The data and delete files the manifest at ``manifest`` names (deleted entries too),
+    checked."""
     return {entry.data_file.file_path: check(entry.data_file.file_path, "data")
-            for entry in entries(io, manifest.manifest_path)}
+            for entry in entries(io, manifest)}
 
 
 def _confine(path: str, location: str, what: str) -> Place:
@@ -164,20 +164,20 @@ def check_commit(before: TableMetadata | None, after: TableMetadata,
     remembered = {path: names for path in parent_lists
                   if seen is not None and (names := seen.get((*scope, path))) is not None}
     unread = [*dict.fromkeys([*(p for p in parent_lists if p not in remembered), *new_lists])]
-    listed = dict(zip(unread, parallel(lambda path: manifests(io, path), unread), strict=True))
-    named = {**remembered, **{path: frozenset(m.manifest_path for m in manifests)
-                              for path, manifests in listed.items()}}
+    listed = dict(zip(unread, parallel(lambda path: manifest_paths(io, path), unread),
+                      strict=True))
+    named = {**remembered, **{path: frozenset(paths) for path, paths in listed.items()}}
     checked = {s.snapshot_id: named[s.manifest_list]
                for s in old.snapshots if s.snapshot_id in parents}
-    fresh: dict[str, ManifestFile] = {}
+    fresh: dict[str, None] = {}  # (in order)
     for snapshot in new:  # in the order they were added: a parent before its child
         known = checked.get(snapshot.parent_snapshot_id or -1, frozenset())
         for manifest in listed[snapshot.manifest_list]:
-            if manifest.manifest_path not in known and manifest.manifest_path not in fresh:
-                check(manifest.manifest_path, "manifest")
-                fresh[manifest.manifest_path] = manifest
+            if manifest not in known and manifest not in fresh:
+                check(manifest, "manifest")
+                fresh[manifest] = None
         checked[snapshot.snapshot_id] = named[snapshot.manifest_list]
-    parallel(lambda manifest: _entries(io, manifest, check), list(fresh.values()))
+    parallel(lambda manifest: _entries(io, manifest, check), list(fresh))
     if seen is not None:
         for path in new_lists:
             seen.put((*scope, path), named[path])

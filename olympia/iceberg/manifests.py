@@ -28,20 +28,19 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
-    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
-    ManifestFile,
     PartitionFieldSummary,
 )
 from pyiceberg.schema import Schema
-from pyiceberg.typedef import StructProtocol
+from pyiceberg.typedef import Record, StructProtocol
 
 from olympia.iceberg.fileio import read_file
 from olympia.lru import LruCache
 
 #: Resolved readers kept (one per schema text and kind of file).
 READERS = 64
+MANIFEST_PATH, PARTITIONS = 500, 507  # field ids of a manifest list (the Iceberg spec's)
 
 D = TypeVar("D", bound=StructProtocol)
 
@@ -56,8 +55,11 @@ class _Kind:
     enums: dict[int, Callable[..., Enum]]
 
 
-_LIST = _Kind("manifest list", MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
-              {-1: ManifestFile, 508: PartitionFieldSummary}, {517: ManifestContent})
+# of a manifest list only each manifest's path is read (and the partition summaries:
+# pyiceberg's resolver cannot skip a list field that the read schema leaves out)
+_PATHS = _Kind("manifest list", Schema(*(
+    field for field in MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION].fields
+    if field.field_id in (MANIFEST_PATH, PARTITIONS))), {508: PartitionFieldSummary}, {})
 _ENTRIES = _Kind("manifest", MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
                  {-1: ManifestEntry, 2: DataFile},
                  {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent})
@@ -86,10 +88,10 @@ class _AvroFile(AvroFile[D]):
         return self
 
 
-def manifests(io: FileIO, path: str) -> list[ManifestFile]:
-    """The manifests the manifest list at ``path`` names, in its order."""
-    with _AvroFile[ManifestFile](io, path, _LIST) as reader:
-        return list(reader)
+def manifest_paths(io: FileIO, path: str) -> list[str]:
+    """The paths of the manifests the manifest list at ``path`` names, in its order."""
+    with _AvroFile[Record](io, path, _PATHS) as reader:
+        return [str(manifest[0]) for manifest in reader]
 
 
 def entries(io: FileIO, path: str) -> list[ManifestEntry]:
