@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import itertools
 import json
 import multiprocessing
 import statistics
@@ -38,15 +37,11 @@ from urllib.parse import quote, urlsplit
 
 import psutil
 import pyarrow as pa
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import Table
 
 from benchmarks import peers
 from benchmarks.bench_rest import _get
 from benchmarks.common import ROOT, guarded, per_second, percentiles, timed, workdir
 from olympia import Catalog
-from olympia.iceberg.files import check_commit
-from olympia.lru import LruCache
 from olympia.storage import Storage
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
@@ -240,29 +235,7 @@ def appends(side: Side, namespace: str, writers: int, tables: int,
             "snapshots_in_metadata": max(len(t.metadata.snapshots) for t in loaded),
             "writers_failed": writers - len(results),
             "lost": len(latencies) - rows,  # acknowledged, yet not in the table
-            "server_cpu_ms_per_append": round(cpu / max(1, len(latencies)) * 1000, 3),
-            **({"confinement_check_ms_per_append": confinement_check_ms(loaded)}
-               if side.name == "olympia" else {})}
-
-
-def confinement_check_ms(tables: list[Table]) -> float:
-    """CPU milliseconds per commit of the check ``olympia serve`` makes of every file a
-    commit names (:func:`olympia.iceberg.files.check_commit`: the table's confinement to
-    its location, a rule the peers do not apply), replayed in this thread on the tables'
-    metadata files, each commit's before and after, the manifest lists read by an earlier
-    check remembered as the server remembers them."""
-    spent, commits = 0.0, 0
-    for table in tables:
-        history = [FromInputFile.table_metadata(table.io.new_input(entry.metadata_file))
-                   for entry in table.metadata.metadata_log] + [table.metadata]
-        seen: LruCache[tuple[str, str, str], frozenset[str]] = LruCache(len(history))
-        for before, after in itertools.pairwise(history):
-            started = time.thread_time()
-            check_commit(before, after, [], table.io, "bench",
-                         lambda read, items: [read(item) for item in items], seen)
-            spent += time.thread_time() - started
-            commits += 1
-    return round(spent / max(1, commits) * 1000, 3)
+            "server_cpu_ms_per_append": round(cpu / max(1, len(latencies)) * 1000, 3)}
 
 
 def _round(side: Side, tag: str, quick: bool, marks: tuple[int, ...],
@@ -296,9 +269,6 @@ def _summary(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, A
         if key.startswith("appends_"):
             metrics[f"{key}_per_s"] = lambda r, k=key: r[k]["appends_per_s"]
             metrics[f"{key}_server_cpu_ms"] = lambda r, k=key: r[k]["server_cpu_ms_per_append"]
-            # olympia's without its confinement check (the peers check nothing)
-            metrics[f"{key}_server_cpu_ms_less_check"] = lambda r, k=key: (
-                r[k]["server_cpu_ms_per_append"] - r[k].get("confinement_check_ms_per_append", 0))
             metrics[f"{key}_commit_request_ms"] = lambda r, k=key: r[k]["commit_request_ms"]
             metrics[f"{key}_client_ms"] = lambda r, k=key: r[k]["client_ms"]
             metrics[f"{key}_snapshots_in_metadata"] = (
