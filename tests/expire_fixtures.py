@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,14 +110,12 @@ class StalledCommit:
         publish = catalog.storage.publish
 
         def slow_root(files: dict[str, bytes], path: str, data: bytes,
-                      written: Callable[[], None] | None = None,
-                      present: Sequence[str] = ()) -> None:
+                      present: Sequence[str] = (),
+                      unchanged: Mapping[str, str] | None = None) -> None:
             catalog.storage.write_many(files)
-            if written is not None:
-                written()
             files_written.set()
             assert self._release.wait(120)
-            publish({}, path, data, present)
+            publish({}, path, data, present, unchanged)
 
         catalog.storage.publish = slow_root  # type: ignore[method-assign,assignment]
         self._thread = threading.Thread(

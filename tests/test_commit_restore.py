@@ -171,8 +171,8 @@ KILLED_WRITER = textwrap.dedent("""
 
     catalog.storage.create_exclusive = lambda path, data: (
         stalled() if path.startswith("vn/") else create(path, data))
-    catalog.storage.publish = lambda files, path, data, *rest: (
-        stalled() if path.startswith("vn/") else publish(files, path, data, *rest))
+    catalog.storage.publish = lambda files, path, data, *rest, **named: (
+        stalled() if path.startswith("vn/") else publish(files, path, data, *rest, **named))
     open(marker + ".ready", "w").close()
     catalog.drop_table("s", "t1")
 """)
