@@ -22,16 +22,26 @@ from conftest import Location
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, open_catalog, rows, s3_properties
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
-from pyiceberg.types import LongType
+from pyiceberg.types import LongType, NestedField
 
 from olympia.catalog.catalog import Catalog
 from olympia.catalog.files import LATEST
 from olympia.exceptions import FileNotFound
 from olympia.iceberg import OlympiaCatalog
 from olympia.iceberg import session as iceberg_session
-from olympia.iceberg.metadata import DIGEST_PROPERTY, IcebergMetadataError, parse_table_metadata
+from olympia.iceberg.metadata import (
+    DIGEST_PROPERTY,
+    IcebergMetadataError,
+    metadata_json,
+    parse_table_metadata,
+)
 from olympia.server import CatalogService
 from olympia.server.models import CommitTableBody
 from olympia.storage import Storage
@@ -130,6 +140,37 @@ def test_what_is_kept_is_what_the_file_holds(tmp_path: Path) -> None:
         definition = catalog.olympia.load_table("ns", "t")
         assert definition.format_properties[DIGEST_PROPERTY] == hashlib.sha256(data).hexdigest()
         table.append(rows(3))
+
+
+_SUMMARY_KEYS = st.sampled_from(["added-records", "total-records", "note", "x"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(format_version=st.sampled_from([1, 2]),  # (pyiceberg writes no version 3)
+       snapshots=st.lists(st.tuples(
+           st.integers(1, 3), st.one_of(st.none(), st.integers(1, 3)), st.integers(1, 3),
+           st.sampled_from(["append", "overwrite"]),
+           st.lists(st.tuples(_SUMMARY_KEYS, st.sampled_from(["1", "2"])), max_size=3)),
+           max_size=6))
+def test_a_metadata_file_says_what_pyiceberg_would(
+        format_version: int,
+        snapshots: list[tuple[int, int | None, int, str, list[tuple[str, str]]]]) -> None:
+    """The metadata JSON, whose snapshots are encoded once and kept by value, parses to what
+    pyiceberg's own encoding of the same metadata parses to: also for snapshots that differ
+    only in a parent, a sequence number or a summary's entries and their order, encoded
+    earlier in this process, and in format version 1 (no sequence numbers)."""
+    base = new_table_metadata(
+        Schema(NestedField(1, "id", LongType(), required=True)), UNPARTITIONED_PARTITION_SPEC,
+        UNSORTED_SORT_ORDER, "file:///w/t", {"format-version": str(format_version)})
+    for _ in range(2):  # the second round finds every snapshot's JSON kept
+        listed = [Snapshot(snapshot_id=100 + i, parent_snapshot_id=parent,
+                           sequence_number=sequence, timestamp_ms=1,
+                           manifest_list=f"file:///w/t/metadata/snap-{i}.avro",
+                           summary=Summary(Operation(operation), **dict(entries)))
+                  for i, parent, sequence, operation, entries in snapshots]
+        metadata = base.model_copy(update={"snapshots": listed})
+        assert json.loads(metadata_json(metadata)) == json.loads(
+            metadata.model_dump_json(exclude_none=True))
 
 
 def test_a_commit_by_another_process_is_seen(properties: dict[str, str],
