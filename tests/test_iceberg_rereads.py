@@ -155,20 +155,21 @@ _SUMMARY_KEYS = st.sampled_from(["added-records", "total-records", "note", "x"])
 def test_a_metadata_file_says_what_pyiceberg_would(
         format_version: int,
         snapshots: list[tuple[int, int | None, int, str, list[tuple[str, str]]]]) -> None:
-    """The metadata JSON, whose snapshots are encoded once and kept by value, parses to what
-    pyiceberg's own encoding of the same metadata parses to: also for snapshots that differ
-    only in a parent, a sequence number or a summary's entries and their order, encoded
-    earlier in this process, and in format version 1 (no sequence numbers)."""
+    """The metadata JSON, whose snapshots are each encoded once while kept, parses to what
+    pyiceberg's own encoding of the same metadata parses to: for a next metadata file that
+    repeats the same snapshot objects, and one whose snapshots are new objects (encoded
+    afresh, as are those of format version 1, which drops sequence numbers)."""
     base = new_table_metadata(
         Schema(NestedField(1, "id", LongType(), required=True)), UNPARTITIONED_PARTITION_SPEC,
         UNSORTED_SORT_ORDER, "file:///w/t", {"format-version": str(format_version)})
-    for _ in range(2):  # the second round finds every snapshot's JSON kept
-        listed = [Snapshot(snapshot_id=100 + i, parent_snapshot_id=parent,
-                           sequence_number=sequence, timestamp_ms=1,
-                           manifest_list=f"file:///w/t/metadata/snap-{i}.avro",
-                           summary=Summary(Operation(operation), **dict(entries)))
-                  for i, parent, sequence, operation, entries in snapshots]
-        metadata = base.model_copy(update={"snapshots": listed})
+    listed = [Snapshot(snapshot_id=100 + i, parent_snapshot_id=parent,
+                       sequence_number=sequence, timestamp_ms=1,
+                       manifest_list=f"file:///w/t/metadata/snap-{i}.avro",
+                       summary=Summary(Operation(operation), **dict(entries)))
+              for i, parent, sequence, operation, entries in snapshots]
+    changed = [s.model_copy(update={"timestamp_ms": 2}) for s in listed]
+    for kept in ([], listed[:-1], listed, changed):  # each snapshot object encoded earlier
+        metadata = base.model_copy(update={"snapshots": [*kept, *listed[len(kept):]]})
         assert json.loads(metadata_json(metadata)) == json.loads(
             metadata.model_dump_json(exclude_none=True))
 

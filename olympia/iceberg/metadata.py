@@ -45,10 +45,12 @@ DEFAULT_MAX_METADATA_BYTES = 32 * 1024 * 1024
 #: definition's location names, written with it: what lets a process trust a metadata file
 #: it read (or wrote) once without reading it again.
 DIGEST_PROPERTY = "metadata-sha256"
-#: How many snapshots' JSON a process keeps (a few KiB each, with the snapshot as key): a
-#: table's next metadata file repeats every snapshot the last one held.
+#: How many snapshots' JSON a process keeps (a few KiB each, with the snapshot itself): a
+#: table's next metadata file repeats every snapshot object the last one held.
 SNAPSHOT_JSON_KEPT = 10_000
-_snapshot_json: LruCache[tuple[Snapshot, bool], bytes] = LruCache(SNAPSHOT_JSON_KEPT)
+#: (id of a snapshot, whether ``None`` fields are left out) -> (the snapshot, kept so that
+#: no other object takes its id while the entry lasts; its JSON)
+_snapshot_json: LruCache[tuple[int, bool], tuple[Snapshot, bytes]] = LruCache(SNAPSHOT_JSON_KEPT)
 
 
 class IcebergMetadataError(oe.TableMetadataError, NoSuchTableError):
@@ -111,19 +113,19 @@ def read_metadata_file(file_io: FileIO, location: str, table: str,
 
 def metadata_json(metadata: TableMetadata) -> bytes:
     """The JSON of ``metadata`` as pyiceberg writes it to a metadata file; from format
-    version 2 its snapshots come last, each one's JSON kept by value (equal snapshots
-    encode alike) for the next metadata file that holds it."""
+    version 2 its snapshots come last, each snapshot object encoded once while kept."""
     exclude_none = not Config().get_bool("legacy-current-snapshot-id")
     if metadata.format_version == 1:  # (pyiceberg drops v1 snapshots' sequence numbers)
         return metadata.model_dump_json(exclude_none=exclude_none).encode()
     head = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
-    keys = [(snapshot, exclude_none) for snapshot in metadata.snapshots]
+    keys = [(id(snapshot), exclude_none) for snapshot in metadata.snapshots]
     parts = []
-    for key, part in zip(keys, _snapshot_json.get_many(keys), strict=True):
-        if part is None:
-            part = key[0].model_dump_json(exclude_none=exclude_none).encode()
-            _snapshot_json.put(key, part)
-        parts.append(part)
+    for snapshot, key, kept in zip(metadata.snapshots, keys, _snapshot_json.get_many(keys),
+                                   strict=True):
+        if kept is None:
+            kept = snapshot, snapshot.model_dump_json(exclude_none=exclude_none).encode()
+            _snapshot_json.put(key, kept)
+        parts.append(kept[1])
     return b"".join((head[:-1].encode(), b',"snapshots":[', b",".join(parts), b"]}"))
 
 
