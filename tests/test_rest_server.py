@@ -12,6 +12,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -35,6 +36,7 @@ from restserver import RestServer, assert_error, request, version
 from olympia.catalog.catalog import Catalog as OlympiaStore
 from olympia.catalog.commit import CommitOptions
 from olympia.catalog.files import LATEST
+from olympia.cli.serve import hint_writer
 from olympia.exceptions import CommitConflict
 from olympia.server.commits import retry_lost_races
 from olympia.server.operations import identifiers_json
@@ -254,6 +256,19 @@ def test_the_latest_hint_of_the_last_commit_is_written_before_the_server_stops(
             table.transaction().set_properties({"i": str(i)}).commit_transaction()
     store = OlympiaStore.open(str(tmp_path / "catalog"))
     assert store.version == 7 and store.files.read_hint(LATEST) == 7
+
+
+def test_a_hint_write_that_fails_unexpectedly_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A hint write that raises what is no storage error (a bug) reaches the server's log
+    instead of staying in its worker."""
+    def broken() -> None:
+        raise RuntimeError("a bug in the hint write")
+
+    with ThreadPoolExecutor(1) as hints:
+        hint_writer(hints)(broken)
+    logged = [(r.levelname, str(r.exc_info[1])) for r in caplog.records if r.exc_info]
+    assert logged == [("ERROR", "a bug in the hint write")]
 
 
 def test_drop_with_purge_deletes_the_files(client: RestCatalog, ns: str) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import click
@@ -88,7 +90,7 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
     store = open_catalog(catalog_uri, storage_option)
     # vn/latest is written after each root, best effort: by one worker, off the answer's path
     hints = ThreadPoolExecutor(1, thread_name_prefix="olympia-hint")
-    store.commit_options = replace(store.commit_options, write_hint=hints.submit)
+    store.commit_options = replace(store.commit_options, write_hint=hint_writer(hints))
     catalog = OlympiaCatalog.over(store, max_metadata_bytes=max_metadata_bytes)
     if warehouse:
         catalog.properties["warehouse"] = warehouse
@@ -138,3 +140,17 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 COMMANDS = [serve]
+
+
+def hint_writer(hints: ThreadPoolExecutor) -> Callable[[Callable[[], None]], None]:
+    """A commit's ``write_hint``: runs each best-effort ``vn/latest`` write on ``hints`` and
+    logs one that failed (a storage failure is dropped by the write itself; what reaches
+    the log is a bug, never a lost commit)."""
+    def submit(write: Callable[[], None]) -> None:
+        hints.submit(write).add_done_callback(_log_failure)
+    return submit
+
+
+def _log_failure(done: Future[None]) -> None:
+    if (exc := done.exception()) is not None:
+        logging.getLogger(__name__).error("writing the vn/latest hint failed", exc_info=exc)
