@@ -55,3 +55,24 @@ def test_a_create_never_replaces_a_file(place: tuple[Any, str]) -> None:
     with pytest.raises(FileExistsError):
         create_file(io, f"{folder}/m.json", b"second")
     assert read_file(io, f"{folder}/m.json") == b"first"
+
+
+def test_a_local_create_is_synced_before_it_is_named(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """On local disk the file's bytes reach the disk before the file has its name: a root
+    synced later never names a metadata file that a crash left empty. Plain paths and
+    ``file:`` URIs are one place; missing folders are made."""
+    import olympia.storage.file as local
+
+    events: list[str] = []
+    real_fsync, real_link = local.os.fsync, local.os.link
+    monkeypatch.setattr(local.os, "fsync", lambda fd: (events.append("sync"), real_fsync(fd)))
+    monkeypatch.setattr(local.os, "link", lambda *a, **k: (events.append("name"),
+                                                           real_link(*a, **k)))
+    io = load_file_io({}, f"file://{tmp_path}")
+    create_file(io, f"file://{tmp_path}/new/folder/m.json", b"metadata")
+    assert events == ["sync", "name"]
+    assert (tmp_path / "new" / "folder" / "m.json").read_bytes() == b"metadata"
+    with pytest.raises(FileExistsError):
+        create_file(io, f"{tmp_path}/new/folder/m.json", b"other")
+    assert read_file(io, f"{tmp_path}/new/folder/m.json") == b"metadata"

@@ -14,6 +14,10 @@ region, credentials, session token, anonymous access, timeouts), mapped as the c
 own options are: through the catalog's own obstore backend
 (:class:`olympia.storage.s3_obstore.ObstoreBackend`). pyiceberg's own reads (data files,
 scans) keep its FileIO.
+
+On local disk (pyiceberg's pyarrow FileIO), a create goes through the catalog's own local
+backend: the file is synced before it gets its name, and a file already there is never
+truncated. A root synced to disk therefore never names a metadata file a crash emptied.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from urllib.parse import urlsplit
 
 from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
+from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from olympia.exceptions import FileAlreadyExists, InvalidArgumentError
 from olympia.lru import LruCache
+from olympia.storage.file import LocalBackend
 from olympia.storage.retry import StorageSettings, classify
 from olympia.storage.s3 import CLIENT_PROPERTY
 from olympia.storage.schemes import LOCATION_SCHEMES
@@ -72,6 +78,18 @@ def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
                                             StorageSettings())
         _backends.put(props, backend)  # (two racing makers keep one; both work)
     return backend, parts.netloc + parts.path
+
+
+_LOCAL = LocalBackend()  # (syncs what it writes)
+
+
+def _local_path(io: FileIO, location: str) -> str | None:
+    """The local path pyiceberg's pyarrow FileIO ``io`` gives ``location``, if on local
+    disk."""
+    if not isinstance(io, PyArrowFileIO):
+        return None
+    scheme, _, path = PyArrowFileIO.parse_location(location, io.properties)
+    return path if scheme == "file" else None
 
 
 def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
@@ -120,6 +138,10 @@ def create_file(io: FileIO, location: str, data: bytes) -> None:
             if classify(exc) is FileAlreadyExists:
                 raise FileExistsError(errno.EEXIST, "the file exists", location) from exc
             raise
+        return
+    path = _local_path(io, location)
+    if path is not None:
+        _LOCAL.create_exclusive(path, data)
         return
     with io.new_output(location).create(overwrite=False) as stream:
         stream.write(data)
