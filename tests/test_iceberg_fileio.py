@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,15 @@ def test_a_local_create_is_synced_before_it_is_named(tmp_path: Path,
     ``file:`` URIs are one place; missing folders are made."""
     import olympia.storage.file as local
 
-    events: list[str] = []
-    real_fsync, real_link = local.os.fsync, local.os.link
-    monkeypatch.setattr(local.os, "fsync", lambda fd: (events.append("sync"), real_fsync(fd)))
-    monkeypatch.setattr(local.os, "link", lambda *a, **k: (events.append("name"),
-                                                           real_link(*a, **k)))
+    events: list[str] = []  # (this thread's: another test's threads may sync meanwhile)
+    real_fsync, real_link, me = local.os.fsync, local.os.link, threading.get_ident()
+
+    def note(event: str) -> None:
+        if threading.get_ident() == me:
+            events.append(event)
+
+    monkeypatch.setattr(local.os, "fsync", lambda fd: (note("sync"), real_fsync(fd)))
+    monkeypatch.setattr(local.os, "link", lambda *a, **k: (note("name"), real_link(*a, **k)))
     io = load_file_io({}, f"file://{tmp_path}")
     create_file(io, f"file://{tmp_path}/new/folder/m.json", b"metadata")
     assert events == ["sync", "name"]
