@@ -15,9 +15,9 @@ own options are: through the catalog's own obstore backend
 (:class:`olympia.storage.s3_obstore.ObstoreBackend`). pyiceberg's own reads (data files,
 scans) keep its FileIO.
 
-On local disk (pyiceberg's pyarrow FileIO), a create goes through the catalog's own local
-backend: the file is synced before it gets its name, and a file already there is never
-truncated. A root synced to disk therefore never names a metadata file a crash emptied.
+On local disk (whichever FileIO), a create goes through the catalog's own local backend:
+the file is synced before it gets its name, and a file already there is never truncated. A
+root synced to disk therefore never names a metadata file a crash emptied.
 """
 
 from __future__ import annotations
@@ -83,13 +83,12 @@ def _obstore(io: FileIO, location: str) -> tuple[Any, str] | None:
 _LOCAL = LocalBackend()  # (syncs what it writes)
 
 
-def _local_path(io: FileIO, location: str) -> str | None:
-    """The local path pyiceberg's pyarrow FileIO ``io`` gives ``location``, if on local
-    disk."""
-    if not isinstance(io, PyArrowFileIO):
+def _local_path(location: str) -> str | None:
+    """The path of ``location`` if it is on local disk (as pyiceberg's FileIOs take it)."""
+    scheme = urlsplit(location).scheme
+    if scheme and LOCATION_SCHEMES.get(scheme) != "":
         return None
-    scheme, _, path = PyArrowFileIO.parse_location(location, io.properties)
-    return path if scheme == "file" else None
+    return PyArrowFileIO.parse_location(location)[2]
 
 
 def read_file(io: FileIO, location: str, limit: int | None = None) -> bytes:
@@ -139,7 +138,7 @@ def create_file(io: FileIO, location: str, data: bytes) -> None:
                 raise FileExistsError(errno.EEXIST, "the file exists", location) from exc
             raise
         return
-    path = _local_path(io, location)
+    path = _local_path(location)
     if path is not None:
         _LOCAL.create_exclusive(path, data)
         return
