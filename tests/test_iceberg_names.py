@@ -22,6 +22,7 @@ from plan_helpers import plan_for, write_spec
 from pyiceberg.exceptions import NoSuchTableError
 
 from olympia import Catalog
+from olympia.catalog.keys import hashed_name
 from olympia.cli import main
 from olympia.exceptions import (
     InvalidNameError,
@@ -106,6 +107,23 @@ def test_escaping_rules() -> None:
     assert index.owner(data, lambda t: t.key == ("n", "t")) is None
     index.put(("n", "t"), None)
     index.check_free("table n.new", "s3://b/t", "s3://b/t/metadata/1.json", ("n", "new"))
+
+
+def test_full_length_multibyte_names_get_a_folder_the_disk_takes(lake: Lake) -> None:
+    """A 100-byte name of two-byte characters escapes to 300 bytes, past the 255 a local
+    file system takes for one folder name: the folder is the name's ``~`` hash instead."""
+    catalog = OlympiaCatalog("long", **lake.props)
+    long_ns, long_table = "ñ" * 50, "é" * 50
+    assert len(escape_part(long_table)) == 300
+    catalog.create_namespace((long_ns,))
+    table = catalog.create_table((long_ns, long_table), SCHEMA)
+    table.append(rows(0))
+    assert table.location() == f"{lake.warehouse}/{hashed_name(long_ns)}/{hashed_name(long_table)}"
+    assert catalog.load_table((long_ns, long_table)).scan().to_arrow().num_rows == 3
+    fits = "é" * 42  # 252 bytes escaped: stays readable
+    assert catalog.create_table((long_ns, fits), SCHEMA).location().endswith(
+        f"/{escape_part(fits)}")
+    assert outside(lake) == []
 
 
 def test_pyiceberg_names_stay_in_the_warehouse(lake: Lake) -> None:

@@ -181,7 +181,7 @@ def content_digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()[:DIGEST_HEX]
 
 
-def _hashed(name: str) -> str:
+def hashed_name(name: str) -> str:
     """Ruling 12: ``~`` + the first 32 hex digits of the SHA-256 of the raw UTF-8 name."""
     return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:DIGEST_HEX]
 
@@ -197,7 +197,7 @@ def def_file_name(stem: str, names: list[str]) -> str:
         if not candidates:  # cannot happen with a 36 + 1 + 32 byte stem and <= 2 names
             raise ValueError(f"definition file name for {names!r} cannot fit 255 bytes")
         i = max(candidates, key=lambda j: len(parts[j]))
-        parts[i], hashed[i] = _hashed(names[i]), True
+        parts[i], hashed[i] = hashed_name(names[i]), True
     return stem + "".join(f"-{p}" for p in parts) + _DEF_EXT
 
 

@@ -17,7 +17,10 @@ A default table location is built from ESCAPED name parts, so a name such as ``.
 ``..``, ``a/b`` or ``s3://other/x`` is one folder name: RFC 3986 unreserved characters stay,
 everything else is percent-encoded, and the characters that could make a path step once
 decoded (``/``, ``\\``, ``%`` and the dots of a name made only of dots) are encoded twice,
-so the part decodes to one harmless folder name.
+so the part decodes to one harmless folder name. A part whose folder name would pass 255
+bytes (a long name of multi-byte characters encodes to three times its size) is the name's
+``~`` hash instead, as ruling 12 names definition files: local file systems refuse longer
+names.
 
 Two live tables never share files: a new or registered table's location may not equal,
 contain or lie inside another live table's location, and its metadata file may not be one a
@@ -34,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
+from olympia.catalog.keys import MAX_FILE_NAME_BYTES, hashed_name
 from olympia.catalog.objects import Table as TableDef
 from olympia.exceptions import LocationInUseError, TableLocationError
 from olympia.storage.schemes import LOCATION_SCHEMES
@@ -177,7 +181,8 @@ def inside(location: str, root: str) -> bool:
 
 
 def derived_location(root: str, part: str, what: str, suffix: str = "") -> str:
-    """``<root>/<escaped part><suffix>``, checked to lie under ``root``.
+    """``<root>/<escaped part><suffix>`` (the part's ``~`` hash where that folder name
+    would pass 255 bytes), checked to lie under ``root``.
 
     Args:
         root: The warehouse or namespace location (a trailing ``/`` is ignored).
@@ -192,7 +197,10 @@ def derived_location(root: str, part: str, what: str, suffix: str = "") -> str:
         TableLocationError: the location would not lie under ``root``, or ``root`` is a
             refused form.
     """
-    location = f"{root.rstrip('/')}/{escape_part(part)}{suffix}"
+    folder = escape_part(part) + suffix
+    if len(folder) > MAX_FILE_NAME_BYTES:
+        folder = hashed_name(part) + suffix
+    location = f"{root.rstrip('/')}/{folder}"
     confine(location, root, f"the location of {what}", "its root")
     return location
 
