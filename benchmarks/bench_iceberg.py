@@ -1,6 +1,13 @@
 """Iceberg through pyiceberg: load_table and single-row append commits per second with
 OlympiaCatalog vs pyiceberg's SqlCatalog (SQLite), same machine, same run, same warehouse
-disk; Olympia storage operations per commit counted."""
+disk; Olympia storage operations per commit counted.
+
+``olympia_s3_latency``: OlympiaCatalog with its catalog and warehouse on SeaweedFS reached
+through a relay that delays every request by :data:`LATENCY_S` (a real S3 region's round
+trip): the p50 of a single-row append and of a property commit, and the catalog's storage
+operations per commit. With requests this slow, a commit's time is the chain of round
+trips on its path, which is what the count of round trips per commit (p50 over the delay)
+shows."""
 
 from __future__ import annotations
 
@@ -13,10 +20,11 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 
-from benchmarks.common import guarded, per_second, percentiles, workdir
+from benchmarks.common import guarded, per_second, percentiles, s3_location, workdir
 from olympia.iceberg import OlympiaCatalog
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+LATENCY_S = 0.02  # per request in olympia_s3_latency (as bench_contention's s3_latency)
 
 
 def _row(i: int) -> pa.Table:
@@ -68,6 +76,34 @@ def olympia(tmp: Path, loads: int, appends: int, cache: bool) -> dict[str, Any]:
     return out
 
 
+def olympia_s3_latency(commits: int) -> dict[str, Any]:
+    """Appends and property commits through OlympiaCatalog on S3 with every request
+    delayed by LATENCY_S."""
+    with s3_location("iceberg", latency_s=LATENCY_S) as (uri, options):
+        catalog = OlympiaCatalog("bench", **{
+            "uri": f"{uri}/catalog", "warehouse": f"{uri}/warehouse", "olympia.create": "true",
+            "s3.endpoint": options["client_kwargs"]["endpoint_url"],
+            "s3.access-key-id": options["key"], "s3.secret-access-key": options["secret"],
+            "s3.region": "us-east-1", "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"})
+        catalog.create_namespace("bench")
+        table = catalog.create_table("bench.events", SCHEMA)
+        stats = catalog.olympia.storage.stats
+        out: dict[str, Any] = {"latency_ms": LATENCY_S * 1000, "commits": commits}
+        for name, commit in (("append_commit", lambda i: table.append(_row(i))),
+                             ("property_commit", lambda i: table.transaction().set_properties(
+                                 {"bench": str(i)}).commit_transaction())):
+            stats.reset()
+            out[name] = _rate(commit, commits)
+            out[name]["round_trips"] = round(out[name]["median_ms"] / (LATENCY_S * 1000), 2)
+            out[name]["olympia_storage_ops_per_commit"] = {
+                k: round(v / commits, 2) for k, v in stats.snapshot().items()
+                if k in ("reads", "writes", "exists", "lists", "deletes")}
+        rows = catalog.load_table("bench.events").scan().to_arrow().num_rows
+        if rows != commits:
+            raise AssertionError(f"{rows} rows after {commits} appends")
+        return out
+
+
 def sql(tmp: Path, loads: int, appends: int) -> dict[str, Any]:
     catalog = SqlCatalog("bench", uri=f"sqlite:///{tmp}/sql.db",
                          warehouse=f"file://{tmp}/sql-wh")
@@ -82,6 +118,7 @@ def run(quick: bool) -> dict[str, Any]:
         out["olympia_no_metadata_cache"] = guarded(
             lambda: olympia(tmp / "nocache", loads, appends, cache=False))
         out["sql_sqlite"] = guarded(lambda: sql(tmp, loads, appends))
+    out["olympia_s3_latency"] = guarded(lambda: olympia_s3_latency(10 if quick else 40))
     ratios: dict[str, float] = {}
     for key in ("load_table", "append_commit"):
         try:

@@ -18,7 +18,7 @@ from olympia import Catalog
 from olympia.catalog.files import LATEST, OLDEST
 from olympia.catalog.keys import path_version
 from olympia.storage import Backend, FileInfo, Storage
-from olympia.storage.backends import RunAll, run_in_turn
+from olympia.storage.backends import Job, RunAll, run_in_turn
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [{"name": "id", "type": "int8", "nullable": False}, {"name": "payload", "type": "json"},
@@ -197,7 +197,8 @@ class _RecordingBackend(Backend):
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 run_all: RunAll = run_in_turn, present: Sequence[str] = (),
-                unchanged: Mapping[str, str] | None = None) -> None:
+                unchanged: Mapping[str, str] | None = None, alongside: Sequence[Job] = (),
+                ) -> None:
         for name in files:
             self._note("write", name)
         for name in present:
@@ -205,7 +206,7 @@ class _RecordingBackend(Backend):
         for name in unchanged or {}:
             self._note("read", name)
         self._note("create_exclusive", path)
-        self.inner.publish(files, path, data, run_all, present, unchanged)
+        self.inner.publish(files, path, data, run_all, present, unchanged, alongside)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         self._note("replace", path)

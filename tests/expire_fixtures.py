@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,11 +111,12 @@ class StalledCommit:
 
         def slow_root(files: dict[str, bytes], path: str, data: bytes,
                       present: Sequence[str] = (),
-                      unchanged: Mapping[str, str] | None = None) -> None:
+                      unchanged: Mapping[str, str] | None = None,
+                      alongside: Sequence[Callable[[], object]] = ()) -> None:
             catalog.storage.write_many(files)
             files_written.set()
             assert self._release.wait(120)
-            publish({}, path, data, present, unchanged)
+            publish({}, path, data, present, unchanged, alongside)
 
         catalog.storage.publish = slow_root  # type: ignore[method-assign,assignment]
         self._thread = threading.Thread(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from olympia import Catalog
 from olympia.storage import Backend, FileInfo
-from olympia.storage.backends import RunAll, run_in_turn
+from olympia.storage.backends import Job, RunAll, run_in_turn
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -128,10 +128,11 @@ class Gate(Backend):
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 run_all: RunAll = run_in_turn, present: Sequence[str] = (),
-                unchanged: Mapping[str, str] | None = None) -> None:
+                unchanged: Mapping[str, str] | None = None, alongside: Sequence[Job] = (),
+                ) -> None:
         """The contract's publish with its writes and checks in turn: the machine decides
         one operation of a writer at a time."""
-        super().publish(files, path, data, run_in_turn, present, unchanged)
+        super().publish(files, path, data, run_in_turn, present, unchanged, alongside)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         self._op("replace", path, lambda: self.inner.replace(path, data, expected),

@@ -92,7 +92,7 @@ from olympia.catalog.coalesce import commit_group
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, OlympiaError
 from olympia.storage import Backend, FileInfo, Storage
-from olympia.storage.backends import RunAll, run_in_turn
+from olympia.storage.backends import Job, RunAll, run_in_turn
 from olympia.tree import btree
 
 T = TypeVar("T")
@@ -233,8 +233,9 @@ class Threads(Backend):
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 run_all: RunAll = run_in_turn, present: Sequence[str] = (),
-                unchanged: Mapping[str, str] | None = None) -> None:
-        self.gate.publish(files, path, data, run_all, present, unchanged)
+                unchanged: Mapping[str, str] | None = None, alongside: Sequence[Job] = (),
+                ) -> None:
+        self.gate.publish(files, path, data, run_all, present, unchanged, alongside)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         self.gate.replace(path, data, expected)

@@ -31,7 +31,7 @@ from olympia.catalog.keys import version_path
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, TransientStorageError
 from olympia.storage import Storage
-from olympia.storage.backends import Backend, RunAll, run_in_turn
+from olympia.storage.backends import Backend, Job, RunAll, run_in_turn
 from olympia.tree import btree
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -241,11 +241,12 @@ class _LostAnswer:
 
     def publish(self, files: dict[str, bytes], path: str, data: bytes,
                 run_all: RunAll = run_in_turn, present: Sequence[str] = (),
-                unchanged: Mapping[str, str] | None = None) -> None:
+                unchanged: Mapping[str, str] | None = None, alongside: Sequence[Job] = (),
+                ) -> None:
         """The contract's publish (its batch through the real backend), ending with this
         backend's create."""
         Backend.publish(cast(Backend, self), files, path, data, run_in_turn, present,
-                        unchanged)
+                        unchanged, alongside)
 
     def read(self, path: str) -> bytes:
         with self.lock:

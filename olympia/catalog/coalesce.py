@@ -287,7 +287,8 @@ def _merged(members: Sequence[Member]) -> Change:
         pending.update(member.change.pending)
         new_defs.update(member.change.new_defs)
     return Change(pending, [a for m in members for a in m.change.actions],
-                  tuple(row for m in members for row in m.change.rows), new_defs)
+                  tuple(row for m in members for row in m.change.rows), new_defs,
+                  external_writes=tuple(w for m in members for w in m.change.external_writes))
 
 
 def _catch_up(files: CatalogFiles, members: list[Member], through: int,

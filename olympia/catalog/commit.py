@@ -148,6 +148,11 @@ class Change:
         reads: A SERIALIZABLE transaction's read set, or None.
         check: A condition each version landed after the one the change was staged on
             must meet for the change to land after it (:data:`Check`), or None.
+        external_writes: Writes of files outside the catalog that the change's
+            definitions name (a table's metadata file), run in the batch that writes the
+            new files, before the root is created (``alongside`` of
+            :meth:`~olympia.storage.Storage.publish`, whose rules they follow); an
+            attempt after a lost race runs only those that no attempt's batch ran.
     """
 
     pending: Mapping[str, str | None]
@@ -159,6 +164,7 @@ class Change:
     rollback_from: str | None = None
     reads: ReadSet | None = None
     check: Check | None = None
+    external_writes: tuple[Callable[[], object], ...] = ()
 
     @property
     def coalescible(self) -> bool:
@@ -300,7 +306,9 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
     try:  # what an earlier attempt wrote is named only if the store still holds it
         files.storage.publish(files_out, version_path(version), root_bytes, present=reused,
                               unchanged={version_path(base.version): base.root.digest}
-                              if confirm else None)
+                              if confirm else None,
+                              alongside=[w for w in change.external_writes
+                                         if w not in written.external])
         committed = Root(version, version_path(version), root, cdef, root_digest(root_bytes))
         for path, node in flushed.files.items():  # the next transaction reads them
             base.nodes.remember(path, node)
@@ -439,14 +447,16 @@ def conflict_in(version: int, theirs: list[apb.ActionDef],
 @dataclass
 class _Written:
     """What earlier attempts of one commit wrote, for a rebase to reuse: nodes by shape
-    (their content) -> path, and the definition files."""
+    (their content) -> path, the definition files, and the external writes that ran."""
 
     nodes: dict[btree.NodeShape, str] = field(default_factory=dict)
     defs: set[str] = field(default_factory=set)
+    external: set[Callable[[], object]] = field(default_factory=set)
 
     def note(self, base: Snapshot, change: Change, flushed: btree.FlushResult) -> None:
         """An attempt's files are in place (its root lost the race)."""
         self.defs.update(change.new_defs)
+        self.external.update(change.external_writes)
         for path, node in flushed.files.items():
             base.nodes.remember(path, node)
             self.nodes[btree.shape(node)] = path

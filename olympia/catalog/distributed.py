@@ -298,12 +298,15 @@ class DistributedTransaction:
                 transaction is gone, expired, or being committed or aborted.
         """
         recorded = check_distributable(change)
+        external = list(change.external_writes)  # written once the checks passed
         deadline = now_millis() + int(self._options.timeout_s * 1000)
         while True:
             read = read_record(self.files, self.id)
             self.check_open(read.record)
             if read.record.running_root_node_file_path != base.root.path:
                 base = self._rebase(base, change, read.record)
+            self.storage.map(lambda write: write(), external)  # before a tree names them
+            external = []
             root = self._replace(read, base, recorded, change)
             if root is not None:
                 return root
@@ -540,7 +543,8 @@ def begin(files: CatalogFiles, base: Snapshot, options: CommitOptions,
         beginning_version=base.version, instance=str(uuid.uuid4()), state=pb.OPEN)
     raw = record.SerializeToString(deterministic=True)
     try:
-        files.storage.publish(written, dtxn_path(txn_id), raw)
+        files.storage.publish(written, dtxn_path(txn_id), raw,
+                              alongside=change.external_writes if change else ())
     except FileAlreadyExists:
         raise AlreadyExistsError(f"a distributed transaction {txn_id!r} exists; commit or "
                                  "abort it, or choose another id") from None

@@ -71,6 +71,7 @@ class Transaction(ObjectWrites):
         self._catalog_def: tuple[str, pb.CatalogDef] | None = None
         self._tree_from: Root | None = None
         self._rollback_from: str | None = None
+        self._external: list[Callable[[], object]] = []
         self._state = "open"
         self._corrupt: CorruptFileError | None = None  # a read failed verification
         self.before_commit: list[Callable[[Transaction], None]] = []
@@ -156,6 +157,24 @@ class Transaction(ObjectWrites):
     def _record(self, type_: int, ref: ObjectRef | None, def_path_: str = "",
                 **payload: Any) -> None:
         self._actions.append(actions.make(type_, ref, def_path_, **payload))
+
+    def write_with_commit(self, write: Callable[[], object]) -> None:
+        """Have the commit make a write outside the catalog that the staged definitions
+        name (a table's metadata file): in the batch that writes the version's new files,
+        so that it costs no round trip of its own, and always before the root that names
+        it (a statement of a distributed transaction: before its running tree).
+
+        Args:
+            write: Makes the file. Run again by a retry, so it succeeds when its own earlier
+                call did; it fails with a :class:`StorageError` that is neither
+                ``FileNotFound`` nor ``FileAlreadyExists`` (those tell of the catalog's
+                own files).
+
+        Raises:
+            CatalogError: The transaction is not open.
+        """
+        self._check_open()
+        self._external.append(write)
 
     def annotate(self, **info: str) -> None:
         """Attach metadata (spec digest, git commit, tool) recorded with the version."""
@@ -279,7 +298,7 @@ class Transaction(ObjectWrites):
         rows = tuple(actions.encode_row(self.codec, a) for a in self._recorded())
         return Change(self._pending, self._actions, rows, self._new_defs, self._catalog_def,
                       self._tree_from, self._rollback_from, self._reads,
-                      self._check_all if self._checks else None)
+                      self._check_all if self._checks else None, tuple(self._external))
 
     def commit(self) -> int:
         """Commit as one new version and return it (the base version if nothing changed).

@@ -135,13 +135,31 @@ def encode_table_metadata(text: bytes, location: str) -> bytes:
     return Compressor.get_compressor(location=location).bytes_compressor()(text)
 
 
-def write_metadata_file(file_io: FileIO, location: str, data: bytes) -> None:
-    """Create the metadata file at ``location`` with ``data`` (never over an existing one).
+def create_metadata_file(file_io: FileIO, location: str, data: bytes, what: str) -> None:
+    """Create the new metadata file of ``what`` (``table ns.t``) at ``location`` with
+    ``data``, never over another file. Run by a commit's batch, which may run it again
+    (:meth:`~olympia.catalog.transaction.Transaction.write_with_commit`): a file already
+    holding ``data`` is the one an earlier run made.
 
     Raises:
-        OSError: the write failed (:func:`write_error` says how to report it).
+        StorageError: the write failed (its kind as :func:`write_error` tells, except that
+            a missing file or folder is a plain StorageError), or the file exists holding
+            other content.
     """
-    create_file(file_io, location, data)
+    try:
+        create_file(file_io, location, data)
+        return
+    except FileExistsError:
+        with contextlib.suppress(OSError):
+            if read_file(file_io, location) == data:
+                return
+        raise oe.StorageError(f"{what}: its new Iceberg metadata file exists already, holding "
+                              "other content", location) from None
+    except OSError as exc:
+        error = write_error(file_io, location, what, exc)
+        if isinstance(error, oe.FileNotFound):  # (that tells of the catalog's own files)
+            raise oe.StorageError(str(error)) from exc
+        raise error from exc
 
 
 def _local_folder(location: str) -> bool:

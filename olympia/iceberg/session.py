@@ -19,6 +19,7 @@ import hashlib
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION, MetastoreCatalog
@@ -74,6 +75,7 @@ from olympia.iceberg.metadata import (
     ICEBERG,
     MAX_METADATA_PROPERTY,
     IcebergMetadataError,
+    create_metadata_file,
     describe,
     encode_table_metadata,
     identifier_parts,
@@ -81,8 +83,6 @@ from olympia.iceberg.metadata import (
     parse_table_metadata,
     read_metadata_file,
     table_definition,
-    write_error,
-    write_metadata_file,
 )
 from olympia.iceberg.options import iceberg_properties, storage_options
 from olympia.iceberg.retention import Retention
@@ -118,6 +118,9 @@ class CatalogSession(MetastoreCatalog):
     _txn: Transaction | None
     _dtx: DistributedTransaction | None
     _written: list[tuple[FileIO, str]]
+    # the metadata files a transaction staged, by location: digest (None in a dry run) and
+    # contents, read from here until its commit writes them (the cache may drop them)
+    _staged: dict[str, tuple[bytes | None, TableMetadata]]
     _metadata_cache: LruCache[str, tuple[bytes | None, TableMetadata]]
     _max_metadata_bytes: int
     _index: LiveIndex | None  # a transaction's staged tables over its base's (_live)
@@ -174,7 +177,7 @@ class CatalogSession(MetastoreCatalog):
         self._pinned = None
         self._txn = None
         self._dtx = None
-        self._written = []
+        self._written, self._staged = [], {}
         self._metadata_cache = LruCache(cache_size)
         self._max_metadata_bytes = DEFAULT_MAX_METADATA_BYTES
         self._index, self._seen = None, 0
@@ -263,6 +266,7 @@ class CatalogSession(MetastoreCatalog):
               txn: Transaction | None = None) -> Self:
         other = copy.copy(self)
         other._pinned, other._txn, other._written, other._root = pinned, txn, [], False
+        other._staged = {}
         other._index, other._seen = None, 0
         return other
 
@@ -482,8 +486,8 @@ class CatalogSession(MetastoreCatalog):
         the file, the metadata parsed from bytes of that digest (read or written by this
         process before) is returned without a read: it is the file's committed content.
         Otherwise the file is read; its parsed form is kept by the digest of its bytes, so
-        a file read again unchanged is not parsed again. A dry run's own staged files,
-        never written, are served from memory.
+        a file read again unchanged is not parsed again. The files this transaction
+        staged, written only by its commit (never, in a dry run), are served from memory.
 
         Raises:
             IcebergMetadataError: the file is missing, a folder, larger than the catalog
@@ -492,7 +496,7 @@ class CatalogSession(MetastoreCatalog):
                 committed); the message names ``table`` and the file.
             StorageError: the storage failed otherwise.
         """
-        cached = self._metadata_cache.get(location)
+        cached = self._staged.get(location) or self._metadata_cache.get(location)
         if cached is not None and ((cached[0] is None and self._dry_run)
                                    or (cached[0] is not None and cached[0].hex() == recorded)):
             return cached[1], recorded
@@ -694,15 +698,17 @@ class CatalogSession(MetastoreCatalog):
     def _stage_metadata(self, ns: str, name: str, metadata: TableMetadata, location: str,
                         io: FileIO, previous: TableDef | None,
                         before: TableMetadata | None = None) -> None:
-        """Write a new metadata file and stage the definition pointing at it; the version
-        records what happened to the table (``iceberg.<ns>.<table>`` in ``olympia log``).
+        """Stage a new metadata file, written by the commit in the batch that writes the
+        version's files (:meth:`~olympia.catalog.transaction.Transaction.write_with_commit`:
+        before the root; a failed write is raised by the commit, a StorageError, an
+        :class:`InsufficientStorageError` where the store has no room), and the definition
+        pointing at it; the version records what happened to the table
+        (``iceberg.<ns>.<table>`` in ``olympia log``).
 
         Raises:
             LocationInUseError: a new table location overlaps another live table's.
             TableLocationError: the table location or the new metadata file is a refused
                 form (:func:`olympia.iceberg.locations.place`).
-            StorageError: the metadata file could not be written
-                (:class:`InsufficientStorageError` where the store has no room).
         """
         if before is None or metadata.location != before.location:
             self._check_free(f"table {ns}.{name}", metadata.location, location, (ns, name),
@@ -710,18 +716,17 @@ class CatalogSession(MetastoreCatalog):
         else:  # (write.metadata.path may place it anywhere)
             place(location, f"the new metadata file of table {ns}.{name}")
         digest = None
+        txn = self._staging()
         if not self._dry_run:
             text = metadata_json(metadata)
             data = encode_table_metadata(text, location)
             digest = hashlib.sha256(data).digest()
-            try:
-                write_metadata_file(io, location, data)
-            except OSError as exc:
-                raise write_error(io, location, f"table {ns}.{name}", exc) from exc
+            txn.write_with_commit(partial(create_metadata_file, io, location, data,
+                                          f"table {ns}.{name}"))
             self._written.append((io, location))
             self._written_json.put(location, (metadata, text))
+        self._staged[location] = (digest, metadata)
         self._remember(location, metadata, digest)
-        txn = self._staging()
         txn.put_table(table_definition(ns, name, metadata, location, previous,
                                        digest.hex() if digest is not None else ""),
                       create=previous is None)

@@ -21,7 +21,7 @@ import builtins
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -204,14 +204,15 @@ class Storage:
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 present: Iterable[str] = (), unchanged: Mapping[str, str] | None = None,
-                ) -> None:
+                alongside: Sequence[Callable[[], object]] = ()) -> None:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`, with its retries): a reader never finds ``path``
         without all of ``files`` (:meth:`Backend.publish`, which may write them
         concurrently through :meth:`map`) and of ``present``, whose existence is checked
         in the same batch as the writes (no round trip of its own; on a remote store one
         request each, counted in ``exists``); nor once a file of ``unchanged``, read in
-        that batch too (counted in ``reads``), no longer holds what it held.
+        that batch too (counted in ``reads``), no longer holds what it held; nor once a
+        call of ``alongside``, run in that batch too, failed.
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
@@ -220,6 +221,12 @@ class Storage:
             present: Relative paths of files written earlier that ``path`` refers to too.
             unchanged: Relative path -> the SHA-256 (hex) of the content that file must
                 still hold for ``path`` to be created.
+            alongside: Writes of files outside this storage that ``files`` name (a
+                table's metadata file), not counted here. A retry runs them again, so each
+                must succeed when its own earlier call did. Each fails with a
+                StorageError, raised as it is (a transient one is tried again), and never
+                with FileNotFound or FileAlreadyExists: those tell of ``present`` and
+                ``path``.
 
         Raises:
             FileNotFound: A file of ``present`` is missing (named); ``path`` was not
@@ -239,7 +246,8 @@ class Storage:
 
         def create() -> None:
             try:
-                self.backend.publish(full, self.full(path), data, self.map, checked, expected)
+                self.backend.publish(full, self.full(path), data, self.map, checked, expected,
+                                     alongside)
             except FileChanged as exc:
                 raise FileChanged("a file the new root builds on changed",
                                   self.display(exc.path[len(self.root):]), exc.digest) from None

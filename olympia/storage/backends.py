@@ -117,11 +117,13 @@ class Backend:
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 run_all: RunAll = run_in_turn, present: Sequence[str] = (),
-                unchanged: Mapping[str, str] | None = None) -> None:
+                unchanged: Mapping[str, str] | None = None, alongside: Sequence[Job] = (),
+                ) -> None:
         """Write ``files``, check that each of ``present`` exists and that each file of
-        ``unchanged`` still holds what it held (in one batch), then create ``path``
-        exclusively: a reader never finds ``path`` without every one of ``files`` and
-        ``present``, and it is never created once a file of ``unchanged`` changed.
+        ``unchanged`` still holds what it held, and run ``alongside`` (in one batch), then
+        create ``path`` exclusively: a reader never finds ``path`` without every one of
+        ``files`` and ``present``, and it is never created once a file of ``unchanged``
+        changed or a call of ``alongside`` failed.
 
         Args:
             files: Full path -> content.
@@ -132,6 +134,9 @@ class Backend:
                 file system merge their syncs).
             present: Full paths of files written earlier that ``path`` also names.
             unchanged: Full path -> the SHA-256 (hex) of the content it must still hold.
+            alongside: Other writes ``path``'s files need (files elsewhere they name),
+                first in the batch: where they and a write of ``files`` both fail (a
+                full disk), theirs is the failure raised.
 
         Raises:
             FileNotFoundError: A file of ``present`` is missing (``path`` was not created).
@@ -139,7 +144,8 @@ class Backend:
                 was not created; ``files`` were written).
             FileExistsError: ``path`` exists (``files`` were written).
         """
-        self._batch([partial(self.write, name, content) for name, content in files.items()],
+        self._batch([*alongside,
+                     *(partial(self.write, name, content) for name, content in files.items())],
                     present, run_all, unchanged or {})
         self.create_exclusive(path, data)
 

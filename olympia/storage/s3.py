@@ -17,6 +17,7 @@ from olympia.exceptions import InvalidArgumentError
 from olympia.storage.backends import (
     Backend,
     FileInfo,
+    Job,
     Opened,
     RunAll,
     convert_property,
@@ -125,12 +126,13 @@ class S3Backend(Backend):
 
     def publish(self, files: Mapping[str, bytes], path: str, data: bytes,
                 run_all: RunAll = run_in_turn, present: Sequence[str] = (),
-                unchanged: Mapping[str, str] | None = None) -> None:
+                unchanged: Mapping[str, str] | None = None, alongside: Sequence[Job] = (),
+                ) -> None:
         """The files in one concurrent batch of PUTs (s3fs's ``pipe``, on its own event
-        loop), alongside a HEAD of each of ``present`` and a GET of each of ``unchanged``
-        (through ``run_all``), then the root."""
+        loop), alongside a HEAD of each of ``present``, a GET of each of ``unchanged`` and
+        the calls of ``alongside`` (through ``run_all``), then the root."""
         writes = [partial(self.fs.pipe, dict(files))] if files else []
-        self._batch(writes, present, run_all, unchanged or {})
+        self._batch([*alongside, *writes], present, run_all, unchanged or {})
         self.create_exclusive(path, data)
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, str]:
