@@ -150,8 +150,8 @@ def create_metadata_file(file_io: FileIO, location: str, data: bytes, what: str)
         create_file(file_io, location, data)
         return
     except FileExistsError:
-        with contextlib.suppress(OSError):
-            if read_file(file_io, location) == data:
+        with contextlib.suppress(OSError):  # (never more than one byte past ours)
+            if read_file(file_io, location, len(data) + 1) == data:
                 return
         raise oe.StorageError(f"{what}: its new Iceberg metadata file exists already, holding "
                               "other content", location) from None
