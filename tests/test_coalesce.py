@@ -14,10 +14,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Location
+from iceberg_helpers import SCHEMA, local_properties, rows
 
 from olympia import Catalog
 from olympia._proto import actions_pb2 as apb
@@ -26,6 +28,7 @@ from olympia.catalog.coalesce import CommitGroup, Member, commit_group, disjoint
 from olympia.catalog.commit import Change, CommitOptions
 from olympia.catalog.keys import path_version
 from olympia.exceptions import CatalogError, CommitConflict, CommitOutcomeUnknown
+from olympia.iceberg import OlympiaCatalog
 from olympia.storage import Backend, FileInfo
 
 COLUMNS = [{"name": "id", "type": "int8"}]
@@ -140,6 +143,61 @@ def test_disjoint_concurrent_commits_share_versions(location: Location) -> None:
     assert catalog.version == final.version  # the catalog object heard of the commits
     history = final.at_version(final.version).root.node.actions
     assert len(history) == callers - sum(v == final.version - 1 for v in outcomes)
+
+
+class _RootCreateGate(_Gate):
+    """A :class:`_Gate` holding only the first root's create: an Iceberg commit stages in
+    the call that commits it, and its staging looks at roots while others are queued."""
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+
+def test_iceberg_commits_to_different_tables_share_versions(tmp_path: Path) -> None:
+    """Appends through pyiceberg to different tables at the same moment, coalesced (as
+    ``olympia serve`` commits): they share versions, each member's new metadata file is
+    written in the shared batch, and every version from the first on loads every table
+    with the appends its caller was told landed."""
+    callers = 4
+    properties = local_properties(tmp_path)
+    setup = OlympiaCatalog("setup", **properties)
+    setup.create_namespace("ns")
+    for i in range(callers):
+        setup.create_table(f"ns.t{i}", SCHEMA)
+    store = Catalog.open(properties["uri"], coalesce_commits=True)
+    group = commit_group(store.files)
+    gate = _RootCreateGate(store.storage.backend, store.storage.root,
+                           lambda: group.submitted > 0, lambda: group.submitted == callers)
+    store.storage.backend = gate
+    catalog = OlympiaCatalog.over(store)
+    before = store.version
+    tables = [catalog.load_table(f"ns.t{i}") for i in range(callers)]
+    start, failures = threading.Barrier(callers), []
+
+    def append(i: int) -> None:
+        start.wait()
+        try:
+            tables[i].append(rows(10 * i))
+        except Exception as exc:  # reported below, with the others
+            failures.append(exc)
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == [] and not any(thread.is_alive() for thread in threads)
+    latest = OlympiaCatalog("check", **properties)
+    assert gate.roots_created == latest.olympia.version - before <= 2 < callers
+    for i, table in enumerate(tables):  # each caller's table as its commit answered it
+        landed = latest.load_table(f"ns.t{i}")
+        assert landed.metadata_location == table.metadata_location
+        assert landed.scan().to_arrow().column("id").to_pylist() == [10 * i + k
+                                                                       for k in range(3)]
+    for v in range(before, latest.olympia.version + 1):  # every version loads every table
+        pinned = latest.at_version(v)
+        assert all(pinned.load_table(f"ns.t{i}").scan().to_arrow().num_rows in (0, 3)
+                   for i in range(callers))
 
 
 def test_default_commits_from_threads_race_as_separate_writers(location: Location) -> None:

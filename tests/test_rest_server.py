@@ -7,6 +7,7 @@ One server per module over a catalog on local disk; names are unique per test.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import socket
 import threading
@@ -38,6 +39,7 @@ from olympia.catalog.commit import CommitOptions
 from olympia.catalog.files import LATEST
 from olympia.cli.serve import hint_writer
 from olympia.exceptions import CommitConflict
+from olympia.iceberg import OlympiaCatalog
 from olympia.server.commits import retry_lost_races
 from olympia.server.operations import identifiers_json
 from olympia.versions.history import history
@@ -473,12 +475,12 @@ def test_a_client_leaving_mid_request_changes_nothing(server: RestServer, client
     assert client.load_table((ns, "t")).scan().to_arrow().num_rows == 3
 
 
-@pytest.mark.parametrize("tables", [1, 8])
-def test_eight_clients_append_at_once_and_every_append_lands(
-        server: RestServer, client: RestCatalog, ns: str, tables: int) -> None:
-    """To one table (losers get 409s and retry, as pyiceberg does on its own; the table
-    allows 20 retries, as eight writers can beat one client more often than pyiceberg's
-    default four) or to one table each: every append lands, one catalog version each."""
+def _eight_appends_at_once(server: RestServer, ns: str, tables: int) -> int:
+    """Eight clients append at once, to one table or to one table each (losers of a race
+    to one table get 409s and retry, as pyiceberg does on its own; the tables allow 20
+    retries, as eight writers can beat one client more often than pyiceberg's default four).
+    Every append lands; returns the catalog's version before them."""
+    client = server.client()
     for i in range(tables):
         client.create_table((ns, f"t{i}"), ROWS.schema,
                             properties={"commit.retry.num-retries": "20"})
@@ -499,9 +501,52 @@ def test_eight_clients_append_at_once_and_every_append_lands(
     for thread in threads:
         thread.join()
     assert failures == []
-    assert version(server) == before + 8
     assert sum(client.load_table((ns, f"t{i}")).scan().to_arrow().num_rows
                for i in range(tables)) == 8 * ROWS.num_rows
+    return before
+
+
+def _appends_by_version(server: RestServer, ns: str, tables: int, before: int
+                        ) -> list[int]:
+    """For each version after ``before``, how many appends it holds, counted as the new
+    snapshots of the tables ``t<i>`` of ``ns`` against the version before it."""
+    store = OlympiaStore.open(server.catalog_uri)
+    try:
+        catalog = OlympiaCatalog.over(store)
+
+        def snapshots(at: int) -> int:
+            pinned = catalog.at_version(at)
+            return sum(len(pinned.load_table((ns, f"t{i}")).snapshots())
+                       for i in range(tables))
+        counts = [snapshots(v) for v in range(before, store.version + 1)]
+    finally:
+        store.close()
+    return [b - a for a, b in itertools.pairwise(counts)]
+
+
+def test_eight_clients_append_to_one_table_one_version_each(
+        server: RestServer, ns: str) -> None:
+    """Appends to one table never share a version: each is its own, in some order."""
+    before = _eight_appends_at_once(server, ns, 1)
+    assert _appends_by_version(server, ns, 1, before) == [1] * 8
+
+
+def test_eight_clients_append_to_eight_tables_and_versions_hold_every_append(
+        server: RestServer, ns: str) -> None:
+    """Appends to different tables arriving together may share a version (the server
+    coalesces commits, ``--coalesce-commits``): every version after the appends holds at
+    least one of them, and together exactly the eight."""
+    before = _eight_appends_at_once(server, ns, 8)
+    held = _appends_by_version(server, ns, 8, before)
+    assert sum(held) == 8 and all(n >= 1 for n in held), held
+
+
+def test_without_coalescing_every_commit_is_a_version_of_its_own(tmp_path: Path) -> None:
+    with RestServer.on_new_catalog(tmp_path, "--no-coalesce-commits") as started:
+        ns = "ns"
+        started.client().create_namespace(ns)
+        before = _eight_appends_at_once(started, ns, 8)
+        assert _appends_by_version(started, ns, 8, before) == [1] * 8
 
 
 def test_a_purge_never_deletes_outside_the_warehouse(client: RestCatalog, ns: str,

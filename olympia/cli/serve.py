@@ -54,6 +54,11 @@ from olympia.exceptions import InvalidArgumentError
 @click.option("--failed-secret-interval", type=click.FloatRange(min=0, min_open=True),
               default=1.0, show_default=True, metavar="SECONDS",
               help="Seconds after which one more wrong secret is allowed.")
+@click.option("--coalesce-commits/--no-coalesce-commits", default=True, show_default=True,
+              help="Let commits that arrive at the same time and change different objects "
+                   "share one catalog version (a create, or a table's new location, still "
+                   "lands alone; each client gets its own answer). Without it every commit "
+                   "is a catalog version of its own.")
 @click.option("--insecure", is_flag=True,
               help="Allow a non-loopback address without --token-file (anyone who reaches "
                    "the server can change the catalog).")
@@ -62,7 +67,7 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
           warehouse: str | None, client_property: tuple[str, ...], max_body_bytes: int,
           max_metadata_bytes: int | None, token_file: str | None, max_connections: int | None,
           timeout_idle: int, timeout_request: float, failed_secret_burst: int,
-          failed_secret_interval: float, insecure: bool) -> None:
+          failed_secret_interval: float, coalesce_commits: bool, insecure: bool) -> None:
     """Serve the catalog to Iceberg clients (Spark, DuckDB, pyiceberg, ...) over the Iceberg
     REST catalog protocol until interrupted."""
     try:
@@ -90,7 +95,8 @@ def serve(catalog_uri: str, storage_option: tuple[str, ...], host: str, port: in
     store = open_catalog(catalog_uri, storage_option)
     # vn/latest is written after each root, best effort: by one worker, off the answer's path
     hints = ThreadPoolExecutor(1, thread_name_prefix="olympia-hint")
-    store.commit_options = replace(store.commit_options, write_hint=hint_writer(hints))
+    store.commit_options = replace(store.commit_options, write_hint=hint_writer(hints),
+                                   coalesce=coalesce_commits)
     catalog = OlympiaCatalog.over(store, max_metadata_bytes=max_metadata_bytes)
     if warehouse:
         catalog.properties["warehouse"] = warehouse
