@@ -126,6 +126,24 @@ def test_full_length_multibyte_names_get_a_folder_the_disk_takes(lake: Lake) -> 
     assert outside(lake) == []
 
 
+def test_a_local_step_past_255_bytes_is_a_refused_form(tmp_path: Path) -> None:
+    """No local file system holds a name past 255 bytes: such a step in a local location is
+    refused where the place is parsed (a TableLocationError naming it, a 400 through the
+    server), never a failed write; on an object store it is a step like any other."""
+    for step in ("a" * 256, "é" * 128):
+        for location in (f"/wh/{step}/t", f"file:///wh/{step}"):
+            with pytest.raises(TableLocationError, match="a step of 256 bytes, and a local"):
+                place(location, "the location of table n.t")
+        assert place(f"s3://b/{step}", "a location") == ("s3", "b", (step,))
+    assert place("/wh/" + "a" * 255, "a location") == ("", "", ("wh", "a" * 255))
+    catalog = OlympiaCatalog("c", uri=str(tmp_path / "catalog"),
+                             warehouse=f"file://{tmp_path}/warehouse", **{"olympia.create": "true"})
+    catalog.create_namespace("ns")
+    with pytest.raises(TableLocationError, match=r"table ns\.t.*a step of 300 bytes"):
+        catalog.create_table("ns.t", SCHEMA, location=f"file://{tmp_path}/warehouse/{'x' * 300}")
+    assert not catalog.table_exists("ns.t")
+
+
 def test_pyiceberg_names_stay_in_the_warehouse(lake: Lake) -> None:
     before = outside(lake)
     catalog = OlympiaCatalog("names", **lake.props)

@@ -8,7 +8,8 @@ registered metadata file, the files a table's metadata names) is parsed ONCE, by
 could read differently from the catalog: a relative path (resolved from the working
 directory), a query or fragment (``?``, ``#``; ``;`` parameters: dropped), a ``.`` or ``..``
 step before or after percent-decoding, a step that decodes to a separator, a backslash,
-control characters, blank edges, and a host in a local location. Places are compared step by
+control characters, blank edges, a host in a local location, and on local disk a step of
+more than 255 bytes (no local file system holds such a name). Places are compared step by
 step, never as strings. :func:`confine` also requires the place to lie under a root (the
 server's warehouse, a table's own location): same scheme and bucket or host, and on local
 disk still under it once symlinks are resolved.
@@ -110,6 +111,9 @@ def _parse(location: str) -> tuple[Place, str]:
         if not step:
             continue
         fault, upwards = _step_fault(step)
+        if not fault and scheme == "" and len(step.encode()) > MAX_FILE_NAME_BYTES:
+            fault = (f"a step of {len(step.encode())} bytes, and a local file system holds "
+                     f"names of at most {MAX_FILE_NAME_BYTES}")
         if fault:
             return (scheme, authority, () if upwards else tuple(steps)), f"it has {fault}"
         steps.append(step)
