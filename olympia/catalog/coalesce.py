@@ -12,10 +12,12 @@ makes the attempts); this module decides which changes land together, and who la
    change, a rollback and a SERIALIZABLE transaction go alone), lands them as one change
    (:func:`_land_batch`, :func:`_merged`) and sets each member's outcome; callers arriving
    meanwhile wait for the next batch.
-3. Each member is checked against the versions after its own base (:func:`_catch_up`;
-   before the first attempt only its base is read again, :func:`_still_stored`, unless the
-   bases differ or the group landed or read a newer version); a member whose base the store
-   no longer holds as it was read, or that a newer version conflicts with, gets its
+3. Each member is checked against the versions after its own base (:func:`_catch_up`),
+   read before the first attempt unless the members share one base (its version and its
+   root) and the group knows of no newer version: then the attempt confirms that base in
+   the batch that writes the version's files, as a commit alone does, and if the store no
+   longer holds it every member gets the :class:`CommitConflict`. A member whose base the
+   store no longer holds as it was read, or that a newer version conflicts with, gets its
    :class:`CommitConflict` and leaves the batch, which goes on without it.
 
 Interrupts: a caller interrupted while its change is queued withdraws it (it never lands);
@@ -28,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from olympia._proto import actions_pb2 as apb
@@ -36,7 +38,6 @@ from olympia.catalog.actions import find_conflict
 from olympia.catalog.commit import (
     Change,
     CommitOptions,
-    base_moved,
     land,
     rebase_error,
     roots_from,
@@ -249,10 +250,12 @@ def _land_batch(files: CatalogFiles, members: list[Member], newest: int) -> int:
         The newest version known at the end: the one landed, or the newest read (-1: none).
     """
     base = max((m.base for m in members), key=lambda b: b.version)
-    if newest > base.version or any(m.base.version != base.version for m in members):
+    found: Snapshot | None = base
+    base_read = False  # one base: the first attempt confirms it in the batch of its files
+    if newest > base.version or any(m.base.version != base.version
+                                    or m.base.root.digest != base.root.digest for m in members):
         found, members = _catch_up(files, members, max(newest, base.version))
-    else:
-        found, members = base, _still_stored(files, members)
+        base_read = True
     if found is None or not members:
         return found.version if found else -1
 
@@ -265,10 +268,10 @@ def _land_batch(files: CatalogFiles, members: list[Member], newest: int) -> int:
 
     try:
         committed = land(files, found, _merged(members), members[0].options, catch_up,
-                         base_read=True)
+                         base_read)
     except _Emptied as exc:
         return exc.newest
-    except CommitConflict as exc:  # the time budget ran out: every member gives up
+    except CommitConflict as exc:  # the base moved, or the time budget ran out: all give up
         for member in members:
             member.error = exc
         return exc.version if exc.version is not None else -1
@@ -316,17 +319,3 @@ def _catch_up(files: CatalogFiles, members: list[Member], through: int,
     for member in kept:
         member.base = newest
     return newest, kept
-
-
-def _still_stored(files: CatalogFiles, members: list[Member]) -> list[Member]:
-    """The members whose base the store still holds as they read it (their bases read
-    again, in one batch); the others get their :class:`CommitConflict`."""
-    versions = sorted({m.base.version for m in members})
-    stored: Mapping[int, str | None] = dict(zip(
-        versions, files.storage.map_reads(files.stored_digest, versions), strict=True))
-    kept = []
-    for member in members:
-        member.error = base_moved(member.base, stored[member.base.version])
-        if member.error is None:
-            kept.append(member)
-    return kept

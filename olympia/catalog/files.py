@@ -219,18 +219,6 @@ class CatalogFiles:
             return True, None  # only a hint: an unreadable one is ignored
         return True, int(text)
 
-    def stored_digest(self, version: int) -> str | None:
-        """The :func:`root_digest` of the store's root of ``version`` (read now), None if
-        that version is missing."""
-        return self._digest_at(version_path(version))
-
-    def _digest_at(self, path: str) -> str | None:
-        """The :func:`root_digest` of the file at ``path``, None if it is missing."""
-        try:
-            return root_digest(self.storage.read(path))
-        except FileNotFound:
-            return None
-
     def write_hint(self, path: str, version: int) -> None:
         """Write vn/latest or vn/oldest. vn/latest is not synced to disk: discovery probes
         past it and ignores one a crash lost or tore. vn/oldest is: roots below it may be
