@@ -56,9 +56,9 @@ from olympia.exceptions import InvalidArgumentError
               help="Seconds after which one more wrong secret is allowed.")
 @click.option("--coalesce-commits/--no-coalesce-commits", default=True, show_default=True,
               help="Let commits that arrive at the same time and change different objects "
-                   "share one catalog version (a create, or a table's new location, still "
-                   "lands alone; each client gets its own answer). Without it every commit "
-                   "is a catalog version of its own.")
+                   "share one catalog version (a table's create, register, rename or new "
+                   "location still lands alone; each client gets its own answer). Without "
+                   "it every commit is a catalog version of its own.")
 @click.option("--insecure", is_flag=True,
               help="Allow a non-loopback address without --token-file (anyone who reaches "
                    "the server can change the catalog).")
