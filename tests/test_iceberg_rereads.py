@@ -170,8 +170,9 @@ def test_a_metadata_file_says_what_pyiceberg_would(
     changed = [s.model_copy(update={"timestamp_ms": 2}) for s in listed]
     for kept in ([], listed[:-1], listed, changed):  # each snapshot object encoded earlier
         metadata = base.model_copy(update={"snapshots": [*kept, *listed[len(kept):]]})
-        assert json.loads(metadata_json(metadata)) == json.loads(
-            metadata.model_dump_json(exclude_none=True))
+        for exclude_none in (True, False):
+            assert json.loads(metadata_json(metadata, exclude_none)) == json.loads(
+                metadata.model_dump_json(exclude_none=exclude_none))
 
 
 def test_a_commit_by_another_process_is_seen(properties: dict[str, str],

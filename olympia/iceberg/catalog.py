@@ -48,7 +48,7 @@ from olympia.catalog.keys import ObjectType
 from olympia.catalog.objects import Table as TableDef
 from olympia.catalog.reader import CatalogReader, NamePage
 from olympia.iceberg.files import check_commit, check_placement, table_files, under
-from olympia.iceberg.locations import LiveTable, confine
+from olympia.iceberg.locations import Confinement, LiveTable, confine
 from olympia.iceberg.metadata import (
     identifier_parts,
     is_iceberg,
@@ -540,8 +540,9 @@ class OlympiaCatalog(CatalogSession):
         own = table.metadata.location
         if within is not None:
             confine(own, within, f"{refused}: its location", "the warehouse")
-        files = table_files(table, lambda path, kind: confine(
-            path, own, f"{refused}: its {kind} file", "its location"))
+        confinement = Confinement(own, "its location")
+        files = table_files(table, lambda path, kind: confinement(
+            path, f"{refused}: its {kind} file"))
         uuid = str(table.metadata.table_uuid)
         with self._live() as live, self._kept_tables() as kept:
 

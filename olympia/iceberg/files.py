@@ -10,7 +10,8 @@ and on every commit, each file before it is read (:func:`olympia.iceberg.locatio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, TypeVar
 
 from pyiceberg.io import FileIO
@@ -19,7 +20,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import SetLocationUpdate, SetPropertiesUpdate, TableUpdate
 
 from olympia.exceptions import TableLocationError
-from olympia.iceberg.locations import Place, confine, inside, place
+from olympia.iceberg.locations import Confinement, Place, inside, place
 from olympia.iceberg.manifests import entries, manifest_paths
 from olympia.lru import LruCache
 
@@ -76,18 +77,26 @@ def _entries(io: FileIO, manifest: str, check: Check) -> dict[str, Place]:
             for entry in entries(io, manifest)}
 
 
-def _confine(path: str, location: str, what: str) -> Place:
-    """:func:`confine` to a table's location, the refusal stating the rule."""
+@contextlib.contextmanager
+def _stating_rule() -> Iterator[None]:
+    """Refusals raised inside state the rule."""
     try:
-        return confine(path, location, what, "its location")
+        yield
     except TableLocationError as exc:
         raise TableLocationError(f"{exc}; {RULE}") from None
+
+
+def _confined(confinement: Confinement, path: str, what: str) -> Place:
+    with _stating_rule():
+        return confinement(path, what)
 
 
 def under(location: str, table: str) -> Check:
     """A :data:`Check` refusing a file outside ``location``, the location of ``table``
     (``TableLocationError`` naming the table, the file and the rule)."""
-    return lambda path, kind: _confine(path, location, f"table {table}: its {kind} file")
+    with _stating_rule():
+        confinement = Confinement(location, "its location")
+    return lambda path, kind: _confined(confinement, path, f"table {table}: its {kind} file")
 
 
 def check_placement(metadata: TableMetadata, table: str) -> None:
@@ -96,9 +105,12 @@ def check_placement(metadata: TableMetadata, table: str) -> None:
     Raises:
         TableLocationError: a placement property outside the location (or a refused form).
     """
-    for key in PLACEMENT_PROPERTIES:
-        if key in metadata.properties:
-            _confine(metadata.properties[key], metadata.location, f"{key} of table {table}")
+    keys = [key for key in PLACEMENT_PROPERTIES if key in metadata.properties]
+    if keys:
+        with _stating_rule():
+            confinement = Confinement(metadata.location, "its location")
+        for key in keys:
+            _confined(confinement, metadata.properties[key], f"{key} of table {table}")
 
 
 def check_commit(before: TableMetadata | None, after: TableMetadata,

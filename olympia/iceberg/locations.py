@@ -149,7 +149,8 @@ def _local_path(at: Place) -> str:
 
 
 def confine(location: str, root: str, what: str, where: str) -> Place:
-    """The place of ``location``, which must lie strictly under ``root``.
+    """The place of ``location``, which must lie strictly under ``root``
+    (:class:`Confinement`, for one location).
 
     Args:
         location: The location from outside.
@@ -164,15 +165,45 @@ def confine(location: str, root: str, what: str, where: str) -> Place:
         TableLocationError: a refused form (:func:`place`), or not under ``root`` (on local
             disk: also once symlinks are resolved).
     """
-    inner, top = place(location, what), place(root, where)
-    if not _within(inner, top):
-        raise TableLocationError(f"{what}, {location}, is outside {where} {root}")
-    if inner[0] == "":
-        real, real_top = (os.path.realpath(_local_path(p)) for p in (inner, top))
-        if not real.startswith(real_top.rstrip("/") + "/"):
-            raise TableLocationError(f"{what}, {location}, is outside {where} {root} once "
-                                     f"symbolic links are resolved ({real})")
-    return inner
+    return Confinement(root, where)(location, what)
+
+
+class Confinement:
+    """Locations confined to one root (:func:`confine`), the root parsed once, and on
+    local disk its symlinks resolved once, for every location checked against it (a
+    table's files)."""
+
+    def __init__(self, root: str, where: str) -> None:
+        """Args:
+            root: Where the locations must lie (the server's warehouse, a table's location).
+            where: What ``root`` is, for the errors (``its location``).
+
+        Raises:
+            TableLocationError: ``root`` is a refused form (:func:`place`).
+        """
+        self._root, self._where = root, where
+        self._top = place(root, where)
+        self._real_top: str | None = None  # (local disk) with a trailing "/"
+
+    def __call__(self, location: str, what: str) -> Place:
+        """The place of ``location`` (``what``, for the error), which must lie under the
+        root.
+
+        Raises:
+            TableLocationError: as :func:`confine`.
+        """
+        inner = place(location, what)
+        if not _within(inner, self._top):
+            raise TableLocationError(f"{what}, {location}, is outside {self._where} {self._root}")
+        if inner[0] == "":
+            if self._real_top is None:
+                self._real_top = os.path.realpath(_local_path(self._top)).rstrip("/") + "/"
+            real = os.path.realpath(_local_path(inner))
+            if not real.startswith(self._real_top):
+                raise TableLocationError(f"{what}, {location}, is outside {self._where} "
+                                         f"{self._root} once symbolic links are resolved "
+                                         f"({real})")
+        return inner
 
 
 def inside(location: str, root: str) -> bool:

@@ -25,7 +25,6 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Identifier
-from pyiceberg.utils.config import Config
 
 from olympia import exceptions as oe
 from olympia.catalog.objects import Table as TableDef
@@ -111,10 +110,10 @@ def read_metadata_file(file_io: FileIO, location: str, table: str,
     return data
 
 
-def metadata_json(metadata: TableMetadata) -> bytes:
+def metadata_json(metadata: TableMetadata, exclude_none: bool) -> bytes:
     """The JSON of ``metadata`` as pyiceberg writes it to a metadata file; from format
-    version 2 its snapshots come last, each snapshot object encoded once while kept."""
-    exclude_none = not Config().get_bool("legacy-current-snapshot-id")
+    version 2 its snapshots come last, each snapshot object encoded once while kept.
+    ``exclude_none``: unless pyiceberg's ``legacy-current-snapshot-id`` is set."""
     if metadata.format_version == 1:  # (pyiceberg drops v1 snapshots' sequence numbers)
         return metadata.model_dump_json(exclude_none=exclude_none).encode()
     head = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})

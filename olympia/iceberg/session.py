@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Self, TypeVar
+from urllib.parse import urlparse
 
 from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION, MetastoreCatalog
 from pyiceberg.exceptions import (
@@ -106,6 +107,8 @@ ICEBERG_PATHS = 262144
 MANIFEST_LISTS = 256
 #: Metadata files whose JSON a catalog keeps after writing them (a commit's answer).
 WRITTEN_JSON = 64
+#: FileIOs a catalog keeps, one per set of table properties and URI scheme.
+FILE_IOS = 64
 
 
 class CatalogSession(MetastoreCatalog):
@@ -130,6 +133,8 @@ class CatalogSession(MetastoreCatalog):
     _iceberg_paths: LruCache[str, bool]  # whether a definition file is an Iceberg table's
     _manifest_lists: LruCache[tuple[str, str, str], frozenset[str]]  # (check_commit)
     _written_json: LruCache[str, tuple[TableMetadata, bytes]]  # (metadata_text)
+    _file_ios: LruCache[tuple[tuple[tuple[str, str], ...], str | None], FileIO]
+    _exclude_none: bool  # pyiceberg's legacy-current-snapshot-id, read once (metadata_json)
     _confined: bool  # writers are not trusted: see confined()
     _root: bool
     _dry_run: bool
@@ -186,6 +191,8 @@ class CatalogSession(MetastoreCatalog):
         self._iceberg_paths = LruCache(ICEBERG_PATHS)
         self._manifest_lists = LruCache(MANIFEST_LISTS)
         self._written_json = LruCache(WRITTEN_JSON)
+        self._file_ios = LruCache(FILE_IOS)
+        self._exclude_none = not Config().get_bool("legacy-current-snapshot-id")
         self._confined = False
         self._root = False
         self._dry_run = False
@@ -536,13 +543,20 @@ class CatalogSession(MetastoreCatalog):
         kept = self._written_json.get(location)
         if kept is not None and kept[0] is metadata:
             return kept[1]
-        return metadata_json(metadata)
+        return metadata_json(metadata, self._exclude_none)
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT,
                       location: str | None = None) -> FileIO:
         # the catalog's own settings outrank table properties (anyone who can commit to a
-        # table can set those; endpoints and credentials stay the operator's)
-        return load_file_io({**properties, **self.properties}, location)
+        # table can set those; endpoints and credentials stay the operator's); a FileIO
+        # depends only on them and the location's scheme, so one is kept per such pair
+        merged = {**properties, **self.properties}
+        key = (tuple(sorted(merged.items())), urlparse(location).scheme if location else None)
+        io = self._file_ios.get(key)
+        if io is None:
+            io = load_file_io(merged, location)
+            self._file_ios.put(key, io)
+        return io
 
     # --- table locations ----------------------------------------------------------------
 
@@ -718,7 +732,7 @@ class CatalogSession(MetastoreCatalog):
         digest = None
         txn = self._staging()
         if not self._dry_run:
-            text = metadata_json(metadata)
+            text = metadata_json(metadata, self._exclude_none)
             data = encode_table_metadata(text, location)
             digest = hashlib.sha256(data).digest()
             txn.write_with_commit(partial(create_metadata_file, io, location, data,
