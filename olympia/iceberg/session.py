@@ -788,10 +788,12 @@ class CatalogSession(MetastoreCatalog):
     def _delete_old_metadata(self, io: FileIO, base: TableMetadata,  # type: ignore[override]
                              metadata: TableMetadata) -> None:
         # In a transaction the "old" files are still the committed ones until it commits.
-        # Only files under the table's location are deleted: a registered metadata file's
-        # log may name any file.
+        # pyiceberg deletes the files the new metadata's log no longer names; of those, only
+        # the ones under the table's location (a registered metadata file's log may name
+        # any file).
         if self._txn is None:
-            own = [entry for entry in base.metadata_log
-                   if inside(entry.metadata_file, metadata.location)]
+            kept = {entry.metadata_file for entry in metadata.metadata_log}
+            own = [entry for entry in base.metadata_log if entry.metadata_file not in kept
+                   and inside(entry.metadata_file, metadata.location)]
             MetastoreCatalog._delete_old_metadata(
                 io, base.model_copy(update={"metadata_log": own}), metadata)
