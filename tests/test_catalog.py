@@ -309,9 +309,9 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
     storage = catalog.storage
     rounds: list[list[str]] = []
     batch = [False]
-    real_batch = storage.map_reads
+    real_batch = storage.map_requests
 
-    def map_reads(fn: Any, items: Any) -> Any:
+    def map_requests(fn: Any, items: Any) -> Any:
         rounds.append(list(items))
         batch[0] = True
         try:
@@ -326,7 +326,7 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
             return real(path, *args)
         return call
 
-    monkeypatch.setattr(storage, "map_reads", map_reads)
+    monkeypatch.setattr(storage, "map_requests", map_requests)
     for op in ("read", "exists"):
         monkeypatch.setattr(storage, op, alone(getattr(storage, op)))
     version = catalog.version

@@ -595,7 +595,7 @@ def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location
         threads.add(threading.current_thread().name)
         return storage.read(path)
 
-    assert storage.map_reads(read, [f"f{i}" for i in (3, 1, 2)]) == [b"\x03", b"\x01", b"\x02"]
+    assert storage.map_requests(read, [f"f{i}" for i in (3, 1, 2)]) == [b"\x03", b"\x01", b"\x02"]
     remote = location.uri.startswith("s3://")
     assert storage.backend.remote is remote
     assert (threads == {threading.current_thread().name}) is not remote

@@ -423,7 +423,7 @@ def roots_from(files: CatalogFiles, version: int, through: int) -> list[Root]:
     roots: list[Root] = []
     first, last = version, max(through, version + READ_AHEAD)
     while True:
-        for root in files.storage.map_reads(read, range(first, last + 1)):
+        for root in files.storage.map_requests(read, range(first, last + 1)):
             if root is None:
                 return roots
             roots.append(root)

@@ -126,9 +126,9 @@ class CatalogFiles:
 
     def read_defs(self, paths: list[str], cls: type[M]) -> list[M]:
         """Read many definition files, the uncached ones as one batch
-        (:meth:`~olympia.storage.Storage.map_reads`)."""
+        (:meth:`~olympia.storage.Storage.map_requests`)."""
         missing = [p for p in dict.fromkeys(paths) if p not in self._defs]
-        self.storage.map_reads(lambda p: self.read_def(p, cls), missing)
+        self.storage.map_requests(lambda p: self.read_def(p, cls), missing)
         return [self.read_def(p, cls) for p in paths]
 
     def remember_def(self, path: str, message: Message) -> None:
@@ -281,7 +281,7 @@ class CatalogFiles:
                 return None
             return None if data is None else root_digest(data)
 
-        answers = self.storage.map_reads(ask, asks)
+        answers = self.storage.map_requests(ask, asks)
         latest = cast(tuple[bool, int | None], answers[0])[1]
         oldest = self._oldest(*cast(tuple[bool, int | None], answers[1]))
         if known is not None and answers[2:] == [known.digest, False] and (
@@ -321,7 +321,7 @@ class CatalogFiles:
             except FileNotFound:
                 return False
 
-        same, later = self.storage.map_reads(ask, [known.path, version_path(known.version + 1)])
+        same, later = self.storage.map_requests(ask, [known.path, version_path(known.version + 1)])
         return same and not later
 
     def _probe_from(self, version: int) -> Root:

@@ -476,7 +476,7 @@ class OlympiaCatalog(CatalogSession):
             return response(current.metadata, current.metadata_location)
         if self._confined:
             check_commit(before, staged.metadata, updates, staged.io, f"{ns}.{name}",
-                         self._store.storage.map_reads, self._manifest_lists)
+                         self._store.storage.map_requests, self._manifest_lists)
         metadata = staged.metadata
         if current is not None:  # kept catalog versions stay readable (retention.py)
             metadata = self._retention.apply(ns, name, current.metadata,

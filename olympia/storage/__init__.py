@@ -208,11 +208,11 @@ class Storage:
         """Write ``files``, then create ``path`` holding ``data`` only if it does not exist
         (as :meth:`create_exclusive`, with its retries): a reader never finds ``path``
         without all of ``files`` (:meth:`Backend.publish`, which may write them
-        concurrently through :meth:`map`) and of ``present``, whose existence is checked
-        in the same batch as the writes (no round trip of its own; on a remote store one
-        request each, counted in ``exists``); nor once a file of ``unchanged``, read in
-        that batch too (counted in ``reads``), no longer holds what it held; nor once a
-        call of ``alongside``, run in that batch too, failed.
+        concurrently through :meth:`map_requests`) and of ``present``, whose existence is
+        checked in the same batch as the writes (no round trip of its own; on a remote
+        store one request each, counted in ``exists``); nor once a file of ``unchanged``,
+        read in that batch too (counted in ``reads``), no longer holds what it held; nor
+        once a call of ``alongside``, run in that batch too, failed.
 
         Args:
             files: Relative path -> content of the files ``path`` refers to.
@@ -246,8 +246,8 @@ class Storage:
 
         def create() -> None:
             try:
-                self.backend.publish(full, self.full(path), data, self.map, checked, expected,
-                                     alongside)
+                self.backend.publish(full, self.full(path), data, self.map_requests, checked,
+                                     expected, alongside)
             except FileChanged as exc:
                 raise FileChanged("a file the new root builds on changed",
                                   self.display(exc.path[len(self.root):]), exc.digest) from None
@@ -358,16 +358,17 @@ class Storage:
                 raise future.exception()  # type: ignore[misc]
         return [future.result() for future in futures]
 
-    def map_reads(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
-        """:meth:`map` for a batch of reads (and what parsing they need): on a store that is
-        not remote, run on the calling thread, where handing each to a thread would cost
-        more than the read."""
+    def map_requests(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
+        """:meth:`map` for a batch of requests (and what parsing they need): on a store that
+        is not remote, run on the calling thread, where handing each to a thread would cost
+        more CPU than the request (a commit's writes and syncs too: run in parallel on
+        local disk, they did not make a commit any shorter)."""
         if self.backend.remote:
             return self.map(fn, items)
         return [fn(item) for item in items]
 
     def read_many(self, paths: Iterable[str]) -> builtins.list[bytes]:
-        return self.map_reads(self.read, paths)
+        return self.map_requests(self.read, paths)
 
     def write_many(self, files: Mapping[str, bytes]) -> None:
         self.map(lambda item: self.write(*item), files.items())

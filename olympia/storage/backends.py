@@ -130,8 +130,8 @@ class Backend:
             path: The file created last, exclusively.
             data: Its content.
             run_all: Runs the batch, returning once every call has ended (the storage
-                passes its bounded thread pool: on local disk concurrent writes let the
-                file system merge their syncs).
+                passes :meth:`~olympia.storage.Storage.map_requests`: its bounded thread
+                pool on a remote store, the calling thread on local disk).
             present: Full paths of files written earlier that ``path`` also names.
             unchanged: Full path -> the SHA-256 (hex) of the content it must still hold.
             alongside: Other writes ``path``'s files need (files elsewhere they name),

@@ -59,9 +59,9 @@ class NodeStore:
 
     def load_many(self, paths: list[str]) -> list[Node]:
         """Load several nodes, fetching the uncached ones as one batch
-        (:meth:`~olympia.storage.Storage.map_reads`)."""
+        (:meth:`~olympia.storage.Storage.map_requests`)."""
         missing = [p for p in dict.fromkeys(paths) if p not in self._cache]
-        self.storage.map_reads(self.load, missing)
+        self.storage.map_requests(self.load, missing)
         return [self.load(p) for p in paths]
 
 
