@@ -18,6 +18,7 @@ from olympia.catalog.keys import (
     verify_def,
     version_path,
 )
+from olympia.catalog.objects import Table
 from olympia.exceptions import (
     CorruptFileError,
     FileNotFound,
@@ -35,6 +36,8 @@ M = TypeVar("M", bound=Message)
 
 LATEST = "vn/latest"
 OLDEST = "vn/oldest"
+#: Decoded tables a catalog keeps (:attr:`CatalogFiles.tables`).
+TABLES = 8192
 
 
 # Fields every writer sets (identity, and what a reader cannot do without): a definition
@@ -109,6 +112,9 @@ class CatalogFiles:
         self.storage = storage
         self._nodes: NodeStore | None = None
         self._defs: LruCache[str, Message] = LruCache(def_cache_size)
+        #: Tables decoded from their definition files, by (path, namespace, name): the
+        #: files are immutable and so is a Table (its maps are read-only Mappings).
+        self.tables: LruCache[tuple[str, str, str], Table] = LruCache(TABLES)
         self._roots: LruCache[str, Root] = LruCache(256)
         # root path -> (root_digest, the store's tag of a file read with that digest)
         self._tags: LruCache[str, tuple[str, str]] = LruCache(256)

@@ -66,7 +66,16 @@ class CatalogReader(ABC):
 
     def load_table(self, identifier: Identifier, name: str | None = None) -> Table:
         ref = _ref(ObjectType.TABLE, identifier, name)
-        return Table.from_proto(self._require(ref, pb.TableDef), ref.namespace, ref.name)
+        path = self._get(ref)
+        if path is None:
+            raise missing(ref)
+        key = (path, ref.namespace, ref.name)
+        table = self.files.tables.get(key)
+        if table is None:
+            table = Table.from_proto(self._read_defs([path], pb.TableDef)[0], ref.namespace,
+                                     ref.name)
+            self.files.tables.put(key, table)
+        return table
 
     def list_views(self, namespace: str) -> list[str]:
         return self._list_children(ObjectType.VIEW, namespace)
