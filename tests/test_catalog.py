@@ -330,13 +330,17 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
     for op in ("read", "exists"):
         monkeypatch.setattr(storage, op, alone(getattr(storage, op)))
     version = catalog.version
+    # the loaded root is read too (a prefix restored from a copy may hold another): where
+    # its tag is free to learn (local disk: the stat after its create), conditionally,
+    # with the probe and no hint; otherwise with the hints
+    tagged = location.kind == "local"
     assert catalog.refresh() == version
-    # the loaded root is read too: a prefix restored from a copy may hold another
-    assert rounds == [[LATEST, OLDEST, version_path(version), version_path(version + 1)]]
+    assert rounds == ([[version_path(version), version_path(version + 1)]] if tagged else
+                      [[LATEST, OLDEST, version_path(version), version_path(version + 1)]])
     assert catalog.refresh() == version and rounds[1:] == [  # its root's tag now known
         [version_path(version), version_path(version + 1)]]
     for lagging in (b"0", None):  # a hint written late, or never: still one round trip
-        catalog.create_namespace(f"s{version}")  # (a root whose tag is not known)
+        catalog.create_namespace(f"s{version}")
         version = catalog.version
         if lagging is None:
             storage.delete(LATEST)
@@ -344,7 +348,8 @@ def test_refresh_of_a_catalog_that_did_not_move_is_one_round_trip(
             storage.write(LATEST, lagging)
         rounds.clear()
         assert catalog.refresh() == version
-        assert rounds == [[LATEST, OLDEST, version_path(version), version_path(version + 1)]]
+        assert rounds == ([[version_path(version), version_path(version + 1)]] if tagged else
+                          [[LATEST, OLDEST, version_path(version), version_path(version + 1)]])
     other = Catalog.open(location.uri, location.storage_options)
     other.create_namespace("t")
     other.create_namespace("u")
@@ -377,8 +382,9 @@ def test_refresh_past_a_stale_hint_reads_only_the_newest_root_where_probes_are_f
     roots = [p for p in read if p.startswith("vn/") and p not in (LATEST, OLDEST)]
     newest = version_path(version + 3)
     hinted = [version_path(version + 1)] if location.kind == "s3" else []
-    # the loaded root is read with the hints (a restored prefix may hold another)
-    assert sorted(roots[:-1]) == sorted([version_path(version), *hinted])
+    # the loaded root is read with the hints (a restored prefix may hold another; on local
+    # disk, whose tag is known, conditionally, and first on its own with the probe)
+    assert sorted(set(roots[:-1])) == sorted([version_path(version), *hinted])
     assert roots[-1] == newest
 
 

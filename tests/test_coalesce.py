@@ -9,6 +9,7 @@ never times."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import signal
 import threading
 import time
@@ -380,13 +381,21 @@ class _Held:
 @contextlib.contextmanager
 def _interrupted_once(when: Callable[[], bool]) -> Iterator[None]:
     """Within the block, once ``when()`` holds, interrupt the main thread (the test's) with
-    TaskTimeout: a signal whose handler raises it, as a task runner's timeout does."""
+    TaskTimeout: a signal whose handler raises it, as a task runner's timeout does. Should
+    ``when()`` not hold within a minute (a bounded wait, not a timing assertion), every
+    thread's stack goes to stderr, the main thread is interrupted all the same, and the
+    block fails saying so."""
+    missed = threading.Event()
+
     def handler(_signum: int, _frame: Any) -> None:
         raise TaskTimeout("the task timed out")
 
     def run() -> None:
-        for _ in range(12000):  # a bounded wait, not a timing assertion
-            if when():
+        deadline = time.monotonic() + 60
+        while not when():
+            if time.monotonic() > deadline:
+                faulthandler.dump_traceback(all_threads=True)  # where the main thread is
+                missed.set()
                 break
             time.sleep(0.005)
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
@@ -397,6 +406,8 @@ def _interrupted_once(when: Callable[[], bool]) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGUSR1, previous)
+    assert not missed.is_set(), ("the state to interrupt in never came within a minute: "
+                                 "every thread's stack is in the captured stderr")
 
 
 def _held_catalog(location: Location, coalesce: bool) -> tuple[Catalog, _Held]:

@@ -312,7 +312,8 @@ def _attempt(files: CatalogFiles, base: Snapshot, change: Change, written: _Writ
         committed = Root(version, version_path(version), root, cdef, root_digest(root_bytes))
         for path, node in flushed.files.items():  # the next transaction reads them
             base.nodes.remember(path, node)
-        files.remember_root(committed)  # for readers; a commit reads roots fresh
+        # for readers (a commit reads roots fresh), with the file's tag where it is free
+        files.remember_root(committed, files.storage.tag(committed.path))
         write_hint(partial(_write_hint, files, version))
         return committed
     except FileAlreadyExists:

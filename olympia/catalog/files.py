@@ -198,8 +198,13 @@ class CatalogFiles:
         node = raw.to_node(catalog_def.order, root=True)
         return Root(version, path, node, catalog_def, root_digest(data))
 
-    def remember_root(self, root: Root) -> None:
+    def remember_root(self, root: Root, tag: str = "") -> None:
+        """Keep ``root`` (decoded from the file at its path); ``tag``: the store's tag of
+        that file (a root this process just created), so that discovery asks whether it
+        changed with one conditional read (:meth:`_unchanged`)."""
         self._roots.put(root.path, root)
+        if tag:
+            self._tags.put(root.path, (root.digest, tag))
 
     # --- version hints and discovery ---------------------------------------------------
 
@@ -281,11 +286,12 @@ class CatalogFiles:
                 return self._read_hint(path)
             if path != asks[2]:
                 return self.storage.probe(path)
+            assert known is not None  # (asked about only then)
             try:
-                data = self._read_tagged(path, None)
+                data = self._read_tagged(path, known)
             except FileNotFound:
                 return None
-            return None if data is None else root_digest(data)
+            return known.digest if data is None else root_digest(data)
 
         answers = self.storage.map_requests(ask, asks)
         latest = cast(tuple[bool, int | None], answers[0])[1]

@@ -98,6 +98,11 @@ class Backend:
         """
         return self.read(path), ""
 
+    def tag(self, path: str) -> str:
+        """The tag :meth:`read_if_changed` would give the file's content now, where telling
+        costs no request; ``""`` (none) by default."""
+        return ""
+
     def exists(self, path: str) -> bool:
         raise NotImplementedError
 

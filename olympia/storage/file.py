@@ -56,6 +56,12 @@ class LocalBackend(Backend):
             tag = _stat_tag(os.fstat(f.fileno()))
             return f.read(), tag
 
+    def tag(self, path: str) -> str:
+        try:
+            return _stat_tag(os.stat(path))
+        except FileNotFoundError:
+            return ""
+
     @staticmethod
     def _folder(path: str) -> str:
         directory = os.path.dirname(path)
