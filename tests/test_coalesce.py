@@ -374,7 +374,9 @@ class _Held:
                  **named: Any) -> None:
         n, self.count = self.count, self.count + 1
         self.entered[n].set()
-        assert self.released[n].wait(120)
+        deadline = time.monotonic() + 120  # a bounded wait, not a timing assertion
+        while not self.released[n].wait(0.05):  # in slices: see coalesce._WAIT_SLICE_S
+            assert time.monotonic() < deadline
         self.publish(files, path, data, *rest, **named)
 
 
@@ -382,32 +384,39 @@ class _Held:
 def _interrupted_once(when: Callable[[], bool]) -> Iterator[None]:
     """Within the block, once ``when()`` holds, interrupt the main thread (the test's) with
     TaskTimeout: a signal whose handler raises it, as a task runner's timeout does. Should
-    ``when()`` not hold within a minute (a bounded wait, not a timing assertion), every
-    thread's stack goes to stderr, the main thread is interrupted all the same, and the
-    block fails saying so."""
-    missed = threading.Event()
+    ``when()`` not hold, or the main thread not leave the block after the signal, within a
+    minute (bounded waits, not timing assertions), every thread's stack goes to stderr
+    (the main thread is interrupted all the same) and the test fails saying so."""
+    stuck = threading.Event()
+    left = threading.Event()
 
     def handler(_signum: int, _frame: Any) -> None:
         raise TaskTimeout("the task timed out")
 
-    def run() -> None:
+    def within_a_minute(done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + 60
-        while not when():
+        while not done():
             if time.monotonic() > deadline:
                 faulthandler.dump_traceback(all_threads=True)  # where the main thread is
-                missed.set()
-                break
+                stuck.set()
+                return
             time.sleep(0.005)
+
+    def run() -> None:
+        within_a_minute(when)
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+        within_a_minute(left.is_set)
 
     previous = signal.signal(signal.SIGUSR1, handler)
     try:
         threading.Thread(target=run, daemon=True).start()
         yield
     finally:
+        left.set()
         signal.signal(signal.SIGUSR1, previous)
-    assert not missed.is_set(), ("the state to interrupt in never came within a minute: "
-                                 "every thread's stack is in the captured stderr")
+        assert not stuck.is_set(), ("the state to interrupt in, or the main thread's exit "
+                                    "after the signal, never came within a minute: every "
+                                    "thread's stack is in the captured stderr")
 
 
 def _held_catalog(location: Location, coalesce: bool) -> tuple[Catalog, _Held]:

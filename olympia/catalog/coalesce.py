@@ -46,6 +46,12 @@ from olympia.catalog.files import CatalogFiles, Root
 from olympia.catalog.reader import Snapshot
 from olympia.exceptions import CommitConflict, CommitOutcomeUnknown, OlympiaError
 
+# A caller waits for the batch under way in slices of this many seconds. A signal that
+# arrives just as an untimed wait begins (after Python's last check for pending signals,
+# before the thread blocks) is handled only once the wait ends: the batch's end, however
+# late. In slices, the interrupt (a task runner's timeout) is seen within one.
+_WAIT_SLICE_S = 0.25
+
 
 def commit(files: CatalogFiles, base: Snapshot, change: Change, options: CommitOptions,
            ) -> Root:
@@ -135,7 +141,7 @@ class CommitGroup:
                     # a caller returns once its outcome is set and the batch that set it
                     # ended
                     while self._leading and (member in self._landing or not member.finished):
-                        self._cond.wait()
+                        self._cond.wait(_WAIT_SLICE_S)
                     if member.finished:
                         return
                     self._leading = leading = True
