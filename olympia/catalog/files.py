@@ -36,7 +36,7 @@ M = TypeVar("M", bound=Message)
 
 LATEST = "vn/latest"
 OLDEST = "vn/oldest"
-#: Decoded tables a catalog keeps (:attr:`CatalogFiles.tables`).
+#: Decoded tables a catalog keeps (:meth:`CatalogFiles.read_table`).
 TABLES = 8192
 
 
@@ -112,9 +112,9 @@ class CatalogFiles:
         self.storage = storage
         self._nodes: NodeStore | None = None
         self._defs: LruCache[str, Message] = LruCache(def_cache_size)
-        #: Tables decoded from their definition files, by (path, namespace, name): the
-        #: files are immutable and so is a Table (its maps are read-only Mappings).
-        self.tables: LruCache[tuple[str, str, str], Table] = LruCache(TABLES)
+        # tables decoded from their definition files, by (path, namespace, name): the
+        # files are immutable and so is a Table (its maps are read-only Mappings)
+        self._tables: LruCache[tuple[str, str, str], Table] = LruCache(TABLES)
         self._roots: LruCache[str, Root] = LruCache(256)
         # root path -> (root_digest, the store's tag of a file read with that digest)
         self._tags: LruCache[str, tuple[str, str]] = LruCache(256)
@@ -139,6 +139,19 @@ class CatalogFiles:
 
     def remember_def(self, path: str, message: Message) -> None:
         self._defs.put(path, message)
+
+    def read_table(self, path: str, namespace: str, name: str) -> Table:
+        """The table ``namespace.name`` decoded from its definition file at ``path``.
+
+        Raises:
+            CorruptFileError: The file is not a valid table definition.
+        """
+        key = (path, namespace, name)
+        table = self._tables.get(key)
+        if table is None:
+            table = Table.from_proto(self.read_def(path, pb.TableDef), namespace, name)
+            self._tables.put(key, table)
+        return table
 
     # --- nodes and roots ---------------------------------------------------------------
 

@@ -66,16 +66,7 @@ class CatalogReader(ABC):
 
     def load_table(self, identifier: Identifier, name: str | None = None) -> Table:
         ref = _ref(ObjectType.TABLE, identifier, name)
-        path = self._get(ref)
-        if path is None:
-            raise missing(ref)
-        key = (path, ref.namespace, ref.name)
-        table = self.files.tables.get(key)
-        if table is None:
-            table = Table.from_proto(self._read_defs([path], pb.TableDef)[0], ref.namespace,
-                                     ref.name)
-            self.files.tables.put(key, table)
-        return table
+        return self.files.read_table(self._require_path(ref), ref.namespace, ref.name)
 
     def list_views(self, namespace: str) -> list[str]:
         return self._list_children(ObjectType.VIEW, namespace)
@@ -254,10 +245,18 @@ class CatalogReader(ABC):
         return [self.codec.decode(k).name for k, _ in self._scan(kind, namespace)]
 
     def _require(self, ref: ObjectRef, cls: type[M]) -> M:
+        return self._read_defs([self._require_path(ref)], cls)[0]
+
+    def _require_path(self, ref: ObjectRef) -> str:
+        """The path of ``ref``'s definition file.
+
+        Raises:
+            NotFoundError: It does not exist (the subclass for its kind: :func:`missing`).
+        """
         path = self._get(ref)
         if path is None:
             raise missing(ref)
-        return self._read_defs([path], cls)[0]
+        return path
 
     def _read_defs(self, paths: list[str], cls: type[M]) -> list[M]:
         """Definition files by path, uncached ones read concurrently."""
