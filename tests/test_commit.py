@@ -28,6 +28,7 @@ from olympia.exceptions import (
     CommitOutcomeUnknown,
     InvalidArgumentError,
     NoSuchTransactionError,
+    StorageError,
 )
 from olympia.tree import btree
 
@@ -174,6 +175,26 @@ def test_the_latest_hint_is_written_by_whom_the_options_name_once_the_root_lande
     assert theirs.refresh() == 2 and Catalog.open(ours.uri).version == 2
     jobs[0]()
     assert ours.files.read_hint(LATEST) == 2
+
+
+def test_a_hint_that_cannot_be_written_is_logged_and_the_commit_stands(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The store refuses the write of vn/latest once the root landed: the commit is
+    answered as landed, a warning names the version, and discovery finds it all the
+    same (probing past the older hint)."""
+    ours, theirs = _two_writers()
+
+    def refused(path: str, version: int) -> None:
+        raise StorageError("access denied", f"memory://x/{path}")
+
+    monkeypatch.setattr(ours.files, "write_hint", refused)
+    with caplog.at_level("WARNING", logger="olympia.catalog.commit"):
+        ours.create_namespace("later")
+    assert ours.version == 2 and ours.files.read_hint(LATEST) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "version 2 landed, but its vn/latest hint was not written (access denied: "
+        "memory://x/vn/latest): discovery probes past the older hint"]
+    assert theirs.refresh() == 2 and "later" in theirs.list_namespaces()
 
 
 class TaskTimeout(Exception):

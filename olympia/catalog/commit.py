@@ -48,6 +48,7 @@ how (:class:`CommitOptions`).
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -77,6 +78,8 @@ from olympia.tree.node import Node, encode_node
 
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
 READ_AHEAD = 2  # roots read at once past those known to exist, until one is missing
+
+_log = logging.getLogger(__name__)
 
 
 def now_millis() -> int:
@@ -464,11 +467,14 @@ class _Written:
 
 
 def _write_hint(files: CatalogFiles, version: int) -> None:
-    """The best-effort write of vn/latest once ``version`` landed."""
+    """The best-effort write of vn/latest once ``version`` landed: one that fails is
+    logged as a warning, never raised (the version landed; discovery probes past an older
+    hint, one root per version it is behind)."""
     try:
         files.write_hint(LATEST, version)
-    except StorageError:
-        pass  # vn/latest is only a hint; discovery probes past it
+    except StorageError as exc:
+        _log.warning("version %d landed, but its vn/latest hint was not written (%s): "
+                     "discovery probes past the older hint", version, exc)
 
 
 def _check_size(cdef: pb.CatalogDef, files: Mapping[str, bytes]) -> None:

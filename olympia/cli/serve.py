@@ -150,8 +150,8 @@ COMMANDS = [serve]
 
 def hint_writer(hints: ThreadPoolExecutor) -> Callable[[Callable[[], None]], None]:
     """A commit's ``write_hint``: runs each best-effort ``vn/latest`` write on ``hints`` and
-    logs one that failed (a storage failure is dropped by the write itself; what reaches
-    the log is a bug, never a lost commit)."""
+    logs one that failed (the write itself logs a storage failure as a warning; what
+    reaches this log is a bug, never a lost commit)."""
     def submit(write: Callable[[], None]) -> None:
         hints.submit(write).add_done_callback(_log_failure)
     return submit
