@@ -734,10 +734,10 @@ def _submitted(files: Any) -> int:
     return commit_group(files).submitted
 
 
-_WAIT_LINE = [  # where Condition.wait blocks until notified (its last waiter.acquire())
+_WAIT_LINES = {  # where Condition.wait blocks until notified or its timeout passes
     inspect.getsourcelines(threading.Condition.wait)[1] + i
     for i, line in enumerate(inspect.getsourcelines(threading.Condition.wait)[0])
-    if line.strip() == "waiter.acquire()"][-1]
+    if line.strip() == "gotit = waiter.acquire(True, timeout)"}
 
 
 def _await_waiting(thread: threading.Thread) -> None:
@@ -746,7 +746,7 @@ def _await_waiting(thread: threading.Thread) -> None:
     while True:
         frame = sys._current_frames().get(thread.ident or 0)
         if frame is not None and frame.f_code is threading.Condition.wait.__code__ and (
-                frame.f_lineno == _WAIT_LINE):
+                frame.f_lineno in _WAIT_LINES):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"the caller never waited:\n{_stacks([thread])}")

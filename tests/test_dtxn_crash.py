@@ -12,6 +12,7 @@ be finished.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -228,8 +229,8 @@ def _kill_server_mid_commit(server: RestServer, store: Catalog, txn: str, mode: 
             answers.append(request(server, "POST",
                                    f"/v1/namespaces/sys%1Fdtxns%1F{txn}/properties",
                                    '{"updates": {"commit": "true"}}'))
-        except OSError as exc:  # the server died before it answered
-            answers.append(exc)
+        except (OSError, http.client.HTTPException) as exc:  # died before it answered
+            answers.append(exc)  # (or while: an answer cut short, IncompleteRead)
 
     sender = threading.Thread(target=commit)
     sender.start()
@@ -245,7 +246,8 @@ def _kill_server_mid_commit(server: RestServer, store: Catalog, txn: str, mode: 
     server.stop()  # reaps nothing more: the log reader ends
     sender.join(timeout=WAIT_S)
     answer = answers[0]
-    assert isinstance(answer, OSError) or answer[0] == 200, answer  # type: ignore[index]
+    assert isinstance(answer, (OSError, http.client.HTTPException)) or (
+        answer[0] == 200), answer  # type: ignore[index]
 
 
 def _outcome(location: Location, store: Catalog, txn: str, instance: str, began: int,
