@@ -239,6 +239,27 @@ def test_no_commit_after_a_read_failed_verification(tmp_path: Path) -> None:
     assert sorted(f.path for f in fresh.storage.list("vn/")) == before
 
 
+def test_no_commit_after_a_table_definition_failed_verification(tmp_path: Path) -> None:
+    """A table whose definition file fails its checksum, loaded in a transaction: even a
+    caller that catches the error cannot commit."""
+    where = str(tmp_path / "wh")
+    catalog = small_catalog(where)
+    path = catalog.snapshot._get(ObjectRef(ObjectType.TABLE, "a", "t0"))
+    assert path is not None
+    data = catalog.storage.read(path)
+    catalog.storage.write(path, data[:-1] + bytes([data[-1] ^ 1]))
+    fresh = Catalog.open(where)
+    before = sorted(f.path for f in fresh.storage.list("vn/"))
+    txn = fresh.transaction()
+    with pytest.raises(CorruptFileError, match=path):
+        txn.load_table("a", "t0")
+    txn.create_namespace("0")
+    with pytest.raises(CorruptFileError, match=f"{path}.*nothing committed"):
+        txn.commit()
+    assert txn.state == "aborted"
+    assert sorted(f.path for f in fresh.storage.list("vn/")) == before
+
+
 # --- property: one flipped bit, ls / plan / apply ---------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -140,8 +141,11 @@ class CatalogFiles:
     def remember_def(self, path: str, message: Message) -> None:
         self._defs.put(path, message)
 
-    def read_table(self, path: str, namespace: str, name: str) -> Table:
-        """The table ``namespace.name`` decoded from its definition file at ``path``.
+    def read_table(self, path: str, namespace: str, name: str,
+                   read: Callable[[str], pb.TableDef]) -> Table:
+        """The table ``namespace.name`` decoded from its definition file at ``path``, once
+        per catalog object: on a miss ``read`` reads the file (the reader's own read, so
+        that a transaction remembers one that failed verification, ruling 13).
 
         Raises:
             CorruptFileError: The file is not a valid table definition.
@@ -149,7 +153,7 @@ class CatalogFiles:
         key = (path, namespace, name)
         table = self._tables.get(key)
         if table is None:
-            table = Table.from_proto(self.read_def(path, pb.TableDef), namespace, name)
+            table = Table.from_proto(read(path), namespace, name)
             self._tables.put(key, table)
         return table
 

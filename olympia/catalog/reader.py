@@ -66,7 +66,8 @@ class CatalogReader(ABC):
 
     def load_table(self, identifier: Identifier, name: str | None = None) -> Table:
         ref = _ref(ObjectType.TABLE, identifier, name)
-        return self.files.read_table(self._require_path(ref), ref.namespace, ref.name)
+        return self.files.read_table(self._require_path(ref), ref.namespace, ref.name,
+                                     lambda path: self._read_defs([path], pb.TableDef)[0])
 
     def list_views(self, namespace: str) -> list[str]:
         return self._list_children(ObjectType.VIEW, namespace)
