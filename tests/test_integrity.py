@@ -12,6 +12,7 @@ import json
 import shutil
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +35,7 @@ from olympia.catalog.keys import (
     def_digest,
     path_version,
 )
+from olympia.catalog.transaction import Transaction
 from olympia.cli import main
 from olympia.exceptions import CorruptFileError
 from olympia.spec.yamlpos import dump
@@ -218,42 +220,40 @@ def test_swapped_leaves_are_reported_with_their_parent(tmp_path: Path) -> None:
     assert namespaces.exit_code == 1 and "misplaced node" in namespaces.output
 
 
-def test_no_commit_after_a_read_failed_verification(tmp_path: Path) -> None:
-    """Even a caller that catches the error (treating it as "not found") cannot commit."""
-    where = str(tmp_path / "wh")
-    catalog = small_catalog(where)
+def _leaf_of_t0(catalog: Catalog) -> tuple[str, bytes]:
+    """The leaf node holding table a.t0's key, cut in half."""
     key = catalog.snapshot.codec.key(ObjectRef(ObjectType.TABLE, "a", "t0"))
-    snap = catalog.snapshot
-    (leaf,) = [p for p in leaves(catalog) if key in snap.nodes.load(p).keys]
+    (leaf,) = [p for p in leaves(catalog) if key in catalog.snapshot.nodes.load(p).keys]
     data = catalog.storage.read(leaf)
-    catalog.storage.write(leaf, data[: len(data) // 2])
-    fresh = Catalog.open(where)
-    before = sorted(f.path for f in fresh.storage.list("vn/"))
-    txn = fresh.transaction()
-    with pytest.raises(CorruptFileError, match=leaf):
-        txn.table_exists("a", "t0")
-    txn.create_namespace("0")  # a key in another leaf stages fine
-    with pytest.raises(CorruptFileError, match=f"{leaf}.*nothing committed"):
-        txn.commit()
-    assert txn.state == "aborted"
-    assert sorted(f.path for f in fresh.storage.list("vn/")) == before
+    return leaf, data[: len(data) // 2]
 
 
-def test_no_commit_after_a_table_definition_failed_verification(tmp_path: Path) -> None:
-    """A table whose definition file fails its checksum, loaded in a transaction: even a
-    caller that catches the error cannot commit."""
-    where = str(tmp_path / "wh")
-    catalog = small_catalog(where)
+def _definition_of_t0(catalog: Catalog) -> tuple[str, bytes]:
+    """Table a.t0's definition file, its last bit flipped."""
     path = catalog.snapshot._get(ObjectRef(ObjectType.TABLE, "a", "t0"))
     assert path is not None
     data = catalog.storage.read(path)
-    catalog.storage.write(path, data[:-1] + bytes([data[-1] ^ 1]))
+    return path, data[:-1] + bytes([data[-1] ^ 1])
+
+
+@pytest.mark.parametrize(("damaged", "read"), [
+    (_leaf_of_t0, lambda txn: txn.table_exists("a", "t0")),
+    (_definition_of_t0, lambda txn: txn.load_table("a", "t0")),
+], ids=["node", "table-definition"])
+def test_no_commit_after_a_read_failed_verification(
+        tmp_path: Path, damaged: Callable[[Catalog], tuple[str, bytes]],
+        read: Callable[[Transaction], object]) -> None:
+    """Even a caller that catches the error (treating it as "not found") cannot commit."""
+    where = str(tmp_path / "wh")
+    catalog = small_catalog(where)
+    path, data = damaged(catalog)
+    catalog.storage.write(path, data)
     fresh = Catalog.open(where)
     before = sorted(f.path for f in fresh.storage.list("vn/"))
     txn = fresh.transaction()
     with pytest.raises(CorruptFileError, match=path):
-        txn.load_table("a", "t0")
-    txn.create_namespace("0")
+        read(txn)
+    txn.create_namespace("0")  # a key elsewhere stages fine
     with pytest.raises(CorruptFileError, match=f"{path}.*nothing committed"):
         txn.commit()
     assert txn.state == "aborted"
