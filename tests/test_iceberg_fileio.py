@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -60,9 +62,10 @@ def test_a_create_never_replaces_a_file(place: tuple[Any, str]) -> None:
 
 def test_a_local_create_is_synced_before_it_is_named(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """On local disk the file's bytes reach the disk before the file has its name: a root
-    synced later never names a metadata file that a crash left empty. Plain paths and
-    ``file:`` URIs are one place; missing folders are made."""
+    """On local disk the file's bytes reach the disk before the file has its name, and its
+    name before the create returns: a root synced later never names a metadata file that a
+    crash left empty or without its name. Plain paths and ``file:`` URIs are one place;
+    missing folders are made, each named durably in its parent."""
     import olympia.storage.file as local
 
     events: list[str] = []  # (this thread's: another test's threads may sync meanwhile)
@@ -72,11 +75,18 @@ def test_a_local_create_is_synced_before_it_is_named(tmp_path: Path,
         if threading.get_ident() == me:
             events.append(event)
 
-    monkeypatch.setattr(local.os, "fsync", lambda fd: (note("sync"), real_fsync(fd)))
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            note("sync")
+        else:
+            note("sync " + os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path))
+
+    monkeypatch.setattr(local.os, "fsync", fsync)
     monkeypatch.setattr(local.os, "link", lambda *a, **k: (note("name"), real_link(*a, **k)))
     io = load_file_io({}, f"file://{tmp_path}")
     create_file(io, f"file://{tmp_path}/new/folder/m.json", b"metadata")
-    assert events == ["sync", "name"]
+    assert events == ["sync .", "sync new", "sync", "name", "sync new/folder"]
     assert (tmp_path / "new" / "folder" / "m.json").read_bytes() == b"metadata"
     with pytest.raises(FileExistsError):
         create_file(io, f"{tmp_path}/new/folder/m.json", b"other")

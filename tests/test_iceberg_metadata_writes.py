@@ -5,6 +5,9 @@ them, again where the storage retries that batch, never over another file's cont
 from __future__ import annotations
 
 import errno
+import os
+import re
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +63,56 @@ def test_the_metadata_file_is_written_in_the_batch_before_the_root(tmp_path: Pat
     location = table.metadata_location
     assert Path(location.removeprefix("file://")).is_file()
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 3
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
+def test_every_name_an_append_gives_is_durable_before_it_returns_the_root_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Iceberg append on local disk: each file it names in the catalog and the table's
+    folder (the table's definition, the metadata file, the root) has its folder
+    synced after it got its name, every one before the root is named, and the root's
+    folder before the append returns; only vn/latest, a hint, is never synced."""
+    import olympia.storage.file as local
+
+    catalog = OlympiaCatalog("c", **local_properties(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA)
+    table.append(rows(0))  # (the table's data and metadata folders exist from here on)
+    events: list[tuple[str, str]] = []  # ("name", file) or ("sync", folder), relative
+    real_fsync, real_link, real_replace = local.os.fsync, local.os.link, local.os.replace
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            events.append(("sync", os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"),
+                                                   tmp_path)))
+
+    def named(real: Callable[..., None]) -> Callable[..., None]:
+        def call(src: str, dst: str, **kwargs: Any) -> None:
+            real(src, dst, **kwargs)
+            events.append(("name", os.path.relpath(dst, tmp_path)))
+        return call
+
+    monkeypatch.setattr(local.os, "fsync", fsync)
+    monkeypatch.setattr(local.os, "link", named(real_link))
+    monkeypatch.setattr(local.os, "replace", named(real_replace))
+    table.append(rows(3))
+    files = [path for kind, path in events if kind == "name"]
+    root = next(path for path in files if re.fullmatch(r"catalog/vn/\d+", path))
+    assert {path.split("/")[1] for path in files if path.startswith("catalog/")} == \
+        {"def", "vn"}  # (a tree this small is all root)
+    assert any(path.startswith("warehouse/ns/t/metadata/") for path in files)
+    assert events[-1] == ("name", "catalog/vn/latest")  # a hint: never synced
+    durable = events[:-1]
+    for path in files[:-1]:  # each name's folder is synced after it
+        at = durable.index(("name", path))
+        assert ("sync", os.path.dirname(path)) in durable[at + 1:], (path, durable)
+    before_root = durable[:durable.index(("name", root))]
+    for path in files[:-1]:
+        if path != root:
+            at = before_root.index(("name", path))
+            assert ("sync", os.path.dirname(path)) in before_root[at + 1:], (path, durable)
+    assert durable[-1] == ("sync", "catalog/vn")
 
 
 def test_a_retried_batch_finds_its_own_metadata_file(tmp_path: Path) -> None:

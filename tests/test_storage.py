@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -558,30 +559,71 @@ def test_same_place_however_spelled(tmp_path: Any) -> None:
         Storage("s3://bucket/p", {"endpoint_url": "http://127.0.0.1:2"}))
 
 
+_UNNAMED = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+needs_unnamed_files = pytest.mark.skipif(
+    not _UNNAMED, reason="unnamed files need Linux O_TMPFILE and /proc")
+
+
+@needs_unnamed_files
 def test_local_sync_and_exclusive_loss(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                        ) -> None:
-    """Local disk syncs every file but vn/latest (a hint that discovery checks), and an
-    exclusive create of a file that exists fails leaving the file and its folder as they
-    were (it may write and sync the doomed data first: the commit looks before it)."""
-    synced: list[int] = []
+    """Local disk syncs every file but vn/latest (a hint that discovery checks), then its
+    folder, which makes its name durable; an exclusive create of a file that exists fails
+    leaving the file and its folder as they were (it may write and sync the doomed data
+    first: the commit looks before it)."""
+    synced: list[str] = []  # "file", or the folder synced
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        folder = stat.S_ISDIR(os.fstat(fd).st_mode)
+        synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path / "c")
+                      if folder else "file")
+
+    monkeypatch.setattr(os, "fsync", fsync)
     catalog = Catalog.create(str(tmp_path / "c"))
     synced.clear()
     catalog.files.write_hint("vn/latest", 0)
     assert synced == []
     catalog.files.write_hint("vn/oldest", 0)
-    assert len(synced) == 1
+    assert synced == ["file", "vn"]
     synced.clear()
     catalog.storage.stats.reset()
     catalog.create_namespace("a")  # its definition, the nodes, the root, then vn/latest
-    assert len(synced) == catalog.storage.stats.writes - 1 >= 2
+    assert synced.count("file") == catalog.storage.stats.writes - 1 >= 2
+    # each file, then its folder; def/namespace is new: first its name in def
+    assert synced == ["def", "file", "def/namespace", "file", "vn"]
     synced.clear()
     before = sorted(os.listdir(tmp_path / "c" / "vn"))
     with pytest.raises(FileAlreadyExists):
         catalog.storage.create_exclusive(version_path(1), b"other")
+    assert synced == ["file"]  # the doomed data, never named
     assert sorted(os.listdir(tmp_path / "c" / "vn")) == before
     assert catalog.storage.read(version_path(1)) != b"other"
+
+
+@needs_unnamed_files
+def test_local_folders_made_for_a_file_are_named_durably(tmp_path: Any,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          ) -> None:
+    """A folder a write creates (a new table's metadata folder and its parents) gets its
+    name synced in its parent, from the top down, before the file is linked in it; a
+    storage opened with ``fsync=False`` syncs nothing."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    (tmp_path / "w").mkdir()
+    Storage(str(tmp_path / "w")).create_exclusive("ns/t/metadata/00001.json", b"{}")
+    assert synced == ["w", "w/ns", "w/ns/t", "w/ns/t/metadata"]
+    synced.clear()
+    Storage(str(tmp_path / "w"), {"fsync": False}).write("ns/u/metadata/x.json", b"{}")
+    assert synced == []
 
 
 def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location) -> None:
@@ -601,11 +643,6 @@ def test_small_reads_stay_on_the_calling_thread_unless_remote(location: Location
     assert (threads == {threading.current_thread().name}) is not remote
     storage.write("vn/0", b"x")
     assert storage.known_to_exist("vn/0") is not remote and not storage.known_to_exist("vn/1")
-
-
-_UNNAMED = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
-needs_unnamed_files = pytest.mark.skipif(
-    not _UNNAMED, reason="unnamed files need Linux O_TMPFILE and /proc")
 
 
 def _without_named_temps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -729,12 +766,15 @@ def _sha256(data: bytes) -> str:
 @needs_unnamed_files
 def test_local_publish_syncs_every_file_before_naming_it_and_the_root_last(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On local disk each file is written unnamed, synced, then linked at its name (the
-    files concurrently, each on one thread), the root after all of them: a crash leaves no
-    partly written file under a name, and never a root without its files. A lost race
-    (the root exists) names no root and leaves it as it was."""
+    """On local disk each file is written unnamed, synced, then linked at its name, and
+    its folder synced (the files on the calling thread or concurrently, each on one
+    thread); the root after all of them, its folder synced before publish returns: a
+    crash of the machine leaves no partly written file under a name, never a root without
+    its files, and never loses a root once published. A lost race (the root exists) names
+    no root and leaves it as it was."""
     storage = Storage(str(tmp_path / "c"))
     storage.write("vn/.keep", b"")  # the folders exist: every link below is a file's
+    storage.write("node/.keep", b"")
     steps: list[tuple[int, str]] = []  # (thread, what it did)
     real_link, real_fsync = os.link, os.fsync
 
@@ -744,17 +784,23 @@ def test_local_publish_syncs_every_file_before_naming_it_and_the_root_last(
 
     def syncing(fd: int) -> None:
         real_fsync(fd)
-        steps.append((threading.get_ident(), "sync"))
+        folder = os.readlink(f"/proc/self/fd/{fd}") if stat.S_ISDIR(os.fstat(fd).st_mode) \
+            else None
+        steps.append((threading.get_ident(), "sync" if folder is None else
+                      "sync " + os.path.relpath(folder, tmp_path / "c")))
 
     monkeypatch.setattr(os, "link", linking)
     monkeypatch.setattr(os, "fsync", syncing)
     files = {f"node/{name}.arrow": name.encode() for name in "abcd"}
     storage.publish(files, "vn/1", b"root")
-    for i, (thread, step) in enumerate(steps):  # each link follows its own file's sync
-        if step != "sync":
-            assert [s for t, s in steps[:i] if t == thread][-1] == "sync", steps
-    assert sorted(s for _, s in steps[:-2] if s != "sync") == sorted(files)
-    assert [s for _, s in steps[-2:]] == ["sync", "vn/1"]
+    for thread, step in steps:
+        if not step.startswith("sync"):  # a link: after its file's sync, before its folder's
+            mine = [s for t, s in steps if t == thread]
+            at = mine.index(step)
+            assert mine[at - 1:at + 2] == ["sync", step, f"sync {os.path.dirname(step)}"], steps
+    named = [s for _, s in steps[:-3] if not s.startswith("sync")]
+    assert sorted(named) == sorted(files)
+    assert [s for _, s in steps[-3:]] == ["sync", "vn/1", "sync vn"]
     assert storage.read("vn/1") == b"root"
     with pytest.raises(FileAlreadyExists):
         storage.publish({"node/c.arrow": b"c"}, "vn/1", b"other")

@@ -34,7 +34,11 @@ class LocalBackend(Backend):
     written unnamed in its folder (Linux ``O_TMPFILE``) and hard-linked at its name, which
     fails if the name exists (the exclusive create); elsewhere, and to replace a file, it
     is written as a named temp file (``.tmp-<hex>``, ignored by listings) and linked or
-    renamed into place."""
+    renamed into place. Then the folder is synced too, before the write returns: a name is
+    durable only once its folder is, so a root acknowledged never disappears in a crash of
+    the machine, nor survives one that lost a file it names (file systems without a
+    journal write folders in any order). A write that need not survive (``durable=False``:
+    the vn/latest hint) syncs neither."""
 
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
@@ -62,14 +66,35 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             return ""
 
-    @staticmethod
-    def _folder(path: str) -> str:
+    def _folder(self, path: str) -> str:
+        """The folder of ``path``, created if missing, each folder made here named durably
+        in its parent."""
         directory = os.path.dirname(path)
+        if os.path.isdir(directory):
+            return directory
+        made, above = [], directory
+        while above and not os.path.isdir(above):
+            made.append(above)
+            above = os.path.dirname(above)
         try:
             os.makedirs(directory, exist_ok=True)
         except FileExistsError:  # a parent is a file: no "file already exists" for `path`
             raise NotADirectoryError(errno.ENOTDIR, "a parent folder is a file", path) from None
+        for folder in reversed(made):
+            self._sync_name(folder)
         return directory
+
+    def _sync_name(self, path: str) -> None:
+        """Sync the folder of ``path``, making the entry that names it durable: a name
+        given (a link, a rename, a new folder) is otherwise on disk only once the file
+        system gets to it, after an acknowledged commit or out of order."""
+        if not self.fsync:
+            return
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _fill(self, fd: int, data: bytes, durable: bool) -> None:
         view = memoryview(data)
@@ -116,6 +141,8 @@ class LocalBackend(Backend):
             return False
         finally:
             os.close(fd)
+        if durable:
+            self._sync_name(path)
         return True
 
     def _open_unnamed(self, path: str) -> int | None:
@@ -147,6 +174,8 @@ class LocalBackend(Backend):
         except BaseException:
             _unlink_quietly(tmp)
             raise
+        if durable:
+            self._sync_name(path)
 
     def create_exclusive(self, path: str, data: bytes) -> None:
         # no look first: the commit asked whether the path is taken once already (before
@@ -158,6 +187,7 @@ class LocalBackend(Backend):
             os.link(tmp, path)  # fails with EEXIST if another writer published first
         finally:
             _unlink_quietly(tmp)
+        self._sync_name(path)
 
     def replace(self, path: str, data: bytes, expected: bytes) -> None:
         """Under an exclusive ``flock`` of the file now at ``path`` (the kernel releases it
@@ -180,6 +210,7 @@ class LocalBackend(Backend):
                 except BaseException:
                     _unlink_quietly(tmp)
                     raise
+                self._sync_name(path)
                 return
             finally:
                 os.close(fd)
