@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,14 @@ settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
+
+
+def synced_folder(fd: int, root: Path | str) -> str | None:
+    """For tests that watch ``os.fsync``: the folder open at ``fd``, relative to ``root``
+    (None: ``fd`` is a file's). Linux: the folder is named through /proc."""
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        return None
+    return os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), root)
 
 
 @dataclass

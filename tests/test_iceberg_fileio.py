@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import stat
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import synced_folder
 from pyiceberg.io import load_file_io
 
 from olympia.iceberg.fileio import create_file, read_file
@@ -77,10 +76,8 @@ def test_a_local_create_is_synced_before_it_is_named(tmp_path: Path,
 
     def fsync(fd: int) -> None:
         real_fsync(fd)
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            note("sync")
-        else:
-            note("sync " + os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path))
+        folder = synced_folder(fd, tmp_path)
+        note("sync" if folder is None else f"sync {folder}")
 
     monkeypatch.setattr(local.os, "fsync", fsync)
     monkeypatch.setattr(local.os, "link", lambda *a, **k: (note("name"), real_link(*a, **k)))

@@ -7,13 +7,13 @@ from __future__ import annotations
 import errno
 import os
 import re
-import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import synced_folder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from iceberg_helpers import SCHEMA, local_properties, rows
@@ -83,9 +83,9 @@ def test_every_name_an_append_gives_is_durable_before_it_returns_the_root_last(
 
     def fsync(fd: int) -> None:
         real_fsync(fd)
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            events.append(("sync", os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"),
-                                                   tmp_path)))
+        folder = synced_folder(fd, tmp_path)
+        if folder is not None:
+            events.append(("sync", folder))
 
     def named(real: Callable[..., None]) -> Callable[..., None]:
         def call(src: str, dst: str, **kwargs: Any) -> None:

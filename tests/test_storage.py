@@ -8,14 +8,13 @@ import hashlib
 import json
 import os
 import socket
-import stat
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from conftest import Location
+from conftest import Location, synced_folder
 from s3server import Fault, FaultProxy
 
 from olympia import Catalog
@@ -576,9 +575,7 @@ def test_local_sync_and_exclusive_loss(tmp_path: Any, monkeypatch: pytest.Monkey
 
     def fsync(fd: int) -> None:
         real_fsync(fd)
-        folder = stat.S_ISDIR(os.fstat(fd).st_mode)
-        synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path / "c")
-                      if folder else "file")
+        synced.append(synced_folder(fd, tmp_path / "c") or "file")
 
     monkeypatch.setattr(os, "fsync", fsync)
     catalog = Catalog.create(str(tmp_path / "c"))
@@ -614,8 +611,9 @@ def test_local_folders_made_for_a_file_are_named_durably(tmp_path: Any,
 
     def fsync(fd: int) -> None:
         real_fsync(fd)
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path))
+        folder = synced_folder(fd, tmp_path)
+        if folder is not None:
+            synced.append(folder)
 
     monkeypatch.setattr(os, "fsync", fsync)
     (tmp_path / "w").mkdir()
@@ -784,10 +782,8 @@ def test_local_publish_syncs_every_file_before_naming_it_and_the_root_last(
 
     def syncing(fd: int) -> None:
         real_fsync(fd)
-        folder = os.readlink(f"/proc/self/fd/{fd}") if stat.S_ISDIR(os.fstat(fd).st_mode) \
-            else None
-        steps.append((threading.get_ident(), "sync" if folder is None else
-                      "sync " + os.path.relpath(folder, tmp_path / "c")))
+        folder = synced_folder(fd, tmp_path / "c")
+        steps.append((threading.get_ident(), "sync" if folder is None else f"sync {folder}"))
 
     monkeypatch.setattr(os, "link", linking)
     monkeypatch.setattr(os, "fsync", syncing)
