@@ -23,7 +23,6 @@ settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
-
 def synced_folder(fd: int, root: Path | str) -> str | None:
     """For tests that watch ``os.fsync``: the folder open at ``fd``, relative to ``root``
     (None: ``fd`` is a file's). Linux: the folder is named through /proc."""

@@ -103,16 +103,11 @@ def test_every_name_an_append_gives_is_durable_before_it_returns_the_root_last(
         {"def", "vn"}  # (a tree this small is all root)
     assert any(path.startswith("warehouse/ns/t/metadata/") for path in files)
     assert events[-1] == ("name", "catalog/vn/latest")  # a hint: never synced
-    durable = events[:-1]
-    for path in files[:-1]:  # each name's folder is synced after it
+    durable, at_root = events[:-1], events.index(("name", root))
+    for path in files[:-2]:  # each name's folder synced after it, before the root is named
         at = durable.index(("name", path))
-        assert ("sync", os.path.dirname(path)) in durable[at + 1:], (path, durable)
-    before_root = durable[:durable.index(("name", root))]
-    for path in files[:-1]:
-        if path != root:
-            at = before_root.index(("name", path))
-            assert ("sync", os.path.dirname(path)) in before_root[at + 1:], (path, durable)
-    assert durable[-1] == ("sync", "catalog/vn")
+        assert ("sync", os.path.dirname(path)) in durable[at + 1:at_root], (path, durable)
+    assert files[-2] == root and durable[at_root + 1:] == [("sync", "catalog/vn")]
 
 
 def test_a_retried_batch_finds_its_own_metadata_file(tmp_path: Path) -> None:
