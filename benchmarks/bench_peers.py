@@ -52,6 +52,7 @@ WRITERS = 8
 LIST_SIZE = 2000
 MARK_SAMPLES = 50  # creates measured just before each size mark
 PROPERTY_BLOCKS = 4  # property commits of the two sides interleave in this many blocks
+APPEND_TURNS = 5  # single-writer appends of the two sides interleave in this many turns
 
 
 @dataclass
@@ -169,6 +170,28 @@ def property_blocks(first: Side, second: Side, tag: str, count: int) -> dict[str
             spent[side.name] += properties(side, f"props_{tag}_{block}", per_block)
     return {name: per_second(per_block * PROPERTY_BLOCKS, seconds)
             for name, seconds in spent.items()}
+
+
+def append_turns(first: Side, second: Side, tag: str, count: int) -> dict[str, float]:
+    """Each server's CPU per single-row append: ``count`` appends to a new table on each
+    side by one client in this process, in APPEND_TURNS turns a side (the side going first
+    alternates), so that both servers are measured over the same minutes of a machine
+    whose speed drifts (one side's whole round takes minutes)."""
+    tables = {}
+    for side in (first, second):
+        client = side.client()
+        client.create_namespace(f"turns_{tag}")
+        tables[side.name] = client.create_table((f"turns_{tag}", "t"), SCHEMA)
+    spent = {first.name: 0.0, second.name: 0.0}
+    per_turn = max(1, count // APPEND_TURNS)
+    for turn in range(APPEND_TURNS):
+        for side in (first, second) if turn % 2 == 0 else (second, first):
+            before = side.cpu()
+            for i in range(per_turn):
+                tables[side.name].append(_row(turn * per_turn + i))
+            spent[side.name] += side.cpu() - before
+    return {name: round(cpu / (per_turn * APPEND_TURNS) * 1000, 3)
+            for name, cpu in spent.items()}
 
 
 def _writer(uri: str, props: dict[str, str], table: tuple[str, str], first: int,
@@ -291,6 +314,8 @@ def _summary(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, A
             metrics[f"{key}_snapshots_in_metadata"] = (
                 lambda r, k=key: r[k]["snapshots_in_metadata"])
     metrics["property_commits_per_s"] = lambda r: r["property_commits_per_s"]
+    metrics["server_cpu_ms_per_append_in_turns"] = (
+        lambda r: r["server_cpu_ms_per_append_in_turns"])
     metrics["server_cpu_ms_per_create"] = lambda r: r.get("server_cpu_ms_per_create")
     out: dict[str, Any] = {}
     for name, pick in metrics.items():
@@ -322,8 +347,10 @@ def _compare(olympia: Side, peer: Side, rounds: int, quick: bool,
         done = {first.name: _round(first, f"r{n}", quick, marks, n == 0),
                 second.name: _round(second, f"r{n}", quick, marks, n == 0)}
         rates = property_blocks(first, second, f"r{n}", 20 if quick else 200)
-        for name, rate in rates.items():
-            done[name]["property_commits_per_s"] = rate
+        cpu = append_turns(first, second, f"r{n}", 20 if quick else 100)
+        for name in rates:
+            done[name]["property_commits_per_s"] = rates[name]
+            done[name]["server_cpu_ms_per_append_in_turns"] = cpu[name]
         results.append((done[olympia.name], done[peer.name]))
     return {"rounds": rounds, "summary": _summary(results), "per_round": results}
 
