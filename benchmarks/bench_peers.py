@@ -26,9 +26,11 @@ chain of such requests, so this bounds what the server's CPU per append can fall
 from __future__ import annotations
 
 import contextlib
+import gc
 import http.client
 import json
 import multiprocessing
+import sqlite3
 import statistics
 import sys
 import time
@@ -355,6 +357,72 @@ def _compare(olympia: Side, peer: Side, rounds: int, quick: bool,
     return {"rounds": rounds, "summary": _summary(results), "per_round": results}
 
 
+def landing(catalog_uri: str, count: int) -> dict[str, Any]:
+    """CPU (this thread) and storage operations per version of ``count`` commits through
+    the library in this process, each setting a property of one table in the catalog the
+    server served (after its rounds, the server stopped): what landing one version in the
+    format's files costs, whatever the change (the table's definition, the changed node
+    files and the root, each created and synced; the base's root confirmed; vn/latest
+    written)."""
+    catalog = Catalog.open(catalog_uri)
+    catalog.create_namespace("landing")
+    catalog.create_table(("landing", "t"), columns=[
+        {"name": "id", "type": "int8", "nullable": False}, {"name": "name", "type": "string"}],
+        format="parquet", location=f"file://{catalog_uri}/landing/t")
+    for i in range(10):  # the first commits read what the server's commits left
+        catalog.alter_table(("landing", "t"), set_properties={"n": f"warm-{i}"})
+    catalog.storage.stats.reset()
+    gc.collect()
+    gc.freeze()  # the collector does not walk this process's other objects meanwhile
+    cpu = time.thread_time()
+    for i in range(count):
+        catalog.alter_table(("landing", "t"), set_properties={"n": str(i)})
+    spent = time.thread_time() - cpu
+    gc.unfreeze()
+    ops = catalog.storage.stats.snapshot()
+    catalog.close()
+    return {"versions": count, "cpu_ms_per_version": round(spent / count * 1000, 3),
+            **{f"{name}_per_version": round(ops[name] / count, 2)
+               for name in ("reads", "writes", "exists", "lists")}}
+
+
+def sqlite_row(database: str, count: int) -> dict[str, Any]:
+    """CPU (this thread) per commit of the reference's JDBC catalog, on its own SQLite file
+    (its server stopped): ``count`` (even) compare-and-set updates of one table's row as
+    its commits make, each its own transaction, the metadata location changed to a name of
+    the same length and back (SQLite skips writing a row that stays the same)."""
+    db = sqlite3.connect(database, isolation_level=None)
+    row = db.execute("SELECT catalog_name, table_namespace, table_name, metadata_location, "
+                     "previous_metadata_location FROM iceberg_tables LIMIT 1").fetchone()
+    update = ("UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ?"
+              " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?"
+              " AND metadata_location = ?")
+    current, other = row[3], row[3][:-1] + ("y" if row[3].endswith("x") else "x")
+    cpu = time.thread_time()
+    for _ in range(count + count % 2):
+        if db.execute(update, (other, current, *row[:3], current)).rowcount != 1:
+            raise RuntimeError(f"the reference's row of {row[1]}.{row[2]} changed")
+        current, other = other, current
+    spent = time.thread_time() - cpu
+    db.execute("UPDATE iceberg_tables SET previous_metadata_location = ? WHERE catalog_name ="
+               " ? AND table_namespace = ? AND table_name = ?", (row[4], *row[:3]))
+    db.close()
+    return {"commits": count + count % 2,
+            "cpu_ms_per_commit": round(spent / (count + count % 2) * 1000, 3)}
+
+
+def outside_landing(compared: dict[str, Any], olympia: float, peer: float) -> dict[str, Any]:
+    """Each server's CPU per append in turns less its cost of landing a version
+    (``olympia``: :func:`landing`, ``peer``: :func:`sqlite_row`), by round: the CPU each
+    spends on the rest of a commit (HTTP, the Iceberg update, the metadata file, the
+    answer; olympia also its checks of the table's files)."""
+    pairs = [(o["server_cpu_ms_per_append_in_turns"] - olympia,
+              p["server_cpu_ms_per_append_in_turns"] - peer)
+             for o, p in compared["per_round"]]
+    return {"olympia": _median([o for o, _ in pairs]), "peer": _median([p for _, p in pairs]),
+            "ratio": _median([o / p for o, p in pairs])}
+
+
 def request_cost(uri: str, options: dict[str, Any], count: int) -> dict[str, Any]:
     """CPU and wall ms per request of the catalog's storage at ``uri``: ``count`` reads,
     probes and exclusive creates of a 2 KB file (after one of each, which opens the
@@ -406,8 +474,16 @@ def run(quick: bool) -> dict[str, Any]:
         def local() -> dict[str, Any]:
             with peers.reference(tmp) as ref, _olympia(
                     str(tmp / "catalog"), f"file://{tmp}/warehouse", {}, {}) as olympia:
-                return _compare(olympia, Side("reference", ref.uri, {}, ref.process.pid),
-                                rounds, quick, marks)
+                compared = _compare(olympia, Side("reference", ref.uri, {}, ref.process.pid),
+                                    rounds, quick, marks)
+            # the servers stopped: landing a version against committing a row, in process
+            count = 20 if quick else 200
+            compared["landing"] = {"olympia": landing(str(tmp / "catalog"), count),
+                                   "reference": sqlite_row(str(tmp / "reference.db"), count)}
+            compared["summary"]["server_cpu_ms_per_append_in_turns_outside_landing"] = (
+                outside_landing(compared, compared["landing"]["olympia"]["cpu_ms_per_version"],
+                                compared["landing"]["reference"]["cpu_ms_per_commit"]))
+            return compared
 
         def s3() -> dict[str, Any]:
             with SeaweedS3Server(identities=True) as server, peers.nessie(tmp, server) as ness:
