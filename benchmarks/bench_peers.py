@@ -9,13 +9,18 @@ compiled their hot paths before anything is counted.
 - S3: Project Nessie (RocksDB; its warehouse on the same SeaweedFS) against ``olympia serve``
   with its catalog on SeaweedFS.
 
-Per side and round: create p50 as the namespace grows (the creates just before each size
-mark), ``list_tables`` of 2,000 tables, ``load_table`` p50/p99 (pyiceberg) and a raw GET,
-single-row appends by one client and by 8 processes on 8 tables and on one table (each
-writer's p99, appends lost: must be 0), property commits (both sides' in blocks taking
-turns, after the round), and the server's CPU seconds per operation (the server process
-and its children). Goals, never asserted: see the issue; ratios are olympia / peer for
-times and olympia / peer for rates.
+Per side and round: in the first round, create p50 as the namespace grows (the creates
+just before each size mark) and ``list_tables`` of 2,000 tables (the two sides taking
+turns up to each mark, and listing in turns); ``load_table`` p50/p99 (pyiceberg) and a raw
+GET, single-row appends by one client and by 8 processes on 8 tables and on one table
+(each writer's p99, appends lost: must be 0), property commits and one client's appends
+(both sides' in turns, after the round), and the server's CPU seconds per operation (the
+server process and its children). Goals, never asserted: see the issue; ratios are olympia
+/ peer for times and olympia / peer for rates.
+
+On local disk, once the servers stopped, also what landing one version costs each side in
+this process (:func:`landing`, :func:`sqlite_row`), and each server's CPU per append in
+turns outside it.
 
 On S3, also the cost of one request through the S3 client the server's catalog uses
 (:class:`olympia.storage.Storage` over s3fs, against the same SeaweedFS in the same run): CPU
@@ -55,6 +60,7 @@ LIST_SIZE = 2000
 MARK_SAMPLES = 50  # creates measured just before each size mark
 PROPERTY_BLOCKS = 4  # property commits of the two sides interleave in this many blocks
 APPEND_TURNS = 5  # single-writer appends of the two sides interleave in this many turns
+LIST_TURNS, LISTS_A_TURN = 4, 5  # the two sides' lists of LIST_SIZE tables interleave
 
 
 @dataclass
@@ -95,27 +101,45 @@ def _p99_ms(samples: list[float]) -> float:
     return round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3)
 
 
-def creates(side: Side, namespace: str, marks: tuple[int, ...]) -> dict[str, Any]:
-    """Grow ``namespace`` table by table; per mark, the creates just before it, and
-    ``list_tables`` once it holds :data:`LIST_SIZE` tables."""
-    client = side.client()
-    client.create_namespace(namespace)
-    out: dict[str, Any] = {}
-    samples: list[float] = []
-    made = 0
-    cpu_before = side.cpu()
-    for mark in marks:
-        while made < mark:
-            started = time.perf_counter()
-            client.create_table((namespace, f"t{made:06d}"), SCHEMA)
-            if made >= mark - MARK_SAMPLES:
-                samples.append(time.perf_counter() - started)
-            made += 1
-        out[f"create_at_{mark}"] = {**percentiles(samples), "p99_ms": _p99_ms(samples)}
-        samples = []
+def creates(first: Side, second: Side, namespace: str,
+            marks: tuple[int, ...]) -> dict[str, dict[str, Any]]:
+    """Grow ``namespace`` on each side table by table, the two sides taking turns up to
+    each mark (the side going first alternates), so that both meet the same minutes of a
+    machine whose speed drifts: per mark, the creates just before it; once it holds
+    :data:`LIST_SIZE` tables, ``list_tables`` in LIST_TURNS turns a side; and the server's
+    CPU per create."""
+    sides = (first, second)
+    clients = {side.name: side.client() for side in sides}
+    out: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
+    made = dict.fromkeys(clients, 0)
+    cpu = dict.fromkeys(clients, 0.0)
+    for client in clients.values():
+        client.create_namespace(namespace)
+    for n, mark in enumerate(marks):
+        for side in sides if n % 2 == 0 else sides[::-1]:
+            samples: list[float] = []
+            before = side.cpu()
+            while made[side.name] < mark:
+                started = time.perf_counter()
+                clients[side.name].create_table((namespace, f"t{made[side.name]:06d}"), SCHEMA)
+                if made[side.name] >= mark - MARK_SAMPLES:
+                    samples.append(time.perf_counter() - started)
+                made[side.name] += 1
+            cpu[side.name] += side.cpu() - before
+            out[side.name][f"create_at_{mark}"] = {**percentiles(samples),
+                                                   "p99_ms": _p99_ms(samples)}
         if mark == LIST_SIZE:
-            out["list_2000"] = percentiles(_timed(lambda: client.list_tables(namespace), 20))
-    out["server_cpu_ms_per_create"] = round((side.cpu() - cpu_before) / made * 1000, 3)
+            lists: dict[str, list[float]] = {name: [] for name in clients}
+            for client in clients.values():
+                client.list_tables(namespace)  # the first call pays for connections
+            for turn in range(LIST_TURNS):
+                for side in sides if turn % 2 == 0 else sides[::-1]:
+                    lists[side.name] += timed(
+                        lambda c=clients[side.name]: c.list_tables(namespace), LISTS_A_TURN)
+            for name, samples in lists.items():
+                out[name]["list_2000"] = percentiles(samples)
+    for name in clients:
+        out[name]["server_cpu_ms_per_create"] = round(cpu[name] / made[name] * 1000, 3)
     return out
 
 
@@ -281,12 +305,9 @@ def appends(side: Side, namespace: str, writers: int, tables: int,
             "server_cpu_ms_per_append": round(cpu / max(1, len(latencies)) * 1000, 3)}
 
 
-def _round(side: Side, tag: str, quick: bool, marks: tuple[int, ...],
-           with_creates: bool) -> dict[str, Any]:
+def _round(side: Side, tag: str, quick: bool) -> dict[str, Any]:
     count, per_writer = (20, 5) if quick else (200, 25)
     out: dict[str, Any] = {}
-    if with_creates:
-        out.update(creates(side, f"grow_{tag}", marks))
     out.update(loads(side, f"load_{tag}", count))
     out["appends_1"] = appends(side, f"one_{tag}", 1, 1, per_writer * 4)
     out["appends_8_on_8"] = appends(side, f"eight_{tag}", WRITERS, WRITERS, per_writer)
@@ -342,12 +363,14 @@ def _summary(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, A
 def _compare(olympia: Side, peer: Side, rounds: int, quick: bool,
              marks: tuple[int, ...]) -> dict[str, Any]:
     for side in (olympia, peer):  # not measured: the JVMs compile their hot paths
-        _round(side, "warm", quick, marks, False)
+        _round(side, "warm", quick)
     results: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for n in range(rounds):
         first, second = (olympia, peer) if n % 2 == 0 else (peer, olympia)
-        done = {first.name: _round(first, f"r{n}", quick, marks, n == 0),
-                second.name: _round(second, f"r{n}", quick, marks, n == 0)}
+        done = creates(first, second, f"grow_r{n}", marks) if n == 0 else {
+            first.name: {}, second.name: {}}
+        done[first.name].update(_round(first, f"r{n}", quick))
+        done[second.name].update(_round(second, f"r{n}", quick))
         rates = property_blocks(first, second, f"r{n}", 20 if quick else 200)
         cpu = append_turns(first, second, f"r{n}", 20 if quick else 100)
         for name in rates:
