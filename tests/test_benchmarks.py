@@ -87,3 +87,45 @@ def test_threads_run_through_one_catalog_or_one_each(tmp_path: Path) -> None:
     assert shared["commits"] == separate["commits"] == 40
     assert shared["lost_commits"] == separate["lost_commits"] == 0
     assert shared["versions_per_commit"] <= 1.0 and separate["versions_per_commit"] == 1.0
+
+
+def test_the_reference_row_is_written_each_time_and_left_as_it_was(tmp_path: Path) -> None:
+    """bench_peers' measure of the reference's commit writes the row every time (SQLite
+    skips an update that leaves a row the same: that would measure nothing) and leaves the
+    catalog's row as it found it."""
+    import sqlite3
+
+    from benchmarks.bench_peers import sqlite_row
+
+    path = str(tmp_path / "reference.db")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("CREATE TABLE iceberg_tables (catalog_name TEXT, table_namespace TEXT, "
+               "table_name TEXT, metadata_location TEXT, previous_metadata_location TEXT)")
+    db.execute("INSERT INTO iceberg_tables VALUES ('c', 'ns', 't', 'file:///w/m.json', NULL)")
+    before = db.execute("SELECT * FROM iceberg_tables").fetchall()
+    version = db.execute("PRAGMA data_version").fetchone()[0]
+    assert sqlite_row(path, 3)["commits"] == 4
+    assert db.execute("PRAGMA data_version").fetchone()[0] != version  # another writer's
+    assert db.execute("SELECT * FROM iceberg_tables").fetchall() == before
+
+
+def test_landing_makes_one_version_per_commit_and_ratios_the_rest(tmp_path: Path) -> None:
+    """bench_peers' landing cost is measured over exactly one version per commit, and the
+    CPU outside landing is each round's own difference."""
+    from benchmarks.bench_peers import landing, outside_landing
+    from olympia import Catalog
+
+    uri = str(tmp_path / "catalog")
+    Catalog.create(uri).close()
+    measured = landing(uri, 5)
+    assert measured["versions"] == 5 and measured["writes_per_version"] >= 3
+    with Catalog.open(uri) as catalog:  # the namespace, the table, 10 unmeasured, 5
+        assert catalog.version == 17
+    rounds = {"per_round": [({"server_cpu_ms_per_append_in_turns": 8.0},
+                             {"server_cpu_ms_per_append_in_turns": 7.0}),
+                            ({"server_cpu_ms_per_append_in_turns": 6.0},
+                             {"server_cpu_ms_per_append_in_turns": 9.0})]}
+    assert outside_landing(rounds, 2.0, 1.0) == {
+        "olympia": {"median": 5.0, "min": 4.0, "max": 6.0},
+        "peer": {"median": 7.0, "min": 6.0, "max": 8.0},
+        "ratio": {"median": 0.75, "min": 0.5, "max": 1.0}}  # not 5 / 7: by round
