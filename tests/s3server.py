@@ -125,9 +125,10 @@ class SeaweedS3Server:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         last_error: Exception | None = None
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if self.process.poll() is not None or self._port_taken():
                 break
-            try:
+            try:  # (a client's first request retries for seconds while nothing listens)
+                socket.create_connection(("127.0.0.1", self.s3_port), timeout=1).close()
                 self.new_bucket(self.bucket)
                 return True
             except Exception as exc:  # not ready yet
@@ -136,10 +137,17 @@ class SeaweedS3Server:
         tail = self.log_path.read_text(errors="replace")[-3000:]
         exited = self.process.poll() is not None
         self._stop_process()
-        if exited and "address already in use" in tail and attempt < START_TRIES:
+        taken = self._port_taken() or (exited and "address already in use" in tail)
+        if taken and attempt < START_TRIES:
             return False
         shutil.rmtree(self.workdir, ignore_errors=True)
         raise RuntimeError(f"SeaweedFS did not become ready ({last_error}); log tail:\n{tail}")
+
+    def _port_taken(self) -> bool:
+        """Whether the server logged a fatal error for a port that was taken: it logs it
+        at once, but takes about 20 s to exit."""
+        return any(line.startswith("F") and "address already in use" in line
+                   for line in self.log_path.read_text(errors="replace").splitlines())
 
     def filesystem(self) -> Any:
         import s3fs
