@@ -96,6 +96,12 @@ def _timed(fn: Callable[[], Any], count: int) -> list[float]:
     return timed(fn, count)
 
 
+def _in_turn(first: Side, second: Side, turn: int) -> tuple[Side, Side]:
+    """The two sides in the order they take turn ``turn``: the side going first alternates,
+    so that both meet the same moments of a machine whose speed drifts."""
+    return (first, second) if turn % 2 == 0 else (second, first)
+
+
 def _p99_ms(samples: list[float]) -> float:
     ordered = sorted(samples)
     return round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3)
@@ -108,15 +114,14 @@ def creates(first: Side, second: Side, namespace: str,
     machine whose speed drifts: per mark, the creates just before it; once it holds
     :data:`LIST_SIZE` tables, ``list_tables`` in LIST_TURNS turns a side; and the server's
     CPU per create."""
-    sides = (first, second)
-    clients = {side.name: side.client() for side in sides}
-    out: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
+    clients = {side.name: side.client() for side in (first, second)}
+    out: dict[str, dict[str, Any]] = {name: {} for name in clients}
     made = dict.fromkeys(clients, 0)
     cpu = dict.fromkeys(clients, 0.0)
     for client in clients.values():
         client.create_namespace(namespace)
     for n, mark in enumerate(marks):
-        for side in sides if n % 2 == 0 else sides[::-1]:
+        for side in _in_turn(first, second, n):
             samples: list[float] = []
             before = side.cpu()
             while made[side.name] < mark:
@@ -133,7 +138,7 @@ def creates(first: Side, second: Side, namespace: str,
             for client in clients.values():
                 client.list_tables(namespace)  # the first call pays for connections
             for turn in range(LIST_TURNS):
-                for side in sides if turn % 2 == 0 else sides[::-1]:
+                for side in _in_turn(first, second, turn):
                     lists[side.name] += timed(
                         lambda c=clients[side.name]: c.list_tables(namespace), LISTS_A_TURN)
             for name, samples in lists.items():
@@ -192,7 +197,7 @@ def property_blocks(first: Side, second: Side, tag: str, count: int) -> dict[str
     spent = {first.name: 0.0, second.name: 0.0}
     per_block = max(1, count // PROPERTY_BLOCKS)
     for block in range(PROPERTY_BLOCKS):
-        for side in (first, second) if block % 2 == 0 else (second, first):
+        for side in _in_turn(first, second, block):
             spent[side.name] += properties(side, f"props_{tag}_{block}", per_block)
     return {name: per_second(per_block * PROPERTY_BLOCKS, seconds)
             for name, seconds in spent.items()}
@@ -211,7 +216,7 @@ def append_turns(first: Side, second: Side, tag: str, count: int) -> dict[str, f
     spent = {first.name: 0.0, second.name: 0.0}
     per_turn = max(1, count // APPEND_TURNS)
     for turn in range(APPEND_TURNS):
-        for side in (first, second) if turn % 2 == 0 else (second, first):
+        for side in _in_turn(first, second, turn):
             before = side.cpu()
             for i in range(per_turn):
                 tables[side.name].append(_row(turn * per_turn + i))
@@ -366,7 +371,7 @@ def _compare(olympia: Side, peer: Side, rounds: int, quick: bool,
         _round(side, "warm", quick)
     results: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for n in range(rounds):
-        first, second = (olympia, peer) if n % 2 == 0 else (peer, olympia)
+        first, second = _in_turn(olympia, peer, n)
         done = creates(first, second, f"grow_r{n}", marks) if n == 0 else {
             first.name: {}, second.name: {}}
         done[first.name].update(_round(first, f"r{n}", quick))
